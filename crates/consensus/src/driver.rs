@@ -1,0 +1,393 @@
+//! The raft-rs driver: one thread owns the RawNode and runs its Ready loop.
+//!
+//! Order of one turn (raft-rs's documented order, etcd's too):
+//! 1. take inputs: proposals (drained into ONE entry: group commit), ticks;
+//! 2. Ready: send messages to peers (the leader sends before its own fsync);
+//! 3. apply entries committed earlier (they are already durable);
+//! 4. persist new entries + HardState through raft-engine, one fdatasync;
+//! 5. send persisted messages, advance, apply what became committed;
+//! 6. start a background snapshot when enough entries were applied.
+//!
+//! Proposals that arrive while an fsync runs queue up and form the next,
+//! larger batch: batches grow under load and stay small when idle.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use keel_tree::txn::{decode_batch, encode_batch, BATCH_TXNS_MAX};
+use keel_tree::{DataTree, Txn};
+use raft::eraftpb::{ConfState, Entry, EntryType, Snapshot};
+use raft::storage::MemStorage;
+use raft::{Config, RawNode, StateRole};
+
+use crate::store::LogStore;
+use crate::{snapfile, ConsensusError};
+
+/// Bytes of encoded transactions one entry may carry.
+pub const BATCH_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Proposals waiting for the driver before `propose` pushes back.
+pub const PROPOSAL_QUEUE_MAX: usize = 64 * 1024;
+/// Entries kept in the log behind a snapshot, so a slightly lagging
+/// follower catches up from the log rather than by snapshot install.
+pub const LOG_KEPT_BEHIND_SNAPSHOT: u64 = 1_000;
+/// Raft ticks per election timeout and per heartbeat.
+pub const ELECTION_TICKS: usize = 10;
+pub const HEARTBEAT_TICKS: usize = 2;
+
+/// The replicated state machine as the driver sees it. Called on the
+/// driver thread, in log order.
+pub trait StateMachine: Send + 'static {
+    /// Applies the transactions of the committed entry at (index, term).
+    fn apply(&mut self, index: u64, term: u64, txns: Vec<Txn>);
+    /// An entry with nothing to apply (a new leader's empty entry).
+    fn skip(&mut self, index: u64, term: u64);
+    /// An O(1) frozen copy of the state for a background snapshot.
+    fn freeze(&self) -> DataTree;
+    /// Proposals Raft refused (no leader): their sessions must hear so.
+    fn dropped(&mut self, txns: Vec<Txn>);
+    /// This node became leader (true) or stopped being leader (false).
+    fn role_changed(&mut self, leader: bool);
+}
+
+#[derive(Debug, Clone)]
+pub struct RaftConfig {
+    pub node_id: u64,
+    pub data_dir: PathBuf,
+    pub tick_ms: u64,
+    pub snapshot_every_entries: u64,
+}
+
+/// Counters other threads read (mntr, srvr, tests).
+#[derive(Default, Debug)]
+pub struct RaftStatus {
+    pub is_leader: AtomicBool,
+    pub term: AtomicU64,
+    pub leader_id: AtomicU64,
+    pub commit_index: AtomicU64,
+    pub applied_index: AtomicU64,
+    pub last_index: AtomicU64,
+    pub snapshots_taken: AtomicU64,
+    pub snapshot_index: AtomicU64,
+    pub fsyncs: AtomicU64,
+    pub proposals: AtomicU64,
+    pub batches: AtomicU64,
+}
+
+enum Input {
+    Propose(Txn),
+    SnapshotDone { index: u64, result: Result<(), String> },
+    Shutdown,
+}
+
+/// The handle the server holds: cheap to clone, thread-safe.
+#[derive(Clone)]
+pub struct RaftHandle {
+    inputs: Sender<Input>,
+    pub status: Arc<RaftStatus>,
+}
+
+impl RaftHandle {
+    /// Queues a transaction for the log; false if the driver is gone or
+    /// the queue is full (the caller answers the client with an error).
+    pub fn propose(&self, txn: Txn) -> bool {
+        self.inputs.try_send(Input::Propose(txn)).is_ok()
+    }
+
+    pub fn shutdown(&self) {
+        let _ = self.inputs.send(Input::Shutdown);
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.status.is_leader.load(Ordering::Acquire)
+    }
+}
+
+/// What a node recovers from its data dir before it starts.
+pub struct Recovery {
+    pub tree: DataTree,
+    store: LogStore,
+    storage: MemStorage,
+    config: RaftConfig,
+}
+
+/// Loads the newest valid snapshot and the log tail; creates the data dir
+/// and a one-member group on first start.
+pub fn recover(config: RaftConfig) -> Result<Recovery, ConsensusError> {
+    assert!(config.node_id > 0, "raft node ids start at 1");
+    let snapshot_dir = config.data_dir.join("snapshots");
+    std::fs::create_dir_all(&snapshot_dir)?;
+    let tree = snapfile::load_newest(&snapshot_dir)?.unwrap_or_default();
+    let store = LogStore::open(&config.data_dir.join("raft"))?;
+    let recovered = store.recover()?;
+    let conf_state = match recovered.conf_state {
+        Some(cs) => cs,
+        None => {
+            let cs = ConfState { voters: vec![config.node_id], ..Default::default() };
+            store.persist(&[], None, Some(&cs))?;
+            cs
+        }
+    };
+    if !conf_state.voters.contains(&config.node_id) && !conf_state.learners.contains(&config.node_id) {
+        return Err(ConsensusError::WrongNode { node_id: config.node_id, members: conf_state.voters.clone() });
+    }
+    let storage = MemStorage::new();
+    if tree.applied_index() > 0 {
+        let mut snapshot = Snapshot::default();
+        snapshot.mut_metadata().index = tree.applied_index();
+        snapshot.mut_metadata().term = tree.applied_term();
+        snapshot.mut_metadata().set_conf_state(conf_state.clone());
+        storage.wl().apply_snapshot(snapshot).map_err(ConsensusError::Raft)?;
+    } else {
+        storage.wl().set_conf_state(conf_state);
+    }
+    let tail: Vec<Entry> = recovered.entries.into_iter().filter(|e| e.index > tree.applied_index()).collect();
+    if let Some(first) = tail.first() {
+        if first.index != tree.applied_index() + 1 {
+            return Err(ConsensusError::Gap { snapshot_index: tree.applied_index(), first_log_index: first.index });
+        }
+    }
+    storage.wl().append(&tail).map_err(ConsensusError::Raft)?;
+    let mut hard_state = recovered.hard_state;
+    let last = tree.applied_index().max(tail.last().map_or(0, |e| e.index));
+    // A commit index beyond what survived (a torn tail) cannot be trusted.
+    hard_state.commit = hard_state.commit.clamp(tree.applied_index(), last);
+    storage.wl().set_hardstate(hard_state);
+    tracing::info!(snapshot_index = tree.applied_index(), log_entries = tail.len(), last_index = last, "recovered");
+    Ok(Recovery { tree, store, storage, config })
+}
+
+struct Driver<S: StateMachine> {
+    raw: RawNode<MemStorage>,
+    store: LogStore,
+    machine: S,
+    inputs: Receiver<Input>,
+    status: Arc<RaftStatus>,
+    config: RaftConfig,
+    pending: Vec<Txn>,
+    pending_bytes: usize,
+    snapshot_running: bool,
+    last_snapshot_index: u64,
+    leader: bool,
+}
+
+/// Starts the driver thread; `machine` already holds `recovery.tree`.
+pub fn start<S: StateMachine>(recovery: Recovery, machine: S) -> Result<(RaftHandle, std::thread::JoinHandle<Result<(), ConsensusError>>), ConsensusError> {
+    let applied = recovery.tree.applied_index();
+    let raft_config = Config {
+        id: recovery.config.node_id,
+        election_tick: ELECTION_TICKS,
+        heartbeat_tick: HEARTBEAT_TICKS,
+        applied,
+        pre_vote: true,
+        check_quorum: true,
+        max_inflight_msgs: 256,
+        max_size_per_msg: 1024 * 1024,
+        ..Default::default()
+    };
+    raft_config.validate().map_err(ConsensusError::Raft)?;
+    let logger = slog::Logger::root(slog::Discard, slog::o!());
+    let mut raw = RawNode::new(&raft_config, recovery.storage, &logger).map_err(ConsensusError::Raft)?;
+    let voters = raw.raft.prs().conf().voters().ids().len();
+    if voters == 1 {
+        raw.campaign().map_err(ConsensusError::Raft)?;
+    }
+    let (sender, inputs) = crossbeam_channel::bounded(PROPOSAL_QUEUE_MAX);
+    let status = Arc::new(RaftStatus::default());
+    status.applied_index.store(applied, Ordering::Release);
+    let handle = RaftHandle { inputs: sender.clone(), status: status.clone() };
+    let mut driver = Driver {
+        raw,
+        store: recovery.store,
+        machine,
+        inputs,
+        status,
+        config: recovery.config,
+        pending: Vec::new(),
+        pending_bytes: 0,
+        snapshot_running: false,
+        last_snapshot_index: applied,
+        leader: false,
+    };
+    let thread = std::thread::Builder::new().name("keel-raft".into()).spawn(move || driver.run(sender))?;
+    Ok((handle, thread))
+}
+
+impl<S: StateMachine> Driver<S> {
+    fn run(&mut self, loopback: Sender<Input>) -> Result<(), ConsensusError> {
+        let tick = Duration::from_millis(self.config.tick_ms.max(1));
+        let mut next_tick = Instant::now() + tick;
+        loop {
+            let timeout = next_tick.saturating_duration_since(Instant::now());
+            match self.inputs.recv_timeout(timeout) {
+                Ok(Input::Shutdown) | Err(RecvTimeoutError::Disconnected) => return Ok(()),
+                Ok(input) => self.take(input),
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+            while self.pending.len() < BATCH_TXNS_MAX && self.pending_bytes < BATCH_BYTES_MAX {
+                match self.inputs.try_recv() {
+                    Ok(Input::Shutdown) => return Ok(()),
+                    Ok(input) => self.take(input),
+                    Err(_) => break,
+                }
+            }
+            self.flush_proposals();
+            if Instant::now() >= next_tick {
+                self.raw.tick();
+                next_tick = Instant::now() + tick;
+            }
+            self.on_ready()?;
+            self.maybe_snapshot(&loopback);
+        }
+    }
+
+    fn take(&mut self, input: Input) {
+        match input {
+            Input::Propose(txn) => {
+                self.pending_bytes += 64 + txn_body_bytes(&txn);
+                self.pending.push(txn);
+            }
+            Input::SnapshotDone { index, result } => self.snapshot_done(index, result),
+            Input::Shutdown => unreachable!("handled by the loop"),
+        }
+    }
+
+    /// Group commit: everything queued becomes one entry.
+    fn flush_proposals(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let txns = std::mem::take(&mut self.pending);
+        self.pending_bytes = 0;
+        if !self.leader {
+            self.machine.dropped(txns);
+            return;
+        }
+        let mut data = Vec::with_capacity(txns.len() * 128);
+        encode_batch(&txns, &mut data);
+        self.status.proposals.fetch_add(txns.len() as u64, Ordering::Relaxed);
+        self.status.batches.fetch_add(1, Ordering::Relaxed);
+        if let Err(error) = self.raw.propose(Vec::new(), data) {
+            tracing::warn!(%error, count = txns.len(), "proposal dropped");
+            self.machine.dropped(txns);
+        }
+    }
+
+    fn on_ready(&mut self) -> Result<(), ConsensusError> {
+        if !self.raw.has_ready() {
+            return Ok(());
+        }
+        let mut ready = self.raw.ready();
+        if let Some(soft) = ready.ss() {
+            self.role(soft.raft_state == StateRole::Leader, soft.leader_id);
+        }
+        // Single-group, no peers yet: messages would go to the transport.
+        assert!(ready.messages().is_empty(), "a one-member group sends no messages");
+        assert!(ready.snapshot().get_metadata().index == 0, "snapshot install needs peers");
+        self.apply_entries(ready.take_committed_entries());
+        let entries = ready.take_entries();
+        let hard_state = ready.hs().cloned();
+        if !entries.is_empty() || hard_state.is_some() {
+            self.store.persist(&entries, hard_state.as_ref(), None)?;
+            self.status.fsyncs.fetch_add(1, Ordering::Relaxed);
+            let mut storage = self.raw.mut_store().wl();
+            storage.append(&entries).map_err(ConsensusError::Raft)?;
+            if let Some(hs) = hard_state {
+                storage.set_hardstate(hs);
+            }
+        }
+        if let Some(last) = entries.last() {
+            self.status.last_index.store(last.index, Ordering::Release);
+        }
+        let mut light = self.raw.advance(ready);
+        if let Some(commit) = light.commit_index() {
+            self.raw.mut_store().wl().mut_hard_state().set_commit(commit);
+            self.status.commit_index.store(commit, Ordering::Release);
+        }
+        assert!(light.messages().is_empty(), "a one-member group sends no messages");
+        self.apply_entries(light.take_committed_entries());
+        self.raw.advance_apply();
+        Ok(())
+    }
+
+    fn role(&mut self, leader: bool, leader_id: u64) {
+        self.status.leader_id.store(leader_id, Ordering::Release);
+        self.status.term.store(self.raw.raft.term, Ordering::Release);
+        if leader != self.leader {
+            self.leader = leader;
+            self.status.is_leader.store(leader, Ordering::Release);
+            tracing::info!(leader, term = self.raw.raft.term, "raft role changed");
+            self.machine.role_changed(leader);
+        }
+    }
+
+    fn apply_entries(&mut self, entries: Vec<Entry>) {
+        for entry in entries {
+            let (index, term) = (entry.index, entry.term);
+            match entry.get_entry_type() {
+                EntryType::EntryNormal if !entry.data.is_empty() => match decode_batch(&entry.data) {
+                    Ok(txns) => self.machine.apply(index, term, txns),
+                    Err(error) => {
+                        // Every replica decodes the same bytes the same way, so
+                        // skipping keeps them equal; it is still a bug to see.
+                        tracing::error!(index, %error, "committed entry does not decode; skipped");
+                        self.machine.skip(index, term);
+                    }
+                },
+                _ => self.machine.skip(index, term),
+            }
+            self.status.applied_index.store(index, Ordering::Release);
+        }
+    }
+
+    fn maybe_snapshot(&mut self, loopback: &Sender<Input>) {
+        let applied = self.status.applied_index.load(Ordering::Acquire);
+        if self.snapshot_running || applied < self.last_snapshot_index + self.config.snapshot_every_entries {
+            return;
+        }
+        let frozen = self.machine.freeze();
+        assert_eq!(frozen.applied_index(), applied, "state machine and driver disagree on the applied index");
+        self.snapshot_running = true;
+        let dir = self.config.data_dir.join("snapshots");
+        let loopback = loopback.clone();
+        let spawned = std::thread::Builder::new().name("keel-snapshot".into()).spawn(move || {
+            let started = Instant::now();
+            let mut bytes = Vec::new();
+            keel_tree::snapshot::encode(&frozen, &mut bytes);
+            let result = snapfile::write(&dir, frozen.applied_index(), frozen.applied_term(), &bytes).map(|_| ()).map_err(|e| e.to_string());
+            tracing::info!(index = frozen.applied_index(), bytes = bytes.len(), ms = started.elapsed().as_millis() as u64, ok = result.is_ok(), "snapshot written");
+            let _ = loopback.send(Input::SnapshotDone { index: frozen.applied_index(), result });
+        });
+        if let Err(error) = spawned {
+            tracing::error!(%error, "cannot start snapshot thread");
+            self.snapshot_running = false;
+        }
+    }
+
+    fn snapshot_done(&mut self, index: u64, result: Result<(), String>) {
+        self.snapshot_running = false;
+        if let Err(error) = result {
+            tracing::error!(index, %error, "snapshot failed; log kept");
+            return;
+        }
+        self.last_snapshot_index = index;
+        self.status.snapshots_taken.fetch_add(1, Ordering::Relaxed);
+        self.status.snapshot_index.store(index, Ordering::Release);
+        let compact_index = index.saturating_sub(LOG_KEPT_BEHIND_SNAPSHOT);
+        if compact_index > 1 {
+            if let Err(error) = self.store.compact_to(compact_index) {
+                tracing::error!(%error, "log compaction failed");
+            }
+            let _ = self.raw.mut_store().wl().compact(compact_index);
+        }
+    }
+}
+
+fn txn_body_bytes(txn: &Txn) -> usize {
+    match &txn.op {
+        keel_tree::TxnOp::Request { body, .. } => body.len(),
+        _ => 16,
+    }
+}

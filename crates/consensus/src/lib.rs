@@ -1,0 +1,27 @@
+//! keel-consensus: Keel's write path below the server. raft-rs decides,
+//! raft-engine stores the log, this crate drives them in the documented
+//! order and hands committed transactions to the state machine.
+
+mod driver;
+pub mod snapfile;
+mod store;
+
+pub use driver::{
+    recover, start, RaftConfig, RaftHandle, RaftStatus, Recovery, StateMachine, BATCH_BYTES_MAX, ELECTION_TICKS, LOG_KEPT_BEHIND_SNAPSHOT,
+    PROPOSAL_QUEUE_MAX,
+};
+pub use store::LogStore;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConsensusError {
+    #[error("raft: {0}")]
+    Raft(#[from] raft::Error),
+    #[error("raft log (raft-engine): {0}")]
+    Log(String),
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("node id {node_id} is not a member of the group stored in this data dir (members {members:?}): wrong --id or a data dir from another cluster")]
+    WrongNode { node_id: u64, members: Vec<u64> },
+    #[error("the log starts at {first_log_index} but the snapshot ends at {snapshot_index}: entries are missing")]
+    Gap { snapshot_index: u64, first_log_index: u64 },
+}

@@ -1,0 +1,207 @@
+//! ACL rules: ZooKeeper's fixupACL, checkACL and the digest/ip providers.
+
+use base64::Engine;
+use keel_jute::{perms, Acl, ErrorCode, Id};
+use sha1::{Digest, Sha1};
+
+/// Most ACL entries one node may carry; ZooKeeper has no bound, a frame does.
+pub const ACL_ENTRIES_MAX: usize = 1024;
+
+/// `world:anyone` with every permission: ZooKeeper's OPEN_ACL_UNSAFE.
+pub fn open_acl_unsafe() -> Vec<Acl> {
+    vec![Acl {
+        perms: perms::ALL,
+        id: Id { scheme: "world".into(), id: "anyone".into() },
+    }]
+}
+
+/// ZooKeeper's DigestAuthenticationProvider.generateDigest:
+/// "user:" + base64(sha1("user:password")).
+pub fn generate_digest(user_password: &str) -> Option<String> {
+    let (user, _) = user_password.split_once(':')?;
+    let hash = Sha1::digest(user_password.as_bytes());
+    Some(format!("{user}:{}", base64::engine::general_purpose::STANDARD.encode(hash)))
+}
+
+/// What `addauth` adds to a connection, or AuthFailed. A well-formed digest
+/// with a wrong password is accepted and merely grants nothing, as in ZooKeeper.
+pub fn authenticate(scheme: &str, auth: &[u8], super_digest: Option<&str>) -> Result<Vec<Id>, ErrorCode> {
+    match scheme {
+        "digest" => {
+            let text = std::str::from_utf8(auth).map_err(|_| ErrorCode::AuthFailed)?;
+            let digest = generate_digest(text).ok_or(ErrorCode::AuthFailed)?;
+            let mut ids = Vec::with_capacity(2);
+            if super_digest == Some(digest.as_str()) {
+                ids.push(Id { scheme: "super".into(), id: String::new() });
+            }
+            ids.push(Id { scheme: "digest".into(), id: digest });
+            Ok(ids)
+        }
+        // ZooKeeper's "ip" provider authenticates by address, never by addauth.
+        _ => Err(ErrorCode::AuthFailed),
+    }
+}
+
+fn scheme_id_valid(id: &Id) -> bool {
+    match id.scheme.as_str() {
+        "digest" => id.id.split(':').count() == 2,
+        "ip" => parse_ip_acl(&id.id).is_some(),
+        _ => false,
+    }
+}
+
+/// ZooKeeper's PrepRequestProcessor.fixupACL: dedupe, reject empty or
+/// invalid entries, expand `auth` to the caller's authenticated ids.
+pub fn fixup(acl: &[Acl], auth: &[Id]) -> Result<Vec<Acl>, ErrorCode> {
+    let mut unique: Vec<&Acl> = Vec::with_capacity(acl.len());
+    for entry in acl {
+        if !unique.contains(&entry) {
+            unique.push(entry);
+        }
+    }
+    if unique.is_empty() || unique.len() > ACL_ENTRIES_MAX {
+        return Err(ErrorCode::InvalidAcl);
+    }
+    let mut fixed = Vec::with_capacity(unique.len());
+    for entry in unique {
+        if entry.id.scheme == "world" && entry.id.id == "anyone" {
+            fixed.push(entry.clone());
+        } else if entry.id.scheme == "auth" {
+            // Only ids of providers that "authenticate" count: digest does,
+            // ip and super do not (IPAuthenticationProvider.isAuthenticated).
+            let authenticated: Vec<&Id> = auth.iter().filter(|id| id.scheme == "digest").collect();
+            if authenticated.is_empty() {
+                return Err(ErrorCode::InvalidAcl);
+            }
+            for id in authenticated {
+                fixed.push(Acl { perms: entry.perms, id: id.clone() });
+            }
+        } else if scheme_id_valid(&entry.id) {
+            fixed.push(entry.clone());
+        } else {
+            return Err(ErrorCode::InvalidAcl);
+        }
+    }
+    Ok(fixed)
+}
+
+/// ZooKeeperServer.checkACL: super passes everything, an empty ACL passes,
+/// otherwise some entry granting `perm` must match one of the caller's ids.
+pub fn check(acl: &[Acl], perm: i32, auth: &[Id]) -> Result<(), ErrorCode> {
+    if acl.is_empty() || auth.iter().any(|id| id.scheme == "super") {
+        return Ok(());
+    }
+    for entry in acl.iter().filter(|entry| entry.perms & perm != 0) {
+        if entry.id.scheme == "world" && entry.id.id == "anyone" {
+            return Ok(());
+        }
+        let matched = auth.iter().any(|id| {
+            id.scheme == entry.id.scheme
+                && match id.scheme.as_str() {
+                    "ip" => ip_matches(&id.id, &entry.id.id),
+                    "digest" => id.id == entry.id.id,
+                    _ => false,
+                }
+        });
+        if matched {
+            return Ok(());
+        }
+    }
+    Err(ErrorCode::NoAuth)
+}
+
+/// `addr[/bits]` for IPv4 or IPv6, as IPAuthenticationProvider accepts it.
+fn parse_ip_acl(expr: &str) -> Option<(std::net::IpAddr, u32)> {
+    let (addr, bits) = match expr.split_once('/') {
+        Some((addr, bits)) => (addr, Some(bits.parse::<u32>().ok()?)),
+        None => (expr, None),
+    };
+    let ip: std::net::IpAddr = addr.parse().ok()?;
+    let width = if ip.is_ipv4() { 32 } else { 128 };
+    let bits = bits.unwrap_or(width);
+    if bits > width {
+        return None;
+    }
+    Some((ip, bits))
+}
+
+fn ip_matches(client: &str, expr: &str) -> bool {
+    let (Some((net, bits)), Ok(client)) = (parse_ip_acl(expr), client.parse::<std::net::IpAddr>()) else {
+        return false;
+    };
+    let (net, client, width) = match (net, client) {
+        (std::net::IpAddr::V4(n), std::net::IpAddr::V4(c)) => (u32::from(n) as u128, u32::from(c) as u128, 32),
+        (std::net::IpAddr::V6(n), std::net::IpAddr::V6(c)) => (u128::from(n), u128::from(c), 128),
+        _ => return false,
+    };
+    if bits == 0 {
+        return true;
+    }
+    let shift = width - bits;
+    (net >> shift) == (client >> shift)
+}
+
+/// ZooKeeper hides digests from callers without ADMIN in getACL replies.
+pub fn redact_digests(acl: &[Acl]) -> Vec<Acl> {
+    acl.iter()
+        .map(|entry| {
+            if entry.id.scheme != "digest" {
+                return entry.clone();
+            }
+            let user = entry.id.id.split(':').next().unwrap_or("");
+            Acl { perms: entry.perms, id: Id { scheme: "digest".into(), id: format!("{user}:x") } }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(scheme: &str, id: &str) -> Id {
+        Id { scheme: scheme.into(), id: id.into() }
+    }
+
+    #[test]
+    fn digest_matches_zookeeper() {
+        // The super digest every ZooKeeper client harness configures.
+        assert_eq!(generate_digest("super:test").unwrap(), "super:D/InIHSb7yEEbrWz8b9l71RjZJU=");
+        assert!(generate_digest("nocolon").is_none());
+    }
+
+    #[test]
+    fn empty_acl_is_invalid_and_auth_needs_a_digest() {
+        assert_eq!(fixup(&[], &[]), Err(ErrorCode::InvalidAcl));
+        let auth_acl = vec![Acl { perms: perms::ALL, id: id("auth", "") }];
+        assert_eq!(fixup(&auth_acl, &[id("ip", "127.0.0.1")]), Err(ErrorCode::InvalidAcl));
+        let fixed = fixup(&auth_acl, &[id("ip", "127.0.0.1"), id("digest", "u:h")]).unwrap();
+        assert_eq!(fixed, vec![Acl { perms: perms::ALL, id: id("digest", "u:h") }]);
+    }
+
+    #[test]
+    fn duplicates_are_removed() {
+        let acl = open_acl_unsafe();
+        let doubled = [acl.clone(), acl.clone()].concat();
+        assert_eq!(fixup(&doubled, &[]).unwrap(), acl);
+    }
+
+    #[test]
+    fn check_acl_rules() {
+        let acl = vec![Acl { perms: perms::READ, id: id("digest", "u:h") }];
+        assert_eq!(check(&acl, perms::READ, &[]), Err(ErrorCode::NoAuth));
+        assert_eq!(check(&acl, perms::READ, &[id("digest", "u:h")]), Ok(()));
+        assert_eq!(check(&acl, perms::WRITE, &[id("digest", "u:h")]), Err(ErrorCode::NoAuth));
+        assert_eq!(check(&acl, perms::WRITE, &[id("super", "")]), Ok(()));
+        let ip = vec![Acl { perms: perms::ALL, id: id("ip", "10.0.0.0/8") }];
+        assert_eq!(check(&ip, perms::READ, &[id("ip", "10.1.2.3")]), Ok(()));
+        assert_eq!(check(&ip, perms::READ, &[id("ip", "11.1.2.3")]), Err(ErrorCode::NoAuth));
+    }
+
+    #[test]
+    fn addauth() {
+        let ids = authenticate("digest", b"super:test", Some("super:D/InIHSb7yEEbrWz8b9l71RjZJU=")).unwrap();
+        assert_eq!(ids[0].scheme, "super");
+        assert_eq!(authenticate("digest", b"nocolon", None), Err(ErrorCode::AuthFailed));
+        assert_eq!(authenticate("kerberos", b"x", None), Err(ErrorCode::AuthFailed));
+    }
+}

@@ -1,0 +1,382 @@
+//! Applying committed transactions: ZooKeeper's PrepRequestProcessor checks
+//! (in its order, so every error code matches) fused with DataTree's apply.
+//! Validation happens here, at apply time, against the tree every replica
+//! holds at this log position; the result is therefore identical everywhere.
+
+use std::sync::Arc;
+
+use keel_jute::{perms, Acl, CreateMode, ErrorCode, EventType, Id, MultiOp, MultiResult, Request, Response, Stat};
+
+use crate::tree::{event, owner_kind, ttl_owner, DataTree, Event, Node, OwnerKind, SYSTEM_PATHS};
+use crate::txn::{Txn, TxnOp};
+use crate::{acl, path};
+
+/// What applying one transaction produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Applied {
+    /// The zxid the transaction took (the last zxid for sync, which takes none).
+    pub zxid: i64,
+    /// The reply for the originating session (error = ReplyHeader.err).
+    pub result: Result<Response, ErrorCode>,
+    /// Changes, in ZooKeeper's firing order, for the watch managers.
+    pub events: Vec<Event>,
+    pub session_created: Option<(i64, u32)>,
+    pub session_closed: Option<i64>,
+}
+
+/// Who is asking, when, and at which zxid: ZooKeeper's Request + TxnHeader.
+struct Context<'a> {
+    session_id: i64,
+    auth: &'a [Id],
+    time_ms: i64,
+    zxid: i64,
+}
+
+/// Which create opcode asked: it decides the reply form and the owner.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CreateOp {
+    Create,
+    Create2,
+    Container,
+    Ttl,
+}
+
+struct CreateArgs<'a> {
+    op: CreateOp,
+    path: &'a str,
+    data: &'a Option<Vec<u8>>,
+    acl: &'a [Acl],
+    flags: i32,
+    ttl_ms: i64,
+}
+
+impl DataTree {
+    /// Applies one committed transaction of a Raft entry of term `term`.
+    pub fn apply(&mut self, term: u64, txn: &Txn) -> Applied {
+        if let TxnOp::Sync { path } = &txn.op {
+            return self.applied(self.last_zxid, Ok(Response::Sync(path.clone())), Vec::new());
+        }
+        let zxid = self.next_zxid(term);
+        self.last_zxid = zxid;
+        let ctx = Context { session_id: txn.session_id, auth: &txn.auth, time_ms: txn.time_ms, zxid };
+        let mut events = Vec::new();
+        let mut applied = match &txn.op {
+            TxnOp::CreateSession { timeout_ms } => {
+                let mut applied = self.applied(zxid, Ok(Response::Empty), events);
+                if self.sessions.insert(txn.session_id, *timeout_ms).is_none() {
+                    applied.session_created = Some((txn.session_id, *timeout_ms));
+                }
+                return applied;
+            }
+            TxnOp::CloseSession => return self.close_session(&ctx),
+            TxnOp::DeleteContainer { path } => {
+                let result = self.delete_container(path, &ctx, &mut events).map(|()| Response::Empty);
+                self.applied(zxid, result, events)
+            }
+            TxnOp::Request { op_code, body } => match Request::decode(*op_code, body) {
+                Ok(Request::CloseSession) => return self.close_session(&ctx),
+                Ok(request) => {
+                    let result = self.apply_request(&request, &ctx, &mut events);
+                    self.applied(zxid, result, events)
+                }
+                Err(_) => self.applied(zxid, Err(ErrorCode::MarshallingError), events),
+            },
+            TxnOp::Sync { .. } => unreachable!("handled above"),
+        };
+        if applied.result.is_err() {
+            applied.events.clear();
+        }
+        applied
+    }
+
+    fn applied(&self, zxid: i64, result: Result<Response, ErrorCode>, events: Vec<Event>) -> Applied {
+        Applied { zxid, result, events, session_created: None, session_closed: None }
+    }
+
+    /// zxid = epoch << 32 | counter, the epoch being the Raft term; the
+    /// counter restarts at 1 in a new term, as ZooKeeper's does per epoch.
+    fn next_zxid(&self, term: u64) -> i64 {
+        assert!(term > 0 && term < (1 << 31), "term {term} does not fit a zxid epoch");
+        let epoch = (self.last_zxid >> 32) as u64;
+        assert!(term >= epoch, "term went back: {term} < {epoch}");
+        if term > epoch {
+            return ((term as i64) << 32) | 1;
+        }
+        let counter = self.last_zxid & 0xffff_ffff;
+        // ZooKeeper forces a new epoch before the counter wraps; Raft terms
+        // only change by election, so running out is a hard stop, not a wrap.
+        assert!(counter < 0xffff_fffe, "zxid counter exhausted in term {term}");
+        self.last_zxid + 1
+    }
+
+    fn apply_request(&mut self, request: &Request, ctx: &Context<'_>, events: &mut Vec<Event>) -> Result<Response, ErrorCode> {
+        if let Request::Multi(ops) = request {
+            return Ok(Response::Multi(self.multi(ops, ctx, events)));
+        }
+        self.check_session(ctx)?;
+        match request {
+            Request::Create(r) => self.create(&create_args(CreateOp::Create, r), ctx, events).map(|(p, _)| Response::Create(p)),
+            Request::Create2(r) => self.create(&create_args(CreateOp::Create2, r), ctx, events).map(|(p, s)| Response::Create2(p, s)),
+            Request::CreateContainer(r) => {
+                self.create(&create_args(CreateOp::Container, r), ctx, events).map(|(p, s)| Response::Create2(p, s))
+            }
+            Request::CreateTtl(r) => {
+                let args = CreateArgs { op: CreateOp::Ttl, path: &r.path, data: &r.data, acl: &r.acl, flags: r.flags, ttl_ms: r.ttl };
+                self.create(&args, ctx, events).map(|(p, s)| Response::Create2(p, s))
+            }
+            Request::Delete(r) => self.delete(&r.path, r.version, ctx, events).map(|()| Response::Empty),
+            Request::DeleteContainer(p) => self.delete_container(p, ctx, events).map(|()| Response::Empty),
+            Request::SetData(r) => self.set_data(&r.path, &r.data, r.version, ctx, events).map(Response::Stat),
+            Request::SetAcl(r) => self.set_acl(&r.path, &r.acl, r.version, ctx).map(Response::Stat),
+            Request::Check(r) => self.check_version(&r.path, r.version, ctx).map(|()| Response::Stat(Stat::default())),
+            _ => Err(ErrorCode::Unimplemented),
+        }
+    }
+
+    fn check_session(&self, ctx: &Context<'_>) -> Result<(), ErrorCode> {
+        if self.sessions.contains_key(&ctx.session_id) {
+            Ok(())
+        } else {
+            Err(ErrorCode::SessionExpired)
+        }
+    }
+
+    /// All or nothing: ops run in order on a clone; the first failure drops
+    /// the clone and reports ZooKeeper's per-op results (0 before the failing
+    /// op, its code, RuntimeInconsistency after).
+    fn multi(&mut self, ops: &[MultiOp], ctx: &Context<'_>, events: &mut Vec<Event>) -> Vec<MultiResult> {
+        let mut scratch = self.clone();
+        let mut scratch_events = Vec::new();
+        let mut results = Vec::with_capacity(ops.len());
+        for (index, op) in ops.iter().enumerate() {
+            match scratch.multi_op(op, ctx, &mut scratch_events) {
+                Ok(result) => results.push(result),
+                Err(code) => {
+                    let mut failed: Vec<MultiResult> = (0..ops.len()).map(|_| MultiResult::Error(ErrorCode::RuntimeInconsistency.code())).collect();
+                    for slot in failed.iter_mut().take(index) {
+                        *slot = MultiResult::Error(0);
+                    }
+                    failed[index] = MultiResult::Error(code.code());
+                    return failed;
+                }
+            }
+        }
+        // The scratch tree carries every change (and the same zxid): keep it.
+        *self = scratch;
+        events.extend(scratch_events);
+        results
+    }
+
+    fn multi_op(&mut self, op: &MultiOp, ctx: &Context<'_>, events: &mut Vec<Event>) -> Result<MultiResult, ErrorCode> {
+        self.check_session(ctx)?;
+        match op {
+            MultiOp::Create(r) => self.create(&create_args(CreateOp::Create, r), ctx, events).map(|(p, _)| MultiResult::Create(p)),
+            MultiOp::Create2(r) => self.create(&create_args(CreateOp::Create2, r), ctx, events).map(|(p, s)| MultiResult::Create2(p, s)),
+            MultiOp::CreateContainer(r) => {
+                self.create(&create_args(CreateOp::Container, r), ctx, events).map(|(p, s)| MultiResult::Create2(p, s))
+            }
+            MultiOp::CreateTtl(r) => {
+                let args = CreateArgs { op: CreateOp::Ttl, path: &r.path, data: &r.data, acl: &r.acl, flags: r.flags, ttl_ms: r.ttl };
+                self.create(&args, ctx, events).map(|(p, s)| MultiResult::Create2(p, s))
+            }
+            MultiOp::Delete(r) => self.delete(&r.path, r.version, ctx, events).map(|()| MultiResult::Delete),
+            MultiOp::SetData(r) => self.set_data(&r.path, &r.data, r.version, ctx, events).map(MultiResult::SetData),
+            MultiOp::Check(r) => self.check_version(&r.path, r.version, ctx).map(|()| MultiResult::Check),
+            // Reads inside a write multi: ZooKeeper's prep has no txn for them.
+            MultiOp::GetChildren(_) | MultiOp::GetData(_) => Err(ErrorCode::Unimplemented),
+        }
+    }
+
+    /// ZooKeeper's pRequest2TxnCreate followed by DataTree.createNode.
+    fn create(&mut self, args: &CreateArgs<'_>, ctx: &Context<'_>, events: &mut Vec<Event>) -> Result<(String, Stat), ErrorCode> {
+        let mode = CreateMode::from_flags(args.flags).ok_or(ErrorCode::BadArguments)?;
+        validate_ttl(mode, args.ttl_ms)?;
+        let (parent, _) = path::split(args.path).ok_or(ErrorCode::BadArguments)?;
+        if args.path.contains('\0') {
+            return Err(ErrorCode::BadArguments);
+        }
+        let acl = acl::fixup(args.acl, ctx.auth)?;
+        let parent = path::parent_key(parent);
+        let parent_node = self.nodes.get(parent).cloned().ok_or(ErrorCode::NoNode)?;
+        acl::check(&parent_node.acl, perms::CREATE, ctx.auth)?;
+        let mut node_path = args.path.to_string();
+        if mode.is_sequential() {
+            node_path.push_str(&format!("{:010}", parent_node.stat.cversion));
+        }
+        if !path::validate(&node_path) {
+            return Err(ErrorCode::BadArguments);
+        }
+        if self.nodes.contains_key(node_path.as_str()) {
+            return Err(ErrorCode::NodeExists);
+        }
+        if matches!(owner_kind(parent_node.stat.ephemeral_owner), OwnerKind::Ephemeral(_)) {
+            return Err(ErrorCode::NoChildrenForEphemerals);
+        }
+        let ephemeral_owner = match args.op {
+            CreateOp::Container => crate::tree::CONTAINER_OWNER,
+            CreateOp::Ttl => ttl_owner(args.ttl_ms).ok_or(ErrorCode::BadArguments)?,
+            CreateOp::Create | CreateOp::Create2 if mode.is_ephemeral() => ctx.session_id,
+            CreateOp::Create | CreateOp::Create2 => 0,
+        };
+        let stat = Stat {
+            czxid: ctx.zxid,
+            mzxid: ctx.zxid,
+            ctime: ctx.time_ms,
+            mtime: ctx.time_ms,
+            ephemeral_owner,
+            pzxid: ctx.zxid,
+            ..Stat::default()
+        };
+        let node = Node {
+            stat,
+            data: args.data.as_deref().map(Arc::from),
+            acl: acl.into(),
+            children: imbl::OrdSet::new(),
+        };
+        let (_, name) = path::split(&node_path).expect("validated");
+        let mut parent_node = parent_node;
+        parent_node.children.insert(name.into());
+        parent_node.stat.cversion = parent_node.stat.cversion.wrapping_add(1);
+        parent_node.stat.pzxid = ctx.zxid;
+        self.put_node(parent.into(), parent_node);
+        self.put_node(node_path.as_str().into(), node);
+        let stat = DataTree::stat_of(self.nodes.get(node_path.as_str()).expect("just created"));
+        events.push(event(&node_path, EventType::NodeCreated));
+        events.push(event(parent, EventType::NodeChildrenChanged));
+        Ok((node_path, stat))
+    }
+
+    /// ZooKeeper's delete: parent ACL DELETE, version, NotEmpty.
+    fn delete(&mut self, path: &str, version: i32, ctx: &Context<'_>, events: &mut Vec<Event>) -> Result<(), ErrorCode> {
+        let parent = deletable_parent(path)?;
+        let parent_node = self.nodes.get(parent).ok_or(ErrorCode::NoNode)?;
+        acl::check(&parent_node.acl, perms::DELETE, ctx.auth)?;
+        let node = self.nodes.get(path).ok_or(ErrorCode::NoNode)?;
+        check_version(node.stat.version, version)?;
+        if !node.children.is_empty() {
+            return Err(ErrorCode::NotEmpty);
+        }
+        self.unlink(path, ctx.zxid, events);
+        Ok(())
+    }
+
+    /// The reaper's delete: only an empty container or TTL node goes.
+    fn delete_container(&mut self, path: &str, ctx: &Context<'_>, events: &mut Vec<Event>) -> Result<(), ErrorCode> {
+        deletable_parent(path)?;
+        let node = self.nodes.get(path).ok_or(ErrorCode::NoNode)?;
+        if !node.children.is_empty() {
+            return Err(ErrorCode::NotEmpty);
+        }
+        match owner_kind(node.stat.ephemeral_owner) {
+            OwnerKind::Container => {}
+            OwnerKind::Ttl(ttl_ms) if ctx.time_ms - node.stat.mtime > ttl_ms => {}
+            // ZooKeeper answers BadVersion for a node that is not a container.
+            _ => return Err(ErrorCode::BadVersion),
+        }
+        self.unlink(path, ctx.zxid, events);
+        Ok(())
+    }
+
+    /// Removes a node known to exist and be childless (DataTree.deleteNode).
+    fn unlink(&mut self, path: &str, zxid: i64, events: &mut Vec<Event>) {
+        let (parent, name) = path::split(path).expect("checked by caller");
+        let parent = path::parent_key(parent);
+        let removed = self.remove_node(path).expect("checked by caller");
+        assert!(removed.children.is_empty(), "deleting {path} with children");
+        let mut parent_node = self.nodes.get(parent).cloned().expect("parent of an existing node");
+        let had_child = parent_node.children.remove(name).is_some();
+        assert!(had_child, "{path} missing from its parent's children");
+        if zxid > parent_node.stat.pzxid {
+            parent_node.stat.pzxid = zxid;
+        }
+        self.put_node(parent.into(), parent_node);
+        events.push(event(path, EventType::NodeDeleted));
+        events.push(event(parent, EventType::NodeChildrenChanged));
+        self.check_invariants_of(parent);
+    }
+
+    fn set_data(&mut self, path: &str, data: &Option<Vec<u8>>, version: i32, ctx: &Context<'_>, events: &mut Vec<Event>) -> Result<Stat, ErrorCode> {
+        if !path::validate(path) {
+            return Err(ErrorCode::BadArguments);
+        }
+        let mut node = self.nodes.get(path).cloned().ok_or(ErrorCode::NoNode)?;
+        acl::check(&node.acl, perms::WRITE, ctx.auth)?;
+        node.stat.version = check_version(node.stat.version, version)?;
+        node.stat.mtime = ctx.time_ms;
+        node.stat.mzxid = ctx.zxid;
+        node.data = data.as_deref().map(Arc::from);
+        self.put_node(path.into(), node);
+        events.push(event(path, EventType::NodeDataChanged));
+        Ok(DataTree::stat_of(self.nodes.get(path).expect("just set")))
+    }
+
+    fn set_acl(&mut self, path: &str, new_acl: &[Acl], version: i32, ctx: &Context<'_>) -> Result<Stat, ErrorCode> {
+        if !path::validate(path) {
+            return Err(ErrorCode::BadArguments);
+        }
+        let fixed = acl::fixup(new_acl, ctx.auth)?;
+        let mut node = self.nodes.get(path).cloned().ok_or(ErrorCode::NoNode)?;
+        acl::check(&node.acl, perms::ADMIN, ctx.auth)?;
+        node.stat.aversion = check_version(node.stat.aversion, version)?;
+        node.acl = fixed.into();
+        self.put_node(path.into(), node);
+        Ok(DataTree::stat_of(self.nodes.get(path).expect("just set")))
+    }
+
+    fn check_version(&self, path: &str, version: i32, ctx: &Context<'_>) -> Result<(), ErrorCode> {
+        if !path::validate(path) {
+            return Err(ErrorCode::BadArguments);
+        }
+        let node = self.nodes.get(path).ok_or(ErrorCode::NoNode)?;
+        acl::check(&node.acl, perms::READ, ctx.auth)?;
+        check_version(node.stat.version, version).map(|_| ())
+    }
+
+    /// Ends a session: its ephemerals go (sorted order), then the session.
+    fn close_session(&mut self, ctx: &Context<'_>) -> Applied {
+        let mut events = Vec::new();
+        for path in self.ephemerals_of(ctx.session_id) {
+            let childless = self.nodes.get(path.as_str()).is_some_and(|n| n.children.is_empty());
+            assert!(childless, "ephemeral {path} has children");
+            self.unlink(&path, ctx.zxid, &mut events);
+        }
+        assert!(!self.ephemerals.contains_key(&ctx.session_id));
+        let existed = self.sessions.remove(&ctx.session_id).is_some();
+        let mut applied = self.applied(ctx.zxid, Ok(Response::Empty), events);
+        applied.session_closed = existed.then_some(ctx.session_id);
+        applied
+    }
+}
+
+fn create_args(op: CreateOp, r: &keel_jute::CreateRequest) -> CreateArgs<'_> {
+    CreateArgs { op, path: &r.path, data: &r.data, acl: &r.acl, flags: r.flags, ttl_ms: -1 }
+}
+
+/// EphemeralType.validateTTL: a TTL mode needs 0 < ttl <= max; any other
+/// mode must not carry a ttl.
+fn validate_ttl(mode: CreateMode, ttl_ms: i64) -> Result<(), ErrorCode> {
+    if mode.is_ttl() {
+        ttl_owner(ttl_ms).map(|_| ()).ok_or(ErrorCode::BadArguments)
+    } else if ttl_ms >= 0 {
+        Err(ErrorCode::BadArguments)
+    } else {
+        Ok(())
+    }
+}
+
+/// getParentPathAndValidate: a slash, no NUL, not a system node.
+fn deletable_parent(path: &str) -> Result<&str, ErrorCode> {
+    let (parent, _) = path::split(path).ok_or(ErrorCode::BadArguments)?;
+    if path.contains('\0') || SYSTEM_PATHS.contains(&path) {
+        return Err(ErrorCode::BadArguments);
+    }
+    Ok(path::parent_key(parent))
+}
+
+/// checkAndIncVersion: -1 matches anything.
+fn check_version(current: i32, expected: i32) -> Result<i32, ErrorCode> {
+    if expected != -1 && expected != current {
+        return Err(ErrorCode::BadVersion);
+    }
+    Ok(current.wrapping_add(1))
+}

@@ -1,0 +1,26 @@
+//! keel-tree: the replicated state machine of Keel, pure and deterministic.
+//!
+//! - [`DataTree`]: znodes with ZooKeeper's Stat semantics, sessions and
+//!   their ephemerals, containers and TTL nodes; `apply` runs a committed
+//!   [`Txn`], `read` serves a read request.
+//! - [`watch::WatchManager`]: path → bitmap of watching sessions.
+//! - [`snapshot`]: checked encoding of a frozen tree.
+//!
+//! No IO, no clock, no randomness: time arrives inside each transaction.
+
+pub mod acl;
+mod apply;
+pub mod path;
+mod read;
+pub mod snapshot;
+mod tree;
+pub mod txn;
+pub mod watch;
+
+pub use apply::Applied;
+pub use read::{ReadOutcome, CHILDREN_PER_RESPONSE_MAX};
+pub use tree::{owner_kind, ttl_owner, DataTree, Event, Node, OwnerKind, CONTAINER_OWNER, SYSTEM_PATHS};
+pub use txn::{Txn, TxnOp};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,104 @@
+//! ZooKeeper path rules (PathUtils.validatePath) and parent/child splitting.
+
+/// Longest path Keel accepts; ZooKeeper has no explicit bound, but a path
+/// always fits in one frame, so the frame limit bounds it anyway.
+pub const PATH_BYTES_MAX: usize = 64 * 1024;
+
+/// Validates a znode path exactly as ZooKeeper's `PathUtils.validatePath`:
+/// absolute, no trailing slash, no empty, "." or ".." segments, no control
+/// or reserved characters.
+pub fn validate(path: &str) -> bool {
+    if path.is_empty() || path.len() > PATH_BYTES_MAX || !path.starts_with('/') {
+        return false;
+    }
+    if path.len() == 1 {
+        return true;
+    }
+    if path.ends_with('/') {
+        return false;
+    }
+    // Java walks UTF-16 code units; every rejected range below lies inside
+    // the Basic Multilingual Plane except the surrogates, which stand for
+    // any supplementary character: those are rejected too.
+    let units: Vec<u16> = path.encode_utf16().collect();
+    let mut last = b'/' as u16;
+    for i in 1..units.len() {
+        let c = units[i];
+        let next_ends = i + 1 == units.len() || units[i + 1] == b'/' as u16;
+        if c == 0 {
+            return false;
+        } else if c == b'/' as u16 && last == b'/' as u16 {
+            return false;
+        } else if c == b'.' as u16 && last == b'.' as u16 {
+            if units[i - 2] == b'/' as u16 && next_ends {
+                return false;
+            }
+        } else if c == b'.' as u16 {
+            if units[i - 1] == b'/' as u16 && next_ends {
+                return false;
+            }
+        } else if (c > 0 && c <= 0x1f)
+            || (0x7f..=0x9f).contains(&c)
+            || (0xd800..=0xf8ff).contains(&c)
+            || c >= 0xfff0
+        {
+            return false;
+        }
+        last = c;
+    }
+    true
+}
+
+/// Splits at the last slash as ZooKeeper does: parent of "/a" is "", which
+/// the tree maps to the root "/".
+pub fn split(path: &str) -> Option<(&str, &str)> {
+    let slash = path.rfind('/')?;
+    Some((&path[..slash], &path[slash + 1..]))
+}
+
+/// The parent node's key: "" (the parent of a top-level node) is "/".
+pub fn parent_key(parent: &str) -> &str {
+    if parent.is_empty() {
+        "/"
+    } else {
+        parent
+    }
+}
+
+/// Joins a parent path and a child name.
+pub fn join(parent: &str, child: &str) -> String {
+    if parent == "/" {
+        format!("/{child}")
+    } else {
+        format!("{parent}/{child}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_what_zookeeper_accepts() {
+        for p in ["/", "/a", "/a/b", "/a.b", "/..a", "/a/...", "/zookeeper", "/ü"] {
+            assert!(validate(p), "{p}");
+        }
+    }
+
+    #[test]
+    fn rejects_what_zookeeper_rejects() {
+        for p in ["", "a", "a/b", "/a/", "//", "/a//b", "/.", "/..", "/a/./b", "/a/../b", "/a\u{0}", "/a\u{1}", "/\u{7f}", "/\u{1F600}", "/\u{fff0}"] {
+            assert!(!validate(p), "{p:?}");
+        }
+    }
+
+    #[test]
+    fn split_and_join() {
+        assert_eq!(split("/a"), Some(("", "a")));
+        assert_eq!(split("/a/b"), Some(("/a", "b")));
+        assert_eq!(split("a"), None);
+        assert_eq!(parent_key(""), "/");
+        assert_eq!(join("/", "a"), "/a");
+        assert_eq!(join("/a", "b"), "/a/b");
+    }
+}

@@ -1,0 +1,198 @@
+//! Read requests against the local tree (FinalRequestProcessor's reads).
+//! The caller holds the tree steady (a read lock) and registers the watches
+//! returned here before any later change can be applied.
+
+use keel_jute::{perms, ErrorCode, EventType, Id, MultiOp, MultiResult, Request, Response, Stat};
+
+use crate::tree::DataTree;
+use crate::watch::WatchKind;
+use crate::{acl, path};
+
+/// Most children one getChildren reply may list; a frame bounds it anyway
+/// (ZooKeeper fails such a reply at serialization), we fail it up front.
+pub const CHILDREN_PER_RESPONSE_MAX: usize = 1 << 20;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadOutcome {
+    pub result: Result<Response, ErrorCode>,
+    /// Watches to register for the asking session, in request order.
+    pub watches: Vec<(String, WatchKind)>,
+}
+
+impl ReadOutcome {
+    fn plain(result: Result<Response, ErrorCode>) -> ReadOutcome {
+        ReadOutcome { result, watches: Vec::new() }
+    }
+}
+
+impl DataTree {
+    /// Serves a read request for `session_id` with the connection's ids.
+    /// Returns None for requests that are not reads of the tree.
+    pub fn read(&self, request: &Request, session_id: i64, auth: &[Id]) -> Option<ReadOutcome> {
+        let outcome = match request {
+            Request::Exists(r) => self.exists(&r.path, r.watch, auth),
+            Request::GetData(r) => self.get_data(&r.path, r.watch, auth),
+            Request::GetChildren(r) => self.get_children(&r.path, r.watch, false, auth),
+            Request::GetChildren2(r) => self.get_children(&r.path, r.watch, true, auth),
+            Request::GetAcl(r) => ReadOutcome::plain(self.get_acl(&r.path, auth)),
+            Request::GetAllChildrenNumber(r) => ReadOutcome::plain(self.all_children_number(&r.path, auth)),
+            Request::GetEphemerals(r) => ReadOutcome::plain(Ok(Response::GetEphemerals(self.ephemerals_under(session_id, &r.prefix_path)))),
+            Request::MultiRead(ops) => self.multi_read(ops, auth),
+            _ => return None,
+        };
+        Some(outcome)
+    }
+
+    fn exists(&self, path: &str, watch: bool, auth: &[Id]) -> ReadOutcome {
+        if path.contains('\0') {
+            return ReadOutcome::plain(Err(ErrorCode::BadArguments));
+        }
+        let node = self.nodes.get(path);
+        if let Some(node) = node {
+            if let Err(code) = acl::check(&node.acl, perms::READ, auth) {
+                return ReadOutcome::plain(Err(code));
+            }
+        }
+        // An exists watch is set whether or not the node is there.
+        let kind = if node.is_some() { WatchKind::Data } else { WatchKind::Exist };
+        let watches = if watch { vec![(path.to_string(), kind)] } else { Vec::new() };
+        let result = match node {
+            Some(node) => Ok(Response::Stat(DataTree::stat_of(node))),
+            None => Err(ErrorCode::NoNode),
+        };
+        ReadOutcome { result, watches }
+    }
+
+    fn get_data(&self, path: &str, watch: bool, auth: &[Id]) -> ReadOutcome {
+        match self.readable(path, auth) {
+            Ok(node) => ReadOutcome {
+                result: Ok(Response::GetData(node.data.as_ref().map(|d| d.to_vec()), DataTree::stat_of(node))),
+                watches: watch_if(watch, path, WatchKind::Data),
+            },
+            Err(code) => ReadOutcome::plain(Err(code)),
+        }
+    }
+
+    fn get_children(&self, path: &str, watch: bool, with_stat: bool, auth: &[Id]) -> ReadOutcome {
+        let node = match self.readable(path, auth) {
+            Ok(node) => node,
+            Err(code) => return ReadOutcome::plain(Err(code)),
+        };
+        if node.children.len() > CHILDREN_PER_RESPONSE_MAX {
+            return ReadOutcome::plain(Err(ErrorCode::MarshallingError));
+        }
+        let children: Vec<String> = node.children.iter().map(|c| c.to_string()).collect();
+        let result = if with_stat {
+            Response::GetChildren2(children, DataTree::stat_of(node))
+        } else {
+            Response::GetChildren(children)
+        };
+        ReadOutcome { result: Ok(result), watches: watch_if(watch, path, WatchKind::Child) }
+    }
+
+    /// getACL needs READ or ADMIN; without ADMIN, digests are redacted.
+    fn get_acl(&self, path: &str, auth: &[Id]) -> Result<Response, ErrorCode> {
+        let node = self.nodes.get(path).ok_or(ErrorCode::NoNode)?;
+        acl::check(&node.acl, perms::READ | perms::ADMIN, auth)?;
+        let list = match acl::check(&node.acl, perms::ADMIN, auth) {
+            Ok(()) => node.acl.to_vec(),
+            Err(_) => acl::redact_digests(&node.acl),
+        };
+        Ok(Response::GetAcl(list, DataTree::stat_of(node)))
+    }
+
+    fn all_children_number(&self, path: &str, auth: &[Id]) -> Result<Response, ErrorCode> {
+        let node = self.readable(path, auth)?;
+        if path == "/" {
+            return Ok(Response::GetAllChildrenNumber(self.nodes.len() as i32 - 1));
+        }
+        let mut count: i64 = 0;
+        let mut stack: Vec<String> = node.children.iter().map(|c| path::join(path, c)).collect();
+        while let Some(child) = stack.pop() {
+            count += 1;
+            if let Some(child_node) = self.nodes.get(child.as_str()) {
+                stack.extend(child_node.children.iter().map(|c| path::join(&child, c)));
+            }
+        }
+        Ok(Response::GetAllChildrenNumber(count.min(i32::MAX as i64) as i32))
+    }
+
+    /// getEphemerals: an empty or "/" prefix means all; otherwise a plain
+    /// string prefix, as ZooKeeper compares.
+    fn ephemerals_under(&self, session_id: i64, prefix: &str) -> Vec<String> {
+        let all = self.ephemerals_of(session_id);
+        let prefix = prefix.trim();
+        if prefix.is_empty() || prefix == "/" {
+            return all;
+        }
+        all.into_iter().filter(|p| p.starts_with(prefix)).collect()
+    }
+
+    /// multiRead: each op answers on its own; a failed op never fails the rest.
+    fn multi_read(&self, ops: &[MultiOp], auth: &[Id]) -> ReadOutcome {
+        let mut results = Vec::with_capacity(ops.len());
+        let mut watches = Vec::new();
+        for op in ops {
+            let outcome = match op {
+                MultiOp::GetData(r) => self.get_data(&r.path, r.watch, auth),
+                MultiOp::GetChildren(r) => self.get_children(&r.path, r.watch, false, auth),
+                _ => ReadOutcome::plain(Err(ErrorCode::MarshallingError)),
+            };
+            watches.extend(outcome.watches);
+            results.push(match outcome.result {
+                Ok(Response::GetData(data, stat)) => MultiResult::GetData(data, stat),
+                Ok(Response::GetChildren(children)) => MultiResult::GetChildren(children),
+                Ok(_) => MultiResult::Error(ErrorCode::SystemError.code()),
+                Err(code) => MultiResult::Error(code.code()),
+            });
+        }
+        ReadOutcome { result: Ok(Response::Multi(results)), watches }
+    }
+
+    fn readable(&self, path: &str, auth: &[Id]) -> Result<&crate::tree::Node, ErrorCode> {
+        let node = self.nodes.get(path).ok_or(ErrorCode::NoNode)?;
+        acl::check(&node.acl, perms::READ, auth)?;
+        Ok(node)
+    }
+
+    /// setWatches after a reconnect: events the client missed since
+    /// `relative_zxid` fire now; the rest become watches again.
+    pub fn missed_events(&self, relative_zxid: i64, data: &[String], exist: &[String], child: &[String]) -> (Vec<(String, EventType)>, Vec<(String, WatchKind)>) {
+        let mut fired = Vec::new();
+        let mut watches = Vec::new();
+        for path in data {
+            match self.nodes.get(path.as_str()) {
+                None => fired.push((path.clone(), EventType::NodeDeleted)),
+                Some(node) if node.stat.mzxid > relative_zxid => fired.push((path.clone(), EventType::NodeDataChanged)),
+                Some(_) => watches.push((path.clone(), WatchKind::Data)),
+            }
+        }
+        for path in exist {
+            match self.nodes.get(path.as_str()) {
+                Some(_) => fired.push((path.clone(), EventType::NodeCreated)),
+                None => watches.push((path.clone(), WatchKind::Exist)),
+            }
+        }
+        for path in child {
+            match self.nodes.get(path.as_str()) {
+                None => fired.push((path.clone(), EventType::NodeDeleted)),
+                Some(node) if node.stat.pzxid > relative_zxid => fired.push((path.clone(), EventType::NodeChildrenChanged)),
+                Some(_) => watches.push((path.clone(), WatchKind::Child)),
+            }
+        }
+        (fired, watches)
+    }
+
+    /// The Stat of a path, if present (tests, cli, dump).
+    pub fn stat(&self, path: &str) -> Option<Stat> {
+        self.nodes.get(path).map(DataTree::stat_of)
+    }
+}
+
+fn watch_if(watch: bool, path: &str, kind: WatchKind) -> Vec<(String, WatchKind)> {
+    if watch {
+        vec![(path.to_string(), kind)]
+    } else {
+        Vec::new()
+    }
+}

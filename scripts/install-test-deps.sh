@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Installs everything the Keel test suites need. Idempotent: a second run on a
+# machine that already has everything does no network access at all.
+#
+#   * Debian packages zookeeper + zookeeper-bin (Apache ZooKeeper 3.8 jars in
+#     /usr/share/java, zkCli.sh, the C client cli_mt). Runs `apt-get update`
+#     only when a package is missing.
+#   * A Python venv at ./.venv (repo root) with kazoo, pytest, pytest-timeout.
+#
+# Works as root without sudo; uses sudo only when not root and it exists.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+PYTHON="${PYTHON:-python3}"
+VENV="${KEEL_VENV:-$ROOT/.venv}"
+PY_PKGS=("kazoo==2.11.0" "pytest" "pytest-timeout")
+APT_PKGS=(zookeeper zookeeper-bin)
+
+log() { printf '[test-deps] %s\n' "$*" >&2; }
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        log "need root to run: $*"
+        return 1
+    fi
+}
+
+# ---------------------------------------------------------------- Debian packages
+missing=()
+for p in "${APT_PKGS[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+        missing+=("$p")
+    fi
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    log "installing Debian packages: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    # Only refresh the lists when the package is unknown or cannot be installed
+    # from the current lists.
+    if ! as_root apt-get install -y --no-install-recommends "${missing[@]}"; then
+        log "apt-get install failed; running apt-get update and retrying"
+        as_root apt-get update
+        as_root apt-get install -y --no-install-recommends "${missing[@]}"
+    fi
+else
+    log "Debian packages already installed: ${APT_PKGS[*]}"
+fi
+
+for f in /usr/share/java/zookeeper.jar /usr/share/java/zookeeper-jute.jar \
+         /usr/share/zookeeper/bin/zkCli.sh; do
+    [ -e "$f" ] || { log "missing $f after install"; exit 1; }
+done
+[ -x /usr/lib/zookeeper/bin/cli_mt ] || log "note: /usr/lib/zookeeper/bin/cli_mt absent (C client tests will skip)"
+
+# ---------------------------------------------------------------- Python venv
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
+    log "creating venv at $VENV with $PYTHON"
+    rm -rf "$VENV"
+    "$PYTHON" -m venv "$VENV"
+fi
+
+if "$VENV/bin/python" - <<'PY' >/dev/null 2>&1
+import importlib.metadata as m, sys
+need = {"kazoo": "2.11.0"}
+for name in ("kazoo", "pytest", "pytest-timeout"):
+    v = m.version(name)
+    if name in need and v != need[name]:
+        sys.exit(1)
+PY
+then
+    log "venv already has ${PY_PKGS[*]}"
+else
+    log "installing into venv: ${PY_PKGS[*]}"
+    "$VENV/bin/python" -m pip install --disable-pip-version-check -q "${PY_PKGS[@]}"
+fi
+
+log "ok"

@@ -1,0 +1,193 @@
+"""Differential tests driven by ZooKeeper's own command-line clients:
+  * the C client shell /usr/lib/zookeeper/bin/cli_mt (commands on stdin);
+  * zkCli.sh one-shot commands (/usr/share/zookeeper/bin/zkCli.sh -server ...).
+The same commands run against ZooKeeper and against Keel; outputs are compared
+after normalisation (zxids renumbered, dates/session ids/ports masked)."""
+
+import os
+import re
+import subprocess
+import threading
+import time
+
+import pytest
+
+from harness import CLI_MT, ZKCLI
+
+
+# ---------------------------------------------------------------- normalisation
+class Normaliser:
+    def __init__(self):
+        self.zxids = {}
+        self.sessions = {}
+
+    def zx(self, v):
+        v = int(v, 16) if v.lower().startswith("0x") else int(v)
+        if v == 0:
+            return "0"
+        return self.zxids.setdefault(v, "Z%d" % (len(self.zxids) + 1))
+
+    def sess(self, v):
+        v = int(v, 16) if v.lower().startswith("0x") else int(v)
+        if v == 0:
+            return "0"
+        return self.sessions.setdefault(v, "<session%d>" % (len(self.sessions) + 1))
+
+    def line(self, s):
+        s = s.rstrip()
+        s = re.sub(r"\b([cmp]Zxid|[cmp]zxid)\s*=\s*(0x[0-9a-fA-F]+|-?\d+)",
+                   lambda m: "%s=%s" % (m.group(1), self.zx(m.group(2))), s)
+        s = re.sub(r"\b([cm]time)\s*=\s*[A-Z][a-z]{2} [A-Z][a-z]{2} .*?\d{4}",
+                   lambda m: "%s=<time>" % m.group(1), s)
+        s = re.sub(r"ephemeralOwner\s*=\s*(0x[0-9a-fA-F]+|-?\d+)",
+                   lambda m: "ephemeralOwner=%s" % self.sess(m.group(1)), s)
+        s = re.sub(r"session id: (0x[0-9a-fA-F]+)", lambda m: "session id: %s" % self.sess(m.group(1)), s)
+        s = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", s)
+        return s
+
+
+# ---------------------------------------------------------------- C client
+CLI_MT_COMMANDS = [
+    "create /cc", "create +e /cc/e", "create +s /cc/s-", "create +s /cc/s-", "create2 /cc/c2",
+    "create +c /cc/cont", "create +t=2000 /cc/ttl", "create +e /cc/e", "create /cc/e/child",
+    "set /cc hello", "get /cc", "ls /cc", "ls2 /cc", "exists /cc/e", "exists /cc/nope",
+    "wexists /cc/w", "create /cc/w", "create /nope/x", "delete /cc", "delete /cc/c2",
+    "delete /cc/missing", "sync /cc", "get /missing", "get /zookeeper/config", "ls /zookeeper",
+    "addauth digest u:p", "aget /cc", "als /cc",
+]
+
+DROP = re.compile(r"ZOO_(INFO|WARN|ERROR|DEBUG)|^time = \d+ msec$|^\s*$")
+
+
+def run_cli_mt(server):
+    p = subprocess.Popen(["stdbuf", "-oL", "-eL", CLI_MT, "-h", server.address],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, errors="replace", start_new_session=True)
+    lines = []
+    lock = threading.Lock()
+
+    def reader():
+        for ln in p.stdout:
+            with lock:
+                lines.append((time.monotonic(), ln))
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+
+    def settle(quiet=0.3, limit=3.0):
+        start = time.monotonic()
+        while time.monotonic() - start < limit:
+            time.sleep(0.05)
+            with lock:
+                last = lines[-1][0] if lines else start
+            if time.monotonic() - max(last, start) >= quiet:
+                break
+        with lock:
+            block = [ln for _, ln in lines]
+            del lines[:]
+        return block
+
+    blocks = []
+    try:
+        blocks.append(("<connect>", settle(quiet=0.5)))
+        for cmd in CLI_MT_COMMANDS:
+            p.stdin.write(cmd + "\n")
+            p.stdin.flush()
+            blocks.append((cmd, settle()))
+        p.stdin.write("quit\n")
+        p.stdin.close()
+        p.wait(10)
+        t.join(5)
+        blocks.append(("quit", settle(quiet=0.1, limit=1.0)))
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, 9)
+            p.wait()
+    n = Normaliser()
+    out = []
+    for cmd, block in blocks:
+        norm = sorted(n.line(ln) for ln in block if not DROP.search(ln.rstrip()))
+        out.append((cmd, norm))
+    return out
+
+
+def compare_blocks(ref, got, what, candidate):
+    diffs = []
+    for (c1, b1), (c2, b2) in zip(ref, got):
+        if b1 != b2:
+            diffs.append("%s `%s`:\n    zookeeper: %r\n    %s: %r" % (what, c1, b1, candidate, b2))
+    if len(ref) != len(got):
+        diffs.append("%s: %d blocks vs %d" % (what, len(ref), len(got)))
+    return diffs
+
+
+@pytest.mark.skipif(not os.access(CLI_MT, os.X_OK), reason="C client %s not installed" % CLI_MT)
+def test_c_client_cli_mt_matches_zookeeper(servers, candidate):
+    zk = servers("zookeeper", name="zk-climt")
+    ref = run_cli_mt(zk)
+    assert any("rc = 0" in ln for _, b in ref for ln in b), "cli_mt produced no results against ZooKeeper: %r" % ref
+    other = servers(candidate, name=candidate + "-climt")
+    got = run_cli_mt(other)
+    diffs = compare_blocks(ref, got, "cli_mt", candidate)
+    assert not diffs, "%d cli_mt command(s) differ:\n%s" % (len(diffs), "\n".join(diffs))
+
+
+# ---------------------------------------------------------------- zkCli.sh
+ZKCLI_COMMANDS = [
+    ["create", "/zc", "data"],
+    ["create", "/zc", "again"],
+    ["create", "-s", "/zc/s-", "x"],
+    ["create", "-s", "/zc/s-", "y"],
+    ["create", "-e", "/zc/e", "gone-at-exit"],
+    ["create", "-c", "/zc/cont"],
+    ["create", "-t", "100000", "/zc/ttl", "t"],
+    ["create", "/zc/missing/child", "x"],
+    ["ls", "/"],
+    ["ls", "/zc"],
+    ["ls", "-s", "/zc"],
+    ["ls", "-R", "/zc"],
+    ["get", "/zc"],
+    ["get", "-s", "/zc"],
+    ["set", "/zc", "new"],
+    ["set", "-v", "0", "/zc", "stale"],
+    ["stat", "/zc"],
+    ["stat", "/missing"],
+    ["get", "/missing"],
+    ["getAcl", "/zc"],
+    ["setAcl", "/zc/s-0000000000", "world:anyone:r"],
+    ["getAcl", "/zc/s-0000000000"],
+    ["set", "/zc/s-0000000000", "denied"],
+    ["getEphemerals", "/"],
+    ["getAllChildrenNumber", "/zc"],
+    ["delete", "/zc"],
+    ["delete", "/zc/s-0000000001"],
+    ["deleteall", "/zc"],
+    ["ls", "/"],
+    ["ls", "/zookeeper"],
+    ["get", "/zookeeper/config"],
+    ["sync", "/"],
+    ["create", "/bad/"],
+]
+
+
+def run_zkcli(server):
+    n = Normaliser()
+    out = []
+    env = dict(os.environ, CLIENT_JVMFLAGS="-XX:TieredStopAtLevel=1 -Xmx128m")
+    for args in ZKCLI_COMMANDS:
+        p = subprocess.run([ZKCLI, "-server", server.address] + args, capture_output=True, text=True,
+                           errors="replace", timeout=60, env=env, start_new_session=True)
+        lines = [ln for ln in (p.stdout + "\n" + p.stderr).splitlines()
+                 if ln.strip() and "SLF4J" not in ln and not ln.startswith("Connecting to")]
+        out.append((" ".join(args), [n.line(ln) for ln in lines] + ["exit=%d" % p.returncode]))
+    return out
+
+
+@pytest.mark.skipif(not os.access(ZKCLI, os.X_OK), reason="zkCli.sh not installed")
+def test_zkcli_matches_zookeeper(servers, candidate):
+    zk = servers("zookeeper", name="zk-zkcli")
+    ref = run_zkcli(zk)
+    other = servers(candidate, name=candidate + "-zkcli")
+    got = run_zkcli(other)
+    diffs = compare_blocks(ref, got, "zkCli.sh", candidate)
+    assert not diffs, "%d zkCli.sh command(s) differ:\n%s" % (len(diffs), "\n".join(diffs))

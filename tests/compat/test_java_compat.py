@@ -1,0 +1,61 @@
+"""Differential test driven by the official Java client (ZooKeeper 3.8 jars
+from /usr/share/java): tests/compat/java/CompatScenario.java is compiled with
+javac into a temp dir and run against ZooKeeper and against Keel."""
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from harness import ZK_CLIENT_CLASSPATH, make_workdir
+from harness.trace import Trace, diff
+
+JAVA_SRC = os.path.join(os.path.dirname(__file__), "java", "CompatScenario.java")
+
+
+@pytest.fixture(scope="module")
+def scenario_classes():
+    if not shutil.which("javac"):
+        pytest.skip("javac not installed")
+    out = make_workdir("javac")
+    subprocess.run(["javac", "-nowarn", "-d", out, "-cp", ZK_CLIENT_CLASSPATH, JAVA_SRC],
+                   check=True, capture_output=True, timeout=180)
+    yield out
+    shutil.rmtree(out, ignore_errors=True)
+
+
+def run_java(classes, server, name):
+    cp = ZK_CLIENT_CLASSPATH + ":" + classes
+    p = subprocess.run(["java", "-Xmx128m", "-XX:TieredStopAtLevel=1", "-cp", cp, "CompatScenario", server.address],
+                       capture_output=True, text=True, timeout=240, start_new_session=True)
+    trace = Trace(name)
+    for line in p.stdout.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        obj = json.loads(line)
+        if "session" in obj:
+            trace.register_session(obj["session"], obj["id"])
+        else:
+            trace.entries.append([obj["step"], obj["result"]])
+            trace.elapsed.append(0)
+    if p.returncode != 0:
+        trace.entries.append(["java exit status", {"code": p.returncode, "stderr_tail": p.stderr[-2000:]}])
+    return trace
+
+
+def test_java_client_scenario_matches_zookeeper(servers, candidate, scenario_classes):
+    zk = servers("zookeeper", name="zk-java")
+    ref = run_java(scenario_classes, zk, "zookeeper")
+    assert ref.entries and ref.entries[-1][0] == "done", "Java scenario failed against ZooKeeper itself:\n%r" % ref.entries[-3:]
+    other = servers(candidate, name=candidate + "-java")
+    got = run_java(scenario_classes, other, candidate)
+    p1 = os.path.join(os.path.dirname(zk.workdir), "java-trace-zookeeper.json")
+    p2 = os.path.join(os.path.dirname(other.workdir), "java-trace-%s.json" % candidate)
+    ref.dump(p1)
+    got.dump(p2)
+    differences = diff(ref.normalised(), got.normalised(), "zookeeper", candidate)
+    assert not differences, ("%d step(s) of the Java-client scenario differ (traces %s, %s):\n%s"
+                             % (len(differences), p1, p2, "\n".join(differences)))

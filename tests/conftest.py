@@ -1,0 +1,73 @@
+"""Shared pytest fixtures: servers that are always killed at the end (even on
+failure), Keel-availability skips, server-log dumps for failed tests."""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import (  # noqa: E402
+    KEEL_BIN, keel_available, make_server, ZooKeeperServer, KeelServer,
+)
+
+SKIP_NO_KEEL = ("Keel binary %s is missing: build it with `cargo build --release -p keel` "
+                "(`make test` always does)" % KEEL_BIN)
+
+
+def candidate_kind():
+    """What the differential tests compare ZooKeeper against: Keel by default;
+    KEEL_COMPAT_AGAINST=zookeeper compares ZooKeeper with a second ZooKeeper
+    (validates the scenarios and the normalisation)."""
+    kind = os.environ.get("KEEL_COMPAT_AGAINST", "keel")
+    assert kind in ("keel", "zookeeper"), kind
+    return kind
+
+
+def require_keel():
+    if not keel_available():
+        pytest.skip(SKIP_NO_KEEL)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)
+
+
+@pytest.fixture
+def servers(request):
+    """servers(kind, **kw) starts a server ("zookeeper" or "keel"); all are
+    stopped at teardown; logs of a failed test are printed."""
+    started = []
+
+    def start(kind, **kw):
+        if kind == "keel":
+            require_keel()
+        s = make_server(kind, **kw)
+        started.append(s)
+        s.start()
+        return s
+
+    yield start
+    failed = any(getattr(request.node, "rep_" + w, None) is not None
+                 and getattr(request.node, "rep_" + w).failed for w in ("setup", "call"))
+    for s in started:
+        try:
+            s.stop()
+        except Exception:
+            s.kill()
+        if failed:
+            sys.stderr.write(s.log_tail(150) + "\n")
+        else:
+            s.cleanup()
+
+
+@pytest.fixture
+def candidate():
+    kind = candidate_kind()
+    if kind == "keel":
+        require_keel()
+    return kind
