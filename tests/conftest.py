@@ -16,6 +16,21 @@ SKIP_NO_KEEL = ("Keel binary %s is missing: build it with `cargo build --release
                 "(`make test` always does)" % KEEL_BIN)
 
 
+SUMMARY = []
+
+
+def report_summary(line):
+    """Print `line` in pytest's terminal summary (visible without -s)."""
+    SUMMARY.append(line)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if SUMMARY:
+        terminalreporter.section("keel test summary")
+        for line in SUMMARY:
+            terminalreporter.write_line(line)
+
+
 def candidate_kind():
     """What the differential tests compare ZooKeeper against: Keel by default;
     KEEL_COMPAT_AGAINST=zookeeper compares ZooKeeper with a second ZooKeeper

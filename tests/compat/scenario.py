@@ -20,7 +20,10 @@ import time
 from kazoo.security import ACL, Id, make_digest_acl, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE
 from kazoo.exceptions import NoNodeError
 
+from kazoo.retry import KazooRetry
+
 from harness import four_letter_word, SUPER_PASSWORD
+from harness.proxy import TcpProxy
 from harness import zkproto as P
 from harness.kazoo_ext import (
     AddWatch, CheckWatches, CreateContainer, CreateTTL, GetAllChildrenNumber, GetEphemerals,
@@ -364,7 +367,7 @@ def run_scenario(make_client, trace):
     call("container under missing parent", call_ext, a, CreateContainer(B + "/nope/c", b"", OPEN_ACL_UNSAFE))
 
     ttl = B + "/ttl"
-    call("create TTL 500ms", call_ext, a, CreateTTL(ttl, b"t", OPEN_ACL_UNSAFE, TTL_FLAG, 500))
+    call("create TTL 800ms", call_ext, a, CreateTTL(ttl, b"t", OPEN_ACL_UNSAFE, TTL_FLAG, 800))
     call("stat TTL node (ephemeralOwner encodes TTL)", a.exists, ttl)
     call("create TTL ttl=0 (BadArguments)", call_ext, a, CreateTTL(ttl + "0", b"", OPEN_ACL_UNSAFE, TTL_FLAG, 0))
     call("create TTL ttl=-1 (BadArguments)", call_ext, a, CreateTTL(ttl + "n", b"", OPEN_ACL_UNSAFE, TTL_FLAG, -1))
@@ -373,8 +376,8 @@ def run_scenario(make_client, trace):
     call("create TTL with non-TTL flag (BadArguments)", call_ext, a,
          CreateTTL(ttl + "f", b"", OPEN_ACL_UNSAFE, 0, 1000))
     r = call("create TTL sequential", call_ext, a,
-             CreateTTL(B + "/ttlseq-", b"", OPEN_ACL_UNSAFE, TTL_SEQUENTIAL_FLAG, 500))
-    call("create TTL with child", call_ext, a, CreateTTL(ttl + "p", b"", OPEN_ACL_UNSAFE, TTL_FLAG, 300))
+             CreateTTL(B + "/ttlseq-", b"", OPEN_ACL_UNSAFE, TTL_SEQUENTIAL_FLAG, 800))
+    call("create TTL with child", call_ext, a, CreateTTL(ttl + "p", b"", OPEN_ACL_UNSAFE, TTL_FLAG, 1000))
     call("child of TTL", a.create, ttl + "p/c", b"")
     call("TTL node expires", poll_gone, a, ttl)
     if r:
@@ -420,6 +423,31 @@ def run_scenario(make_client, trace):
     rec("raw ping", raw_reply(raw.ping()))
     rec("raw close session 2", raw.close_session())
     raw.close()
+
+    # a kazoo session expires while its client is cut off (TCP proxy), then
+    # the client reconnects with the old session id and learns it expired
+    proxy = TcpProxy(make_client.port).start()
+    try:
+        k = make_client("Cut", hosts=proxy.address, timeout=1.0,
+                        connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=1, max_delay=0.2))
+        call("Cut creates ephemeral", k.create, B + "/cut-eph", b"", ephemeral=True)
+        call("B watches Cut's ephemeral", b.exists, B + "/cut-eph", watch=b.watcher("cut-eph"))
+        proxy.cut()
+        rec("B events after Cut's session expired", b.take_events(expect=1, timeout=10.0))
+        call("Cut's ephemeral gone", b.exists, B + "/cut-eph")
+        proxy.resume()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not (k.states and k.states[-1] == "CONNECTED" and "LOST" in k.states):
+            time.sleep(0.05)
+        states = [st for i, st in enumerate(k.states) if i == 0 or k.states[i - 1] != st]
+        rec("Cut client states (deduplicated)", states)
+        if k.connected:
+            trace.register_session("Cut-new", k.client_id[0])
+        call("Cut works again on a new session", k.exists, B + "/cut-eph")
+        k.stop()
+        k.close()
+    finally:
+        proxy.close()
 
     # a session resumed on a second connection (the first one is then closed)
     raw1 = P.RawConnection(make_client.port)

@@ -52,8 +52,8 @@ def test_java_client_scenario_matches_zookeeper(servers, candidate, scenario_cla
     assert ref.entries and ref.entries[-1][0] == "done", "Java scenario failed against ZooKeeper itself:\n%r" % ref.entries[-3:]
     other = servers(candidate, name=candidate + "-java")
     got = run_java(scenario_classes, other, candidate)
-    p1 = os.path.join(os.path.dirname(zk.workdir), "java-trace-zookeeper.json")
-    p2 = os.path.join(os.path.dirname(other.workdir), "java-trace-%s.json" % candidate)
+    p1 = zk.workdir + "-java-trace.json"
+    p2 = other.workdir + "-java-trace.json"
     ref.dump(p1)
     got.dump(p2)
     differences = diff(ref.normalised(), got.normalised(), "zookeeper", candidate)

@@ -21,7 +21,7 @@ def run_against(server, name):
 
 
 def dump(trace, server):
-    path = os.path.join(os.path.dirname(server.workdir), "trace-%s.json" % os.path.basename(server.workdir))
+    path = server.workdir + "-trace.json"
     trace.dump(path)
     return path
 

@@ -1,1 +1,158 @@
-fn main() {}
+//! `keel`: thin binary. Parses flags, sets up logging, calls the crates.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use keel_server::ServerConfig;
+
+#[derive(Parser)]
+#[command(
+    name = "keel",
+    version,
+    about = "A ZooKeeper-compatible coordination service on Raft"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a Keel server (single node: 127.0.0.1:2181, data in ./keel-data).
+    Server(ServerArgs),
+    /// zkCli-compatible client: one command, or interactive without one.
+    Cli(CliArgs),
+}
+
+/// Every flag overrides the config file key of the same name.
+#[derive(Args)]
+struct ServerArgs {
+    /// TOML config file; keys as in ServerConfig (client_port, data_dir, ...).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    #[arg(long)]
+    client_port: Option<u16>,
+    #[arg(long)]
+    client_address: Option<String>,
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    #[arg(long)]
+    tick_time_ms: Option<u32>,
+    #[arg(long)]
+    min_session_timeout_ms: Option<u32>,
+    #[arg(long)]
+    max_session_timeout_ms: Option<u32>,
+    #[arg(long)]
+    super_digest: Option<String>,
+    /// Comma-separated four-letter words to enable, or "*".
+    #[arg(long)]
+    four_letter_words: Option<String>,
+    #[arg(long)]
+    container_check_interval_ms: Option<u64>,
+    #[arg(long)]
+    snapshot_every_entries: Option<u64>,
+    #[arg(long)]
+    jute_max_buffer_bytes: Option<usize>,
+    #[arg(long)]
+    max_client_connections_per_ip: Option<usize>,
+    #[arg(long = "id")]
+    server_id: Option<u64>,
+}
+
+#[derive(Args)]
+struct CliArgs {
+    #[arg(long, default_value = "127.0.0.1:2181")]
+    server: String,
+    /// The command and its arguments, e.g. `ls -s /`.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    command: Vec<String>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Server(args) => server(args),
+        Command::Cli(args) => client(args),
+    }
+}
+
+fn server_config(args: ServerArgs) -> anyhow::Result<ServerConfig> {
+    let mut config = match &args.config {
+        Some(path) => ServerConfig::from_file(path)?,
+        None => ServerConfig::default(),
+    };
+    macro_rules! set {
+        ($($field:ident),*) => { $( if let Some(value) = args.$field { config.$field = value; } )* };
+    }
+    set!(
+        client_port,
+        client_address,
+        data_dir,
+        tick_time_ms,
+        min_session_timeout_ms,
+        max_session_timeout_ms,
+        container_check_interval_ms,
+        snapshot_every_entries,
+        jute_max_buffer_bytes,
+        max_client_connections_per_ip,
+        server_id
+    );
+    if let Some(digest) = args.super_digest {
+        config.super_digest = Some(digest);
+    }
+    if let Some(words) = args.four_letter_words {
+        config.four_letter_words = words
+            .split(',')
+            .map(|w| w.trim().to_string())
+            .filter(|w| !w.is_empty())
+            .collect();
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+fn server(args: ServerArgs) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("KEEL_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let config = server_config(args)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let address = format!("{}:{}", config.client_address, config.client_port);
+        let listener = tokio::net::TcpListener::bind(&address)
+            .await
+            .with_context(|| format!("cannot listen on {address}"))?;
+        tracing::info!(%address, data_dir = %config.data_dir.display(), "starting keel");
+        keel_server::run(listener, config, shutdown_signal())
+            .await
+            .context("keel server failed")
+    })
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+    tracing::info!("shutdown requested");
+}
+
+fn client(args: CliArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let code = runtime.block_on(async move {
+        let mut stdout = std::io::stdout();
+        keel_client::cli::run_cli(&args.server, args.command, &mut stdout).await
+    })?;
+    std::process::exit(code);
+}

@@ -33,8 +33,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 pub use acl::parse_acl;
 pub use args::{parse_options, split_command_line, Opts};
 pub use format::{
-    id_to_string, java_date, keeper_message, perm_string, stat_text, validate_path,
-    wrapper_message,
+    id_to_string, java_date, keeper_message, perm_string, stat_text, validate_path, wrapper_message,
 };
 
 use crate::client::{Client, WatchedEvent};
@@ -90,8 +89,9 @@ const COMMANDS: &[(&str, &str)] = &[
 
 /// The usage list zkCli prints (on stderr) for an unknown command.
 pub fn usage_text() -> String {
-    let mut s =
-        String::from("ZooKeeper -server host:port -client-configuration properties-file cmd args\n");
+    let mut s = String::from(
+        "ZooKeeper -server host:port -client-configuration properties-file cmd args\n",
+    );
     for (cmd, opts) in COMMANDS {
         s.push('\t');
         s.push_str(cmd);
@@ -132,7 +132,15 @@ pub async fn run_cli_split(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<i32, ClientError> {
-    run_with(server, command, Io { out, err: Some(err) }).await
+    run_with(
+        server,
+        command,
+        Io {
+            out,
+            err: Some(err),
+        },
+    )
+    .await
 }
 
 /// Runs an interactive session that reads its command lines from `input`
@@ -284,13 +292,17 @@ impl Io<'_> {
         self.out("\n");
     }
 
-    fn errln(&mut self, s: &str) {
+    fn err(&mut self, s: &str) {
         let w: &mut dyn Write = match self.err.as_mut() {
             Some(e) => &mut **e,
             None => &mut *self.out,
         };
         let _ = w.write_all(s.as_bytes());
-        let _ = w.write_all(b"\n");
+    }
+
+    fn errln(&mut self, s: &str) {
+        self.err(s);
+        self.err("\n");
     }
 
     fn flush(&mut self) {
@@ -464,15 +476,15 @@ impl<'a> Shell<'a> {
 
     async fn process_zk_cmd(&mut self, args: Vec<String>) -> Result<Flow, CliErr> {
         let Some(cmd) = args.first().cloned() else {
-            self.io.errln(usage_text().trim_end());
+            self.io.err(&usage_text());
             return Err(CliErr::new("No command entered"));
         };
         if cmd == "help" {
-            self.io.errln(usage_text().trim_end());
+            self.io.err(&usage_text());
             return Ok(Flow::Continue);
         }
         if !COMMANDS.iter().any(|(c, _)| *c == cmd) {
-            self.io.errln(usage_text().trim_end());
+            self.io.err(&usage_text());
             return Err(CliErr {
                 msg: format!("Command not found: Command not found {cmd}"),
                 code: 127,
@@ -937,7 +949,8 @@ impl<'a> Shell<'a> {
             }
         }
         if !success {
-            self.io.errln("Failed to delete some node(s) in the subtree!");
+            self.io
+                .errln("Failed to delete some node(s) in the subtree!");
         }
         Ok(())
     }
@@ -979,8 +992,11 @@ impl<'a> Shell<'a> {
             .await
             .map_err(|e| CliErr::zk(&e, Some(&path)))?;
         for a in &acl {
-            self.io
-                .outln(&format!("{}: {}", id_to_string(&a.id), perm_string(a.perms)));
+            self.io.outln(&format!(
+                "{}: {}",
+                id_to_string(&a.id),
+                perm_string(a.perms)
+            ));
         }
         if o.has('s') {
             self.io.out(&stat_text(&stat));
@@ -1026,7 +1042,11 @@ impl<'a> Shell<'a> {
         if o.args.len() < 2 {
             return Err(CliErr::new(usage_of("addauth")));
         }
-        let auth = o.args.get(2).map(|a| a.as_bytes().to_vec()).unwrap_or_default();
+        let auth = o
+            .args
+            .get(2)
+            .map(|a| a.as_bytes().to_vec())
+            .unwrap_or_default();
         // ZooKeeper.addAuthInfo reports nothing to the command; a rejected
         // auth shows up as an AuthFailed session event.
         if let Err(ClientError::Zk(ErrorCode::AuthFailed)) = zk.add_auth(&o.args[1], &auth).await {

@@ -306,7 +306,9 @@ pub(crate) fn parse_connect_string(addrs: &str) -> Result<Vec<String>, ClientErr
         }
     }
     if out.is_empty() {
-        return Err(ClientError::InvalidAddress(format!("{addrs:?}: no address")));
+        return Err(ClientError::InvalidAddress(format!(
+            "{addrs:?}: no address"
+        )));
     }
     Ok(out)
 }
@@ -578,10 +580,7 @@ impl Client {
         mode: CreateMode,
         ttl_ms: i64,
     ) -> Result<String, ClientError> {
-        Ok(self
-            .create_ttl2(path, data, acl, mode, ttl_ms)
-            .await?
-            .0)
+        Ok(self.create_ttl2(path, data, acl, mode, ttl_ms).await?.0)
     }
 
     /// Like [`Client::create_ttl`], also returning the new znode's Stat.
@@ -669,7 +668,12 @@ impl Client {
     }
 
     /// Replaces the znode's data; `version` -1 matches any version.
-    pub async fn set_data(&self, path: &str, data: &[u8], version: i32) -> Result<Stat, ClientError> {
+    pub async fn set_data(
+        &self,
+        path: &str,
+        data: &[u8],
+        version: i32,
+    ) -> Result<Stat, ClientError> {
         let req = Request::SetData(SetDataRequest {
             path: path.to_string(),
             data: Some(data.to_vec()),
@@ -693,7 +697,12 @@ impl Client {
     }
 
     /// Replaces the znode's ACL; `version` (the ACL version) -1 matches any.
-    pub async fn set_acl(&self, path: &str, acl: &[Acl], version: i32) -> Result<Stat, ClientError> {
+    pub async fn set_acl(
+        &self,
+        path: &str,
+        acl: &[Acl],
+        version: i32,
+    ) -> Result<Stat, ClientError> {
         let req = Request::SetAcl(SetAclRequest {
             path: path.to_string(),
             acl: acl.to_vec(),
@@ -893,26 +902,44 @@ async fn writer_task(
         }
         .write(b)
     });
+    enum Step {
+        Stop,
+        Send(Outgoing),
+        Tick,
+    }
     loop {
-        buf.clear();
-        tokio::select! {
+        let step = tokio::select! {
             biased;
-            _ = shutdown.wait_for(|s| *s) => break,
-            msg = rx.recv() => {
-                let Some(msg) = msg else { break };
-                shared.enqueue(msg, &mut buf);
+            _ = shutdown.wait_for(|s| *s) => Step::Stop,
+            msg = rx.recv() => match msg {
+                Some(m) => Step::Send(m),
+                None => Step::Stop,
+            },
+            _ = ticker.tick() => Step::Tick,
+        };
+        buf.clear();
+        match step {
+            Step::Stop => break,
+            Step::Send(first) => {
+                shared.enqueue(first, &mut buf);
                 while buf.len() < WRITE_BATCH_BYTES {
                     match rx.try_recv() {
                         Ok(m) => shared.enqueue(m, &mut buf),
                         Err(_) => break,
                     }
                 }
+                wrote = true;
             }
-            _ = ticker.tick() => {
+            Step::Tick => {
+                // Ping only if no request went out during the last interval.
                 if !wrote {
                     let mut st = shared.lock();
                     if st.broken.is_none() {
-                        st.pings.push_back(Waiter { xid: xid::PING, tx: None, _permit: None });
+                        st.pings.push_back(Waiter {
+                            xid: xid::PING,
+                            tx: None,
+                            _permit: None,
+                        });
                         buf.extend_from_slice(&ping);
                     }
                 }
@@ -922,7 +949,6 @@ async fn writer_task(
         if buf.is_empty() {
             continue;
         }
-        wrote = true;
         if let Err(e) = wr.write_all(&buf).await {
             tracing::debug!(error = %e, "write failed");
             shared.fail_all(Broken::ConnectionLoss);

@@ -10,8 +10,7 @@ pub use keel_jute::{
     Stat, WatcherEvent, WatcherType,
 };
 pub use keel_jute::{
-    AddWatchRequest, CreateRequest, CreateTtlRequest, DeleteRequest,
-    ExistsRequest, GetAclRequest, GetAllChildrenNumberRequest, GetChildren2Request,
-    GetChildrenRequest, GetDataRequest, GetEphemeralsRequest, RemoveWatchesRequest, SetAclRequest,
-    SetDataRequest, SyncRequest,
+    AddWatchRequest, CreateRequest, CreateTtlRequest, DeleteRequest, ExistsRequest, GetAclRequest,
+    GetAllChildrenNumberRequest, GetChildren2Request, GetChildrenRequest, GetDataRequest,
+    GetEphemeralsRequest, RemoveWatchesRequest, SetAclRequest, SetDataRequest, SyncRequest,
 };

@@ -74,7 +74,8 @@ fn four_letter(addr: &str, cmd: &str) -> Option<String> {
 impl ZkServer {
     fn start() -> ZkServer {
         let port = free_port();
-        let dir = std::env::temp_dir().join(format!("keel-client-zk-{}-{port}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("keel-client-zk-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("data")).unwrap();
         let cfg = dir.join("zoo.cfg");
@@ -90,7 +91,10 @@ impl ZkServer {
         // zookeeper.jar's manifest carries the Class-Path of its
         // dependencies; only a logging binding is added.
         let mut cp = ZK_JAR.to_string();
-        for binding in ["/usr/share/java/slf4j-nop.jar", "/usr/share/java/slf4j-simple.jar"] {
+        for binding in [
+            "/usr/share/java/slf4j-nop.jar",
+            "/usr/share/java/slf4j-simple.jar",
+        ] {
             if Path::new(binding).exists() {
                 cp.push(':');
                 cp.push_str(binding);
@@ -111,6 +115,20 @@ impl ZkServer {
             .stderr(log)
             .spawn()
             .expect("spawn java");
+        // Should this process die without running Drop (SIGKILL, abort),
+        // a watchdog stops the JVM within a second.
+        let _ = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "while kill -0 {} 2>/dev/null; do sleep 1; done; kill {} 2>/dev/null; rm -rf '{}'",
+                std::process::id(),
+                child.id(),
+                dir.display()
+            ))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
         let addr = format!("127.0.0.1:{port}");
         let server = ZkServer { child, dir, addr };
         let deadline = Instant::now() + START_TIMEOUT;
@@ -227,7 +245,10 @@ async fn crud_stat_and_children() {
         ErrorCode::NodeExists
     );
     assert_eq!(
-        zk_err(c.create("/crud/x/y", b"", &acl, CreateMode::Persistent).await),
+        zk_err(
+            c.create("/crud/x/y", b"", &acl, CreateMode::Persistent)
+                .await
+        ),
         ErrorCode::NoNode
     );
 
@@ -244,7 +265,10 @@ async fn crud_stat_and_children() {
     let (data, s2) = c.get_data("/crud/a", false).await.unwrap();
     assert_eq!(data.as_deref(), Some(&b"hello"[..]));
     assert_eq!(s2, stat);
-    assert_eq!(c.exists("/crud/a", false).await.unwrap(), Some(stat.clone()));
+    assert_eq!(
+        c.exists("/crud/a", false).await.unwrap(),
+        Some(stat.clone())
+    );
     assert_eq!(c.exists("/crud/nope", false).await.unwrap(), None);
     assert_eq!(
         zk_err(c.get_data("/crud/nope", false).await),
@@ -273,7 +297,10 @@ async fn crud_stat_and_children() {
     let (_, eph_stat) = c.get_data(&eph, false).await.unwrap();
     assert_eq!(eph_stat.ephemeral_owner, c.session_id());
     assert_eq!(
-        zk_err(c.create("/crud/e/child", b"", &acl, CreateMode::Persistent).await),
+        zk_err(
+            c.create("/crud/e/child", b"", &acl, CreateMode::Persistent)
+                .await
+        ),
         ErrorCode::NoChildrenForEphemerals
     );
     let eseq = c
@@ -302,10 +329,7 @@ async fn crud_stat_and_children() {
     c.sync(base).await.unwrap();
 
     assert_eq!(zk_err(c.delete(base, -1).await), ErrorCode::NotEmpty);
-    assert_eq!(
-        zk_err(c.delete("/crud/a", 0).await),
-        ErrorCode::BadVersion
-    );
+    assert_eq!(zk_err(c.delete("/crud/a", 0).await), ErrorCode::BadVersion);
     c.delete("/crud/a", 1).await.unwrap();
     assert_eq!(zk_err(c.delete("/crud/a", -1).await), ErrorCode::NoNode);
 
@@ -350,9 +374,14 @@ async fn raw_requests_and_null_data() {
     let (data, stat) = c.get_data("/raw-null", false).await.unwrap();
     assert_eq!(data, None);
     assert_eq!(stat.data_length, 0);
-    c.create("/raw-empty", b"", &open_acl_unsafe(), CreateMode::Persistent)
-        .await
-        .unwrap();
+    c.create(
+        "/raw-empty",
+        b"",
+        &open_acl_unsafe(),
+        CreateMode::Persistent,
+    )
+    .await
+    .unwrap();
     assert_eq!(
         c.get_data("/raw-empty", false).await.unwrap().0,
         Some(Vec::new())
@@ -463,7 +492,10 @@ async fn watches_one_shot_and_persistent() {
         .create("/w/a", b"1", &acl, CreateMode::Persistent)
         .await
         .unwrap();
-    assert_eq!(next_event(&mut events).await, ev(EventType::NodeCreated, "/w/a"));
+    assert_eq!(
+        next_event(&mut events).await,
+        ev(EventType::NodeCreated, "/w/a")
+    );
 
     // data watch fires once on change.
     c.get_data("/w/a", true).await.unwrap();
@@ -488,7 +520,10 @@ async fn watches_one_shot_and_persistent() {
     // exists watch on an existing node fires on delete.
     c.exists("/w/b", true).await.unwrap();
     other.delete("/w/b", -1).await.unwrap();
-    assert_eq!(next_event(&mut events).await, ev(EventType::NodeDeleted, "/w/b"));
+    assert_eq!(
+        next_event(&mut events).await,
+        ev(EventType::NodeDeleted, "/w/b")
+    );
 
     // removeWatches: the server forgets the watch.
     c.get_data("/w/a", true).await.unwrap();
@@ -542,7 +577,7 @@ async fn watches_one_shot_and_persistent() {
     other.close().await.unwrap();
     c.close().await.unwrap();
     // close() does not report a disconnect.
-    assert!(events.recv().await.is_none());
+    no_event(&mut events).await;
 }
 
 #[tokio::test]
@@ -584,7 +619,10 @@ async fn multi_success_failure_and_multi_read() {
         .unwrap();
     assert_eq!(results.len(), 5);
     assert_eq!(results[0], MultiResult::Create("/m/a".into()));
+    // ZooKeeper 3.8.0's MultiOperationRecord turns a create2 op into a plain
+    // create (fixed in later releases), so no Stat comes back.
     match &results[1] {
+        MultiResult::Create(p) => assert_eq!(p, "/m/b"),
         MultiResult::Create2(p, s) => {
             assert_eq!(p, "/m/b");
             assert_eq!(s.data_length, 1);
@@ -598,10 +636,7 @@ async fn multi_success_failure_and_multi_read() {
     assert_eq!(results[3], MultiResult::Check);
     assert_eq!(results[4], MultiResult::Delete);
     assert_eq!(multi_error(&results), None);
-    assert_eq!(
-        c.get_data("/m/a", false).await.unwrap().0.unwrap(),
-        b"a2"
-    );
+    assert_eq!(c.get_data("/m/a", false).await.unwrap().0.unwrap(), b"a2");
     assert_eq!(c.exists("/m/b", false).await.unwrap(), None);
 
     // A failing op aborts the whole transaction.
@@ -778,14 +813,22 @@ async fn ttl_and_container_nodes() {
         .unwrap();
     assert_eq!(p, "/ttl");
     let (_, stat) = c.get_data("/ttl", false).await.unwrap();
-    // EphemeralType.TTL: 0xFF in the top byte, the TTL below.
-    assert_eq!(stat.ephemeral_owner, (0xFFi64 << 56) | 500);
+    // The server keeps the TTL in the ephemeral owner but shows clients 0
+    // (DataNode.getClientEphemeralOwner).
+    assert_eq!(stat.ephemeral_owner, 0);
     let (p, stat) = c
-        .create_ttl2("/ttls-", b"", &acl, CreateMode::PersistentSequentialWithTtl, 60_000)
+        .create_ttl2(
+            "/ttls-",
+            b"",
+            &acl,
+            CreateMode::PersistentSequentialWithTtl,
+            60_000,
+        )
         .await
         .unwrap();
     assert!(p.starts_with("/ttls-") && p.len() == "/ttls-".len() + 10);
-    assert_eq!(stat.ephemeral_owner, (0xFFi64 << 56) | 60_000);
+    assert_eq!(stat.ephemeral_owner, 0);
+    assert_eq!(stat.version, 0);
     assert_eq!(
         zk_err(
             c.create_ttl("/ttl-bad", b"", &acl, CreateMode::PersistentWithTtl, 0)
@@ -805,8 +848,7 @@ async fn ttl_and_container_nodes() {
         .unwrap();
     assert_eq!(p, "/cont2");
     let (_, stat) = c.get_data("/cont", false).await.unwrap();
-    // EphemeralType.CONTAINER marks the owner with Long.MIN_VALUE.
-    assert_eq!(stat.ephemeral_owner, i64::MIN);
+    assert_eq!(stat.ephemeral_owner, 0);
     c.create("/cont/child", b"", &acl, CreateMode::Persistent)
         .await
         .unwrap();
@@ -821,7 +863,10 @@ async fn ttl_and_container_nodes() {
         if ttl_gone && cont_gone {
             break;
         }
-        assert!(Instant::now() < deadline, "ttl={ttl_gone} container={cont_gone}");
+        assert!(
+            Instant::now() < deadline,
+            "ttl={ttl_gone} container={cont_gone}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // A container that never had children stays.
@@ -875,17 +920,20 @@ async fn cli_one_shot_commands_match_zkcli() {
     };
     let c = connect(&zk).await;
 
-    assert_eq!(cli(&zk, &["create", "/cli"]).await, (0, "".into(), "Created /cli\n".into()));
+    assert_eq!(
+        cli(&zk, &["create", "/cli"]).await,
+        (0, "".into(), "Created /cli\n".into())
+    );
     assert_eq!(
         cli(&zk, &["create", "/cli"]).await,
         (1, "".into(), "Node already exists: /cli\n".into())
     );
     // No data: ZooKeeper stores null, which zkCli prints as "null".
-    assert_eq!(cli(&zk, &["get", "/cli"]).await, (0, "null\n".into(), "".into()));
     assert_eq!(
-        cli(&zk, &["create", "/cli/a", "hello world"]).await.0,
-        0
+        cli(&zk, &["get", "/cli"]).await,
+        (0, "null\n".into(), "".into())
     );
+    assert_eq!(cli(&zk, &["create", "/cli/a", "hello world"]).await.0, 0);
     let (_, stat) = c.get_data("/cli/a", false).await.unwrap();
     let (code, out, err) = cli(&zk, &["get", "-s", "/cli/a"]).await;
     assert_eq!((code, err.as_str()), (0, ""));
@@ -914,11 +962,11 @@ async fn cli_one_shot_commands_match_zkcli() {
         cli(&zk, &["create", "-s", "/cli/b/s-", "x"]).await,
         (0, "".into(), "Created /cli/b/s-0000000000\n".into())
     );
-    assert_eq!(cli(&zk, &["ls", "/cli"]).await, (0, "[a, b]\n".into(), "".into()));
     assert_eq!(
-        cli(&zk, &["ls", "/zookeeper"]).await.1,
-        "[config, quota]\n"
+        cli(&zk, &["ls", "/cli"]).await,
+        (0, "[a, b]\n".into(), "".into())
     );
+    assert_eq!(cli(&zk, &["ls", "/zookeeper"]).await.1, "[config, quota]\n");
     let (_, out, _) = cli(&zk, &["ls", "-s", "/cli"]).await;
     assert_eq!(
         out,
@@ -992,24 +1040,27 @@ async fn cli_one_shot_commands_match_zkcli() {
         cli(&zk, &["create", "-t", "60000", "/cli/ttl", "d"]).await,
         (0, "".into(), "Created /cli/ttl\n".into())
     );
+    assert!(c.exists("/cli/ttl", false).await.unwrap().is_some());
     assert_eq!(
-        c.exists("/cli/ttl", false).await.unwrap().unwrap().ephemeral_owner,
-        (0xFFi64 << 56) | 60_000
+        cli(&zk, &["create", "-c", "/cli/cont"]).await,
+        (0, "".into(), "Created /cli/cont\n".into())
     );
-    assert_eq!(cli(&zk, &["create", "-c", "/cli/cont"]).await.0, 0);
-    assert_eq!(
-        c.exists("/cli/cont", false).await.unwrap().unwrap().ephemeral_owner,
-        i64::MIN
-    );
+    assert!(c.exists("/cli/cont", false).await.unwrap().is_some());
 
     // deleteall removes the whole subtree.
-    assert_eq!(cli(&zk, &["deleteall", "/cli/b"]).await, (0, "".into(), "".into()));
+    assert_eq!(
+        cli(&zk, &["deleteall", "/cli/b"]).await,
+        (0, "".into(), "".into())
+    );
     assert_eq!(c.exists("/cli/b", false).await.unwrap(), None);
     assert_eq!(
         cli(&zk, &["deleteall", "/cli/none"]).await,
         (1, "".into(), "Node does not exist: /cli/none\n".into())
     );
-    assert_eq!(cli(&zk, &["delete", "/cli/a"]).await, (0, "".into(), "".into()));
+    assert_eq!(
+        cli(&zk, &["delete", "/cli/a"]).await,
+        (0, "".into(), "".into())
+    );
     c.close().await.unwrap();
 }
 
@@ -1024,7 +1075,11 @@ async fn cli_acl_and_auth_commands() {
         (0, "'world,'anyone\n: cdrwa\n".into(), "".into())
     );
     assert_eq!(
-        cli(&zk, &["setAcl", "/cliacl", "world:anyone:cdrwa,ip:127.0.0.1:r"]).await,
+        cli(
+            &zk,
+            &["setAcl", "/cliacl", "world:anyone:cdrwa,ip:127.0.0.1:r"]
+        )
+        .await,
         (0, "".into(), "".into())
     );
     let (code, out, _) = cli(&zk, &["getAcl", "-s", "/cliacl"]).await;
@@ -1056,12 +1111,18 @@ async fn cli_acl_and_auth_commands() {
     let digest = digest_acl_id("bob", "pw");
     let acl = format!("digest:{digest}:cdrwa");
     assert_eq!(
-        cli(&zk, &["create", "/cliacl/private", "secret", &acl]).await.0,
+        cli(&zk, &["create", "/cliacl/private", "secret", &acl])
+            .await
+            .0,
         0
     );
     assert_eq!(
         cli(&zk, &["get", "/cliacl/private"]).await,
-        (1, "".into(), "Insufficient permission : /cliacl/private\n".into())
+        (
+            1,
+            "".into(),
+            "Insufficient permission : /cliacl/private\n".into()
+        )
     );
     // setAcl -R visits the subtree; a failed setACL is printed without a
     // newline, a node it cannot list ends the walk (as in ZKUtil).
@@ -1089,15 +1150,19 @@ async fn cli_acl_and_auth_commands() {
     assert_eq!(code, 0);
     let out = String::from_utf8(out).unwrap();
     let err = String::from_utf8(err).unwrap();
-    assert_eq!(
-        out,
+    // whoami lists the identities in the server's (hash set) order.
+    let expected = |who: &str| {
         format!(
             "Connecting to {}\nWelcome to ZooKeeper!\nJLine support is disabled\n\n\
              WATCHER::\n\nWatchedEvent state:SyncConnected type:None path:null\n\
-             secret\n'digest,'{digest}\n: cdrwa\nAuth scheme: User\nip: 127.0.0.1\n\
-             digest: bob\n[/cliacl/eph]\n",
+             secret\n'digest,'{digest}\n: cdrwa\nAuth scheme: User\n{who}[/cliacl/eph]\n",
             zk.addr
         )
+    };
+    assert!(
+        out == expected("ip: 127.0.0.1\ndigest: bob\n")
+            || out == expected("digest: bob\nip: 127.0.0.1\n"),
+        "{out}"
     );
     assert_eq!(err, "Created /cliacl/eph\n");
 }

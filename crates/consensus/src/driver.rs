@@ -78,7 +78,10 @@ pub struct RaftStatus {
 
 enum Input {
     Propose(Txn),
-    SnapshotDone { index: u64, result: Result<(), String> },
+    SnapshotDone {
+        index: u64,
+        result: Result<(), String>,
+    },
     Shutdown,
 }
 
@@ -125,13 +128,21 @@ pub fn recover(config: RaftConfig) -> Result<Recovery, ConsensusError> {
     let conf_state = match recovered.conf_state {
         Some(cs) => cs,
         None => {
-            let cs = ConfState { voters: vec![config.node_id], ..Default::default() };
+            let cs = ConfState {
+                voters: vec![config.node_id],
+                ..Default::default()
+            };
             store.persist(&[], None, Some(&cs))?;
             cs
         }
     };
-    if !conf_state.voters.contains(&config.node_id) && !conf_state.learners.contains(&config.node_id) {
-        return Err(ConsensusError::WrongNode { node_id: config.node_id, members: conf_state.voters.clone() });
+    if !conf_state.voters.contains(&config.node_id)
+        && !conf_state.learners.contains(&config.node_id)
+    {
+        return Err(ConsensusError::WrongNode {
+            node_id: config.node_id,
+            members: conf_state.voters.clone(),
+        });
     }
     let storage = MemStorage::new();
     if tree.applied_index() > 0 {
@@ -139,14 +150,24 @@ pub fn recover(config: RaftConfig) -> Result<Recovery, ConsensusError> {
         snapshot.mut_metadata().index = tree.applied_index();
         snapshot.mut_metadata().term = tree.applied_term();
         snapshot.mut_metadata().set_conf_state(conf_state.clone());
-        storage.wl().apply_snapshot(snapshot).map_err(ConsensusError::Raft)?;
+        storage
+            .wl()
+            .apply_snapshot(snapshot)
+            .map_err(ConsensusError::Raft)?;
     } else {
         storage.wl().set_conf_state(conf_state);
     }
-    let tail: Vec<Entry> = recovered.entries.into_iter().filter(|e| e.index > tree.applied_index()).collect();
+    let tail: Vec<Entry> = recovered
+        .entries
+        .into_iter()
+        .filter(|e| e.index > tree.applied_index())
+        .collect();
     if let Some(first) = tail.first() {
         if first.index != tree.applied_index() + 1 {
-            return Err(ConsensusError::Gap { snapshot_index: tree.applied_index(), first_log_index: first.index });
+            return Err(ConsensusError::Gap {
+                snapshot_index: tree.applied_index(),
+                first_log_index: first.index,
+            });
         }
     }
     storage.wl().append(&tail).map_err(ConsensusError::Raft)?;
@@ -155,8 +176,18 @@ pub fn recover(config: RaftConfig) -> Result<Recovery, ConsensusError> {
     // A commit index beyond what survived (a torn tail) cannot be trusted.
     hard_state.commit = hard_state.commit.clamp(tree.applied_index(), last);
     storage.wl().set_hardstate(hard_state);
-    tracing::info!(snapshot_index = tree.applied_index(), log_entries = tail.len(), last_index = last, "recovered");
-    Ok(Recovery { tree, store, storage, config })
+    tracing::info!(
+        snapshot_index = tree.applied_index(),
+        log_entries = tail.len(),
+        last_index = last,
+        "recovered"
+    );
+    Ok(Recovery {
+        tree,
+        store,
+        storage,
+        config,
+    })
 }
 
 struct Driver<S: StateMachine> {
@@ -174,7 +205,16 @@ struct Driver<S: StateMachine> {
 }
 
 /// Starts the driver thread; `machine` already holds `recovery.tree`.
-pub fn start<S: StateMachine>(recovery: Recovery, machine: S) -> Result<(RaftHandle, std::thread::JoinHandle<Result<(), ConsensusError>>), ConsensusError> {
+pub fn start<S: StateMachine>(
+    recovery: Recovery,
+    machine: S,
+) -> Result<
+    (
+        RaftHandle,
+        std::thread::JoinHandle<Result<(), ConsensusError>>,
+    ),
+    ConsensusError,
+> {
     let applied = recovery.tree.applied_index();
     let raft_config = Config {
         id: recovery.config.node_id,
@@ -189,7 +229,8 @@ pub fn start<S: StateMachine>(recovery: Recovery, machine: S) -> Result<(RaftHan
     };
     raft_config.validate().map_err(ConsensusError::Raft)?;
     let logger = slog::Logger::root(slog::Discard, slog::o!());
-    let mut raw = RawNode::new(&raft_config, recovery.storage, &logger).map_err(ConsensusError::Raft)?;
+    let mut raw =
+        RawNode::new(&raft_config, recovery.storage, &logger).map_err(ConsensusError::Raft)?;
     let voters = raw.raft.prs().conf().voters().ids().len();
     if voters == 1 {
         raw.campaign().map_err(ConsensusError::Raft)?;
@@ -197,7 +238,10 @@ pub fn start<S: StateMachine>(recovery: Recovery, machine: S) -> Result<(RaftHan
     let (sender, inputs) = crossbeam_channel::bounded(PROPOSAL_QUEUE_MAX);
     let status = Arc::new(RaftStatus::default());
     status.applied_index.store(applied, Ordering::Release);
-    let handle = RaftHandle { inputs: sender.clone(), status: status.clone() };
+    let handle = RaftHandle {
+        inputs: sender.clone(),
+        status: status.clone(),
+    };
     let mut driver = Driver {
         raw,
         store: recovery.store,
@@ -211,7 +255,9 @@ pub fn start<S: StateMachine>(recovery: Recovery, machine: S) -> Result<(RaftHan
         last_snapshot_index: applied,
         leader: false,
     };
-    let thread = std::thread::Builder::new().name("keel-raft".into()).spawn(move || driver.run(sender))?;
+    let thread = std::thread::Builder::new()
+        .name("keel-raft".into())
+        .spawn(move || driver.run(sender))?;
     Ok((handle, thread))
 }
 
@@ -267,7 +313,9 @@ impl<S: StateMachine> Driver<S> {
         }
         let mut data = Vec::with_capacity(txns.len() * 128);
         encode_batch(&txns, &mut data);
-        self.status.proposals.fetch_add(txns.len() as u64, Ordering::Relaxed);
+        self.status
+            .proposals
+            .fetch_add(txns.len() as u64, Ordering::Relaxed);
         self.status.batches.fetch_add(1, Ordering::Relaxed);
         if let Err(error) = self.raw.propose(Vec::new(), data) {
             tracing::warn!(%error, count = txns.len(), "proposal dropped");
@@ -284,8 +332,14 @@ impl<S: StateMachine> Driver<S> {
             self.role(soft.raft_state == StateRole::Leader, soft.leader_id);
         }
         // Single-group, no peers yet: messages would go to the transport.
-        assert!(ready.messages().is_empty(), "a one-member group sends no messages");
-        assert!(ready.snapshot().get_metadata().index == 0, "snapshot install needs peers");
+        assert!(
+            ready.messages().is_empty(),
+            "a one-member group sends no messages"
+        );
+        assert!(
+            ready.snapshot().get_metadata().index == 0,
+            "snapshot install needs peers"
+        );
         self.apply_entries(ready.take_committed_entries());
         let entries = ready.take_entries();
         let hard_state = ready.hs().cloned();
@@ -303,10 +357,17 @@ impl<S: StateMachine> Driver<S> {
         }
         let mut light = self.raw.advance(ready);
         if let Some(commit) = light.commit_index() {
-            self.raw.mut_store().wl().mut_hard_state().set_commit(commit);
+            self.raw
+                .mut_store()
+                .wl()
+                .mut_hard_state()
+                .set_commit(commit);
             self.status.commit_index.store(commit, Ordering::Release);
         }
-        assert!(light.messages().is_empty(), "a one-member group sends no messages");
+        assert!(
+            light.messages().is_empty(),
+            "a one-member group sends no messages"
+        );
         self.apply_entries(light.take_committed_entries());
         self.raw.advance_apply();
         Ok(())
@@ -314,7 +375,9 @@ impl<S: StateMachine> Driver<S> {
 
     fn role(&mut self, leader: bool, leader_id: u64) {
         self.status.leader_id.store(leader_id, Ordering::Release);
-        self.status.term.store(self.raw.raft.term, Ordering::Release);
+        self.status
+            .term
+            .store(self.raw.raft.term, Ordering::Release);
         if leader != self.leader {
             self.leader = leader;
             self.status.is_leader.store(leader, Ordering::Release);
@@ -327,7 +390,8 @@ impl<S: StateMachine> Driver<S> {
         for entry in entries {
             let (index, term) = (entry.index, entry.term);
             match entry.get_entry_type() {
-                EntryType::EntryNormal if !entry.data.is_empty() => match decode_batch(&entry.data) {
+                EntryType::EntryNormal if !entry.data.is_empty() => match decode_batch(&entry.data)
+                {
                     Ok(txns) => self.machine.apply(index, term, txns),
                     Err(error) => {
                         // Every replica decodes the same bytes the same way, so
@@ -344,22 +408,42 @@ impl<S: StateMachine> Driver<S> {
 
     fn maybe_snapshot(&mut self, loopback: &Sender<Input>) {
         let applied = self.status.applied_index.load(Ordering::Acquire);
-        if self.snapshot_running || applied < self.last_snapshot_index + self.config.snapshot_every_entries {
+        if self.snapshot_running
+            || applied < self.last_snapshot_index + self.config.snapshot_every_entries
+        {
             return;
         }
         let frozen = self.machine.freeze();
-        assert_eq!(frozen.applied_index(), applied, "state machine and driver disagree on the applied index");
+        assert_eq!(
+            frozen.applied_index(),
+            applied,
+            "state machine and driver disagree on the applied index"
+        );
         self.snapshot_running = true;
         let dir = self.config.data_dir.join("snapshots");
         let loopback = loopback.clone();
-        let spawned = std::thread::Builder::new().name("keel-snapshot".into()).spawn(move || {
-            let started = Instant::now();
-            let mut bytes = Vec::new();
-            keel_tree::snapshot::encode(&frozen, &mut bytes);
-            let result = snapfile::write(&dir, frozen.applied_index(), frozen.applied_term(), &bytes).map(|_| ()).map_err(|e| e.to_string());
-            tracing::info!(index = frozen.applied_index(), bytes = bytes.len(), ms = started.elapsed().as_millis() as u64, ok = result.is_ok(), "snapshot written");
-            let _ = loopback.send(Input::SnapshotDone { index: frozen.applied_index(), result });
-        });
+        let spawned = std::thread::Builder::new()
+            .name("keel-snapshot".into())
+            .spawn(move || {
+                let started = Instant::now();
+                let mut bytes = Vec::new();
+                keel_tree::snapshot::encode(&frozen, &mut bytes);
+                let result =
+                    snapfile::write(&dir, frozen.applied_index(), frozen.applied_term(), &bytes)
+                        .map(|_| ())
+                        .map_err(|e| e.to_string());
+                tracing::info!(
+                    index = frozen.applied_index(),
+                    bytes = bytes.len(),
+                    ms = started.elapsed().as_millis() as u64,
+                    ok = result.is_ok(),
+                    "snapshot written"
+                );
+                let _ = loopback.send(Input::SnapshotDone {
+                    index: frozen.applied_index(),
+                    result,
+                });
+            });
         if let Err(error) = spawned {
             tracing::error!(%error, "cannot start snapshot thread");
             self.snapshot_running = false;

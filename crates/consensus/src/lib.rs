@@ -7,8 +7,8 @@ pub mod snapfile;
 mod store;
 
 pub use driver::{
-    recover, start, RaftConfig, RaftHandle, RaftStatus, Recovery, StateMachine, BATCH_BYTES_MAX, ELECTION_TICKS, LOG_KEPT_BEHIND_SNAPSHOT,
-    PROPOSAL_QUEUE_MAX,
+    recover, start, RaftConfig, RaftHandle, RaftStatus, Recovery, StateMachine, BATCH_BYTES_MAX,
+    ELECTION_TICKS, LOG_KEPT_BEHIND_SNAPSHOT, PROPOSAL_QUEUE_MAX,
 };
 pub use store::LogStore;
 
@@ -23,5 +23,8 @@ pub enum ConsensusError {
     #[error("node id {node_id} is not a member of the group stored in this data dir (members {members:?}): wrong --id or a data dir from another cluster")]
     WrongNode { node_id: u64, members: Vec<u64> },
     #[error("the log starts at {first_log_index} but the snapshot ends at {snapshot_index}: entries are missing")]
-    Gap { snapshot_index: u64, first_log_index: u64 },
+    Gap {
+        snapshot_index: u64,
+        first_log_index: u64,
+    },
 }

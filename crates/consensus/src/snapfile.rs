@@ -61,8 +61,12 @@ pub fn load_newest(dir: &Path) -> Result<Option<DataTree>, ConsensusError> {
         let bytes = fs::read(&path)?;
         match snapshot::decode(&bytes) {
             Ok(tree) if tree.applied_index() == index => return Ok(Some(tree)),
-            Ok(tree) => tracing::warn!(path = %path.display(), inner = tree.applied_index(), "snapshot index does not match its name; skipped"),
-            Err(error) => tracing::warn!(path = %path.display(), %error, "corrupt snapshot skipped"),
+            Ok(tree) => {
+                tracing::warn!(path = %path.display(), inner = tree.applied_index(), "snapshot index does not match its name; skipped")
+            }
+            Err(error) => {
+                tracing::warn!(path = %path.display(), %error, "corrupt snapshot skipped")
+            }
         }
     }
     Ok(None)

@@ -57,34 +57,56 @@ impl LogStore {
         let hard_state = self.get(KEY_HARD_STATE)?.unwrap_or_default();
         let conf_state = self.get(KEY_CONF_STATE)?;
         let mut entries = Vec::new();
-        if let (Some(first), Some(last)) = (self.engine.first_index(GROUP_ID), self.engine.last_index(GROUP_ID)) {
+        if let (Some(first), Some(last)) = (
+            self.engine.first_index(GROUP_ID),
+            self.engine.last_index(GROUP_ID),
+        ) {
             self.engine
                 .fetch_entries_to::<EntryExt>(GROUP_ID, first, last + 1, None, &mut entries)
                 .map_err(|e| ConsensusError::Log(e.to_string()))?;
         }
-        Ok(Recovered { hard_state, conf_state, entries })
+        Ok(Recovered {
+            hard_state,
+            conf_state,
+            entries,
+        })
     }
 
     fn get<M: protobuf::Message>(&self, key: &[u8]) -> Result<Option<M>, ConsensusError> {
-        self.engine.get_message::<M>(GROUP_ID, key).map_err(|e| ConsensusError::Log(e.to_string()))
+        self.engine
+            .get_message::<M>(GROUP_ID, key)
+            .map_err(|e| ConsensusError::Log(e.to_string()))
     }
 
     /// Appends entries and state in one write and one fdatasync.
-    pub fn persist(&self, entries: &[Entry], hard_state: Option<&HardState>, conf_state: Option<&ConfState>) -> Result<(), ConsensusError> {
+    pub fn persist(
+        &self,
+        entries: &[Entry],
+        hard_state: Option<&HardState>,
+        conf_state: Option<&ConfState>,
+    ) -> Result<(), ConsensusError> {
         let mut batch = LogBatch::with_capacity(entries.len());
         if !entries.is_empty() {
-            batch.add_entries::<EntryExt>(GROUP_ID, entries).map_err(|e| ConsensusError::Log(e.to_string()))?;
+            batch
+                .add_entries::<EntryExt>(GROUP_ID, entries)
+                .map_err(|e| ConsensusError::Log(e.to_string()))?;
         }
         if let Some(hs) = hard_state {
-            batch.put_message(GROUP_ID, KEY_HARD_STATE.to_vec(), hs).map_err(|e| ConsensusError::Log(e.to_string()))?;
+            batch
+                .put_message(GROUP_ID, KEY_HARD_STATE.to_vec(), hs)
+                .map_err(|e| ConsensusError::Log(e.to_string()))?;
         }
         if let Some(cs) = conf_state {
-            batch.put_message(GROUP_ID, KEY_CONF_STATE.to_vec(), cs).map_err(|e| ConsensusError::Log(e.to_string()))?;
+            batch
+                .put_message(GROUP_ID, KEY_CONF_STATE.to_vec(), cs)
+                .map_err(|e| ConsensusError::Log(e.to_string()))?;
         }
         if batch.is_empty() {
             return Ok(());
         }
-        self.engine.write(&mut batch, true).map_err(|e| ConsensusError::Log(e.to_string()))?;
+        self.engine
+            .write(&mut batch, true)
+            .map_err(|e| ConsensusError::Log(e.to_string()))?;
         Ok(())
     }
 
@@ -92,7 +114,9 @@ impl LogStore {
     /// lets raft-engine delete whole files that hold nothing live.
     pub fn compact_to(&self, index: u64) -> Result<(), ConsensusError> {
         self.engine.compact_to(GROUP_ID, index);
-        self.engine.purge_expired_files().map_err(|e| ConsensusError::Log(e.to_string()))?;
+        self.engine
+            .purge_expired_files()
+            .map_err(|e| ConsensusError::Log(e.to_string()))?;
         Ok(())
     }
 

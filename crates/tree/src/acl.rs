@@ -11,7 +11,10 @@ pub const ACL_ENTRIES_MAX: usize = 1024;
 pub fn open_acl_unsafe() -> Vec<Acl> {
     vec![Acl {
         perms: perms::ALL,
-        id: Id { scheme: "world".into(), id: "anyone".into() },
+        id: Id {
+            scheme: "world".into(),
+            id: "anyone".into(),
+        },
     }]
 }
 
@@ -20,21 +23,34 @@ pub fn open_acl_unsafe() -> Vec<Acl> {
 pub fn generate_digest(user_password: &str) -> Option<String> {
     let (user, _) = user_password.split_once(':')?;
     let hash = Sha1::digest(user_password.as_bytes());
-    Some(format!("{user}:{}", base64::engine::general_purpose::STANDARD.encode(hash)))
+    Some(format!(
+        "{user}:{}",
+        base64::engine::general_purpose::STANDARD.encode(hash)
+    ))
 }
 
 /// What `addauth` adds to a connection, or AuthFailed. A well-formed digest
 /// with a wrong password is accepted and merely grants nothing, as in ZooKeeper.
-pub fn authenticate(scheme: &str, auth: &[u8], super_digest: Option<&str>) -> Result<Vec<Id>, ErrorCode> {
+pub fn authenticate(
+    scheme: &str,
+    auth: &[u8],
+    super_digest: Option<&str>,
+) -> Result<Vec<Id>, ErrorCode> {
     match scheme {
         "digest" => {
             let text = std::str::from_utf8(auth).map_err(|_| ErrorCode::AuthFailed)?;
             let digest = generate_digest(text).ok_or(ErrorCode::AuthFailed)?;
             let mut ids = Vec::with_capacity(2);
             if super_digest == Some(digest.as_str()) {
-                ids.push(Id { scheme: "super".into(), id: String::new() });
+                ids.push(Id {
+                    scheme: "super".into(),
+                    id: String::new(),
+                });
             }
-            ids.push(Id { scheme: "digest".into(), id: digest });
+            ids.push(Id {
+                scheme: "digest".into(),
+                id: digest,
+            });
             Ok(ids)
         }
         // ZooKeeper's "ip" provider authenticates by address, never by addauth.
@@ -74,7 +90,10 @@ pub fn fixup(acl: &[Acl], auth: &[Id]) -> Result<Vec<Acl>, ErrorCode> {
                 return Err(ErrorCode::InvalidAcl);
             }
             for id in authenticated {
-                fixed.push(Acl { perms: entry.perms, id: id.clone() });
+                fixed.push(Acl {
+                    perms: entry.perms,
+                    id: id.clone(),
+                });
             }
         } else if scheme_id_valid(&entry.id) {
             fixed.push(entry.clone());
@@ -126,11 +145,14 @@ fn parse_ip_acl(expr: &str) -> Option<(std::net::IpAddr, u32)> {
 }
 
 fn ip_matches(client: &str, expr: &str) -> bool {
-    let (Some((net, bits)), Ok(client)) = (parse_ip_acl(expr), client.parse::<std::net::IpAddr>()) else {
+    let (Some((net, bits)), Ok(client)) = (parse_ip_acl(expr), client.parse::<std::net::IpAddr>())
+    else {
         return false;
     };
     let (net, client, width) = match (net, client) {
-        (std::net::IpAddr::V4(n), std::net::IpAddr::V4(c)) => (u32::from(n) as u128, u32::from(c) as u128, 32),
+        (std::net::IpAddr::V4(n), std::net::IpAddr::V4(c)) => {
+            (u32::from(n) as u128, u32::from(c) as u128, 32)
+        }
         (std::net::IpAddr::V6(n), std::net::IpAddr::V6(c)) => (u128::from(n), u128::from(c), 128),
         _ => return false,
     };
@@ -149,7 +171,13 @@ pub fn redact_digests(acl: &[Acl]) -> Vec<Acl> {
                 return entry.clone();
             }
             let user = entry.id.id.split(':').next().unwrap_or("");
-            Acl { perms: entry.perms, id: Id { scheme: "digest".into(), id: format!("{user}:x") } }
+            Acl {
+                perms: entry.perms,
+                id: Id {
+                    scheme: "digest".into(),
+                    id: format!("{user}:x"),
+                },
+            }
         })
         .collect()
 }
@@ -159,23 +187,41 @@ mod tests {
     use super::*;
 
     fn id(scheme: &str, id: &str) -> Id {
-        Id { scheme: scheme.into(), id: id.into() }
+        Id {
+            scheme: scheme.into(),
+            id: id.into(),
+        }
     }
 
     #[test]
     fn digest_matches_zookeeper() {
         // The super digest every ZooKeeper client harness configures.
-        assert_eq!(generate_digest("super:test").unwrap(), "super:D/InIHSb7yEEbrWz8b9l71RjZJU=");
+        assert_eq!(
+            generate_digest("super:test").unwrap(),
+            "super:D/InIHSb7yEEbrWz8b9l71RjZJU="
+        );
         assert!(generate_digest("nocolon").is_none());
     }
 
     #[test]
     fn empty_acl_is_invalid_and_auth_needs_a_digest() {
         assert_eq!(fixup(&[], &[]), Err(ErrorCode::InvalidAcl));
-        let auth_acl = vec![Acl { perms: perms::ALL, id: id("auth", "") }];
-        assert_eq!(fixup(&auth_acl, &[id("ip", "127.0.0.1")]), Err(ErrorCode::InvalidAcl));
+        let auth_acl = vec![Acl {
+            perms: perms::ALL,
+            id: id("auth", ""),
+        }];
+        assert_eq!(
+            fixup(&auth_acl, &[id("ip", "127.0.0.1")]),
+            Err(ErrorCode::InvalidAcl)
+        );
         let fixed = fixup(&auth_acl, &[id("ip", "127.0.0.1"), id("digest", "u:h")]).unwrap();
-        assert_eq!(fixed, vec![Acl { perms: perms::ALL, id: id("digest", "u:h") }]);
+        assert_eq!(
+            fixed,
+            vec![Acl {
+                perms: perms::ALL,
+                id: id("digest", "u:h")
+            }]
+        );
     }
 
     #[test]
@@ -187,21 +233,44 @@ mod tests {
 
     #[test]
     fn check_acl_rules() {
-        let acl = vec![Acl { perms: perms::READ, id: id("digest", "u:h") }];
+        let acl = vec![Acl {
+            perms: perms::READ,
+            id: id("digest", "u:h"),
+        }];
         assert_eq!(check(&acl, perms::READ, &[]), Err(ErrorCode::NoAuth));
         assert_eq!(check(&acl, perms::READ, &[id("digest", "u:h")]), Ok(()));
-        assert_eq!(check(&acl, perms::WRITE, &[id("digest", "u:h")]), Err(ErrorCode::NoAuth));
+        assert_eq!(
+            check(&acl, perms::WRITE, &[id("digest", "u:h")]),
+            Err(ErrorCode::NoAuth)
+        );
         assert_eq!(check(&acl, perms::WRITE, &[id("super", "")]), Ok(()));
-        let ip = vec![Acl { perms: perms::ALL, id: id("ip", "10.0.0.0/8") }];
+        let ip = vec![Acl {
+            perms: perms::ALL,
+            id: id("ip", "10.0.0.0/8"),
+        }];
         assert_eq!(check(&ip, perms::READ, &[id("ip", "10.1.2.3")]), Ok(()));
-        assert_eq!(check(&ip, perms::READ, &[id("ip", "11.1.2.3")]), Err(ErrorCode::NoAuth));
+        assert_eq!(
+            check(&ip, perms::READ, &[id("ip", "11.1.2.3")]),
+            Err(ErrorCode::NoAuth)
+        );
     }
 
     #[test]
     fn addauth() {
-        let ids = authenticate("digest", b"super:test", Some("super:D/InIHSb7yEEbrWz8b9l71RjZJU=")).unwrap();
+        let ids = authenticate(
+            "digest",
+            b"super:test",
+            Some("super:D/InIHSb7yEEbrWz8b9l71RjZJU="),
+        )
+        .unwrap();
         assert_eq!(ids[0].scheme, "super");
-        assert_eq!(authenticate("digest", b"nocolon", None), Err(ErrorCode::AuthFailed));
-        assert_eq!(authenticate("kerberos", b"x", None), Err(ErrorCode::AuthFailed));
+        assert_eq!(
+            authenticate("digest", b"nocolon", None),
+            Err(ErrorCode::AuthFailed)
+        );
+        assert_eq!(
+            authenticate("kerberos", b"x", None),
+            Err(ErrorCode::AuthFailed)
+        );
     }
 }

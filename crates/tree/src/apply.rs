@@ -5,7 +5,9 @@
 
 use std::sync::Arc;
 
-use keel_jute::{perms, Acl, CreateMode, ErrorCode, EventType, Id, MultiOp, MultiResult, Request, Response, Stat};
+use keel_jute::{
+    perms, Acl, CreateMode, ErrorCode, EventType, Id, MultiOp, MultiResult, Request, Response, Stat,
+};
 
 use crate::tree::{event, owner_kind, ttl_owner, DataTree, Event, Node, OwnerKind, SYSTEM_PATHS};
 use crate::txn::{Txn, TxnOp};
@@ -58,7 +60,12 @@ impl DataTree {
         }
         let zxid = self.next_zxid(term);
         self.last_zxid = zxid;
-        let ctx = Context { session_id: txn.session_id, auth: &txn.auth, time_ms: txn.time_ms, zxid };
+        let ctx = Context {
+            session_id: txn.session_id,
+            auth: &txn.auth,
+            time_ms: txn.time_ms,
+            zxid,
+        };
         let mut events = Vec::new();
         let mut applied = match &txn.op {
             TxnOp::CreateSession { timeout_ms } => {
@@ -70,7 +77,9 @@ impl DataTree {
             }
             TxnOp::CloseSession => return self.close_session(&ctx),
             TxnOp::DeleteContainer { path } => {
-                let result = self.delete_container(path, &ctx, &mut events).map(|()| Response::Empty);
+                let result = self
+                    .delete_container(path, &ctx, &mut events)
+                    .map(|()| Response::Empty);
                 self.applied(zxid, result, events)
             }
             TxnOp::Request { op_code, body } => match Request::decode(*op_code, body) {
@@ -89,14 +98,28 @@ impl DataTree {
         applied
     }
 
-    fn applied(&self, zxid: i64, result: Result<Response, ErrorCode>, events: Vec<Event>) -> Applied {
-        Applied { zxid, result, events, session_created: None, session_closed: None }
+    fn applied(
+        &self,
+        zxid: i64,
+        result: Result<Response, ErrorCode>,
+        events: Vec<Event>,
+    ) -> Applied {
+        Applied {
+            zxid,
+            result,
+            events,
+            session_created: None,
+            session_closed: None,
+        }
     }
 
     /// zxid = epoch << 32 | counter, the epoch being the Raft term; the
     /// counter restarts at 1 in a new term, as ZooKeeper's does per epoch.
     fn next_zxid(&self, term: u64) -> i64 {
-        assert!(term > 0 && term < (1 << 31), "term {term} does not fit a zxid epoch");
+        assert!(
+            term > 0 && term < (1 << 31),
+            "term {term} does not fit a zxid epoch"
+        );
         let epoch = (self.last_zxid >> 32) as u64;
         assert!(term >= epoch, "term went back: {term} < {epoch}");
         if term > epoch {
@@ -105,30 +128,60 @@ impl DataTree {
         let counter = self.last_zxid & 0xffff_ffff;
         // ZooKeeper forces a new epoch before the counter wraps; Raft terms
         // only change by election, so running out is a hard stop, not a wrap.
-        assert!(counter < 0xffff_fffe, "zxid counter exhausted in term {term}");
+        assert!(
+            counter < 0xffff_fffe,
+            "zxid counter exhausted in term {term}"
+        );
         self.last_zxid + 1
     }
 
-    fn apply_request(&mut self, request: &Request, ctx: &Context<'_>, events: &mut Vec<Event>) -> Result<Response, ErrorCode> {
+    fn apply_request(
+        &mut self,
+        request: &Request,
+        ctx: &Context<'_>,
+        events: &mut Vec<Event>,
+    ) -> Result<Response, ErrorCode> {
         if let Request::Multi(ops) = request {
             return Ok(Response::Multi(self.multi(ops, ctx, events)));
         }
         self.check_session(ctx)?;
         match request {
-            Request::Create(r) => self.create(&create_args(CreateOp::Create, r), ctx, events).map(|(p, _)| Response::Create(p)),
-            Request::Create2(r) => self.create(&create_args(CreateOp::Create2, r), ctx, events).map(|(p, s)| Response::Create2(p, s)),
-            Request::CreateContainer(r) => {
-                self.create(&create_args(CreateOp::Container, r), ctx, events).map(|(p, s)| Response::Create2(p, s))
-            }
+            Request::Create(r) => self
+                .create(&create_args(CreateOp::Create, r), ctx, events)
+                .map(|(p, _)| Response::Create(p)),
+            Request::Create2(r) => self
+                .create(&create_args(CreateOp::Create2, r), ctx, events)
+                .map(|(p, s)| Response::Create2(p, s)),
+            Request::CreateContainer(r) => self
+                .create(&create_args(CreateOp::Container, r), ctx, events)
+                .map(|(p, s)| Response::Create2(p, s)),
             Request::CreateTtl(r) => {
-                let args = CreateArgs { op: CreateOp::Ttl, path: &r.path, data: &r.data, acl: &r.acl, flags: r.flags, ttl_ms: r.ttl };
-                self.create(&args, ctx, events).map(|(p, s)| Response::Create2(p, s))
+                let args = CreateArgs {
+                    op: CreateOp::Ttl,
+                    path: &r.path,
+                    data: &r.data,
+                    acl: &r.acl,
+                    flags: r.flags,
+                    ttl_ms: r.ttl,
+                };
+                self.create(&args, ctx, events)
+                    .map(|(p, s)| Response::Create2(p, s))
             }
-            Request::Delete(r) => self.delete(&r.path, r.version, ctx, events).map(|()| Response::Empty),
-            Request::DeleteContainer(p) => self.delete_container(p, ctx, events).map(|()| Response::Empty),
-            Request::SetData(r) => self.set_data(&r.path, &r.data, r.version, ctx, events).map(Response::Stat),
-            Request::SetAcl(r) => self.set_acl(&r.path, &r.acl, r.version, ctx).map(Response::Stat),
-            Request::Check(r) => self.check_version(&r.path, r.version, ctx).map(|()| Response::Stat(Stat::default())),
+            Request::Delete(r) => self
+                .delete(&r.path, r.version, ctx, events)
+                .map(|()| Response::Empty),
+            Request::DeleteContainer(p) => self
+                .delete_container(p, ctx, events)
+                .map(|()| Response::Empty),
+            Request::SetData(r) => self
+                .set_data(&r.path, &r.data, r.version, ctx, events)
+                .map(Response::Stat),
+            Request::SetAcl(r) => self
+                .set_acl(&r.path, &r.acl, r.version, ctx)
+                .map(Response::Stat),
+            Request::Check(r) => self
+                .check_version(&r.path, r.version, ctx)
+                .map(|()| Response::Stat(Stat::default())),
             _ => Err(ErrorCode::Unimplemented),
         }
     }
@@ -144,7 +197,12 @@ impl DataTree {
     /// All or nothing: ops run in order on a clone; the first failure drops
     /// the clone and reports ZooKeeper's per-op results (0 before the failing
     /// op, its code, RuntimeInconsistency after).
-    fn multi(&mut self, ops: &[MultiOp], ctx: &Context<'_>, events: &mut Vec<Event>) -> Vec<MultiResult> {
+    fn multi(
+        &mut self,
+        ops: &[MultiOp],
+        ctx: &Context<'_>,
+        events: &mut Vec<Event>,
+    ) -> Vec<MultiResult> {
         let mut scratch = self.clone();
         let mut scratch_events = Vec::new();
         let mut results = Vec::with_capacity(ops.len());
@@ -152,7 +210,9 @@ impl DataTree {
             match scratch.multi_op(op, ctx, &mut scratch_events) {
                 Ok(result) => results.push(result),
                 Err(code) => {
-                    let mut failed: Vec<MultiResult> = (0..ops.len()).map(|_| MultiResult::Error(ErrorCode::RuntimeInconsistency.code())).collect();
+                    let mut failed: Vec<MultiResult> = (0..ops.len())
+                        .map(|_| MultiResult::Error(ErrorCode::RuntimeInconsistency.code()))
+                        .collect();
                     for slot in failed.iter_mut().take(index) {
                         *slot = MultiResult::Error(0);
                     }
@@ -167,28 +227,56 @@ impl DataTree {
         results
     }
 
-    fn multi_op(&mut self, op: &MultiOp, ctx: &Context<'_>, events: &mut Vec<Event>) -> Result<MultiResult, ErrorCode> {
+    fn multi_op(
+        &mut self,
+        op: &MultiOp,
+        ctx: &Context<'_>,
+        events: &mut Vec<Event>,
+    ) -> Result<MultiResult, ErrorCode> {
         self.check_session(ctx)?;
         match op {
-            MultiOp::Create(r) => self.create(&create_args(CreateOp::Create, r), ctx, events).map(|(p, _)| MultiResult::Create(p)),
-            MultiOp::Create2(r) => self.create(&create_args(CreateOp::Create2, r), ctx, events).map(|(p, s)| MultiResult::Create2(p, s)),
-            MultiOp::CreateContainer(r) => {
-                self.create(&create_args(CreateOp::Container, r), ctx, events).map(|(p, s)| MultiResult::Create2(p, s))
-            }
+            MultiOp::Create(r) => self
+                .create(&create_args(CreateOp::Create, r), ctx, events)
+                .map(|(p, _)| MultiResult::Create(p)),
+            MultiOp::Create2(r) => self
+                .create(&create_args(CreateOp::Create2, r), ctx, events)
+                .map(|(p, s)| MultiResult::Create2(p, s)),
+            MultiOp::CreateContainer(r) => self
+                .create(&create_args(CreateOp::Container, r), ctx, events)
+                .map(|(p, s)| MultiResult::Create2(p, s)),
             MultiOp::CreateTtl(r) => {
-                let args = CreateArgs { op: CreateOp::Ttl, path: &r.path, data: &r.data, acl: &r.acl, flags: r.flags, ttl_ms: r.ttl };
-                self.create(&args, ctx, events).map(|(p, s)| MultiResult::Create2(p, s))
+                let args = CreateArgs {
+                    op: CreateOp::Ttl,
+                    path: &r.path,
+                    data: &r.data,
+                    acl: &r.acl,
+                    flags: r.flags,
+                    ttl_ms: r.ttl,
+                };
+                self.create(&args, ctx, events)
+                    .map(|(p, s)| MultiResult::Create2(p, s))
             }
-            MultiOp::Delete(r) => self.delete(&r.path, r.version, ctx, events).map(|()| MultiResult::Delete),
-            MultiOp::SetData(r) => self.set_data(&r.path, &r.data, r.version, ctx, events).map(MultiResult::SetData),
-            MultiOp::Check(r) => self.check_version(&r.path, r.version, ctx).map(|()| MultiResult::Check),
+            MultiOp::Delete(r) => self
+                .delete(&r.path, r.version, ctx, events)
+                .map(|()| MultiResult::Delete),
+            MultiOp::SetData(r) => self
+                .set_data(&r.path, &r.data, r.version, ctx, events)
+                .map(MultiResult::SetData),
+            MultiOp::Check(r) => self
+                .check_version(&r.path, r.version, ctx)
+                .map(|()| MultiResult::Check),
             // Reads inside a write multi: ZooKeeper's prep has no txn for them.
             MultiOp::GetChildren(_) | MultiOp::GetData(_) => Err(ErrorCode::Unimplemented),
         }
     }
 
     /// ZooKeeper's pRequest2TxnCreate followed by DataTree.createNode.
-    fn create(&mut self, args: &CreateArgs<'_>, ctx: &Context<'_>, events: &mut Vec<Event>) -> Result<(String, Stat), ErrorCode> {
+    fn create(
+        &mut self,
+        args: &CreateArgs<'_>,
+        ctx: &Context<'_>,
+        events: &mut Vec<Event>,
+    ) -> Result<(String, Stat), ErrorCode> {
         let mode = CreateMode::from_flags(args.flags).ok_or(ErrorCode::BadArguments)?;
         validate_ttl(mode, args.ttl_ms)?;
         let (parent, _) = path::split(args.path).ok_or(ErrorCode::BadArguments)?;
@@ -209,7 +297,10 @@ impl DataTree {
         if self.nodes.contains_key(node_path.as_str()) {
             return Err(ErrorCode::NodeExists);
         }
-        if matches!(owner_kind(parent_node.stat.ephemeral_owner), OwnerKind::Ephemeral(_)) {
+        if matches!(
+            owner_kind(parent_node.stat.ephemeral_owner),
+            OwnerKind::Ephemeral(_)
+        ) {
             return Err(ErrorCode::NoChildrenForEphemerals);
         }
         let ephemeral_owner = match args.op {
@@ -247,7 +338,13 @@ impl DataTree {
     }
 
     /// ZooKeeper's delete: parent ACL DELETE, version, NotEmpty.
-    fn delete(&mut self, path: &str, version: i32, ctx: &Context<'_>, events: &mut Vec<Event>) -> Result<(), ErrorCode> {
+    fn delete(
+        &mut self,
+        path: &str,
+        version: i32,
+        ctx: &Context<'_>,
+        events: &mut Vec<Event>,
+    ) -> Result<(), ErrorCode> {
         let parent = deletable_parent(path)?;
         let parent_node = self.nodes.get(parent).ok_or(ErrorCode::NoNode)?;
         acl::check(&parent_node.acl, perms::DELETE, ctx.auth)?;
@@ -261,7 +358,12 @@ impl DataTree {
     }
 
     /// The reaper's delete: only an empty container or TTL node goes.
-    fn delete_container(&mut self, path: &str, ctx: &Context<'_>, events: &mut Vec<Event>) -> Result<(), ErrorCode> {
+    fn delete_container(
+        &mut self,
+        path: &str,
+        ctx: &Context<'_>,
+        events: &mut Vec<Event>,
+    ) -> Result<(), ErrorCode> {
         deletable_parent(path)?;
         let node = self.nodes.get(path).ok_or(ErrorCode::NoNode)?;
         if !node.children.is_empty() {
@@ -283,7 +385,11 @@ impl DataTree {
         let parent = path::parent_key(parent);
         let removed = self.remove_node(path).expect("checked by caller");
         assert!(removed.children.is_empty(), "deleting {path} with children");
-        let mut parent_node = self.nodes.get(parent).cloned().expect("parent of an existing node");
+        let mut parent_node = self
+            .nodes
+            .get(parent)
+            .cloned()
+            .expect("parent of an existing node");
         let had_child = parent_node.children.remove(name).is_some();
         assert!(had_child, "{path} missing from its parent's children");
         if zxid > parent_node.stat.pzxid {
@@ -295,7 +401,14 @@ impl DataTree {
         self.check_invariants_of(parent);
     }
 
-    fn set_data(&mut self, path: &str, data: &Option<Vec<u8>>, version: i32, ctx: &Context<'_>, events: &mut Vec<Event>) -> Result<Stat, ErrorCode> {
+    fn set_data(
+        &mut self,
+        path: &str,
+        data: &Option<Vec<u8>>,
+        version: i32,
+        ctx: &Context<'_>,
+        events: &mut Vec<Event>,
+    ) -> Result<Stat, ErrorCode> {
         if !path::validate(path) {
             return Err(ErrorCode::BadArguments);
         }
@@ -310,7 +423,13 @@ impl DataTree {
         Ok(DataTree::stat_of(self.nodes.get(path).expect("just set")))
     }
 
-    fn set_acl(&mut self, path: &str, new_acl: &[Acl], version: i32, ctx: &Context<'_>) -> Result<Stat, ErrorCode> {
+    fn set_acl(
+        &mut self,
+        path: &str,
+        new_acl: &[Acl],
+        version: i32,
+        ctx: &Context<'_>,
+    ) -> Result<Stat, ErrorCode> {
         if !path::validate(path) {
             return Err(ErrorCode::BadArguments);
         }
@@ -336,7 +455,10 @@ impl DataTree {
     fn close_session(&mut self, ctx: &Context<'_>) -> Applied {
         let mut events = Vec::new();
         for path in self.ephemerals_of(ctx.session_id) {
-            let childless = self.nodes.get(path.as_str()).is_some_and(|n| n.children.is_empty());
+            let childless = self
+                .nodes
+                .get(path.as_str())
+                .is_some_and(|n| n.children.is_empty());
             assert!(childless, "ephemeral {path} has children");
             self.unlink(&path, ctx.zxid, &mut events);
         }
@@ -349,7 +471,14 @@ impl DataTree {
 }
 
 fn create_args(op: CreateOp, r: &keel_jute::CreateRequest) -> CreateArgs<'_> {
-    CreateArgs { op, path: &r.path, data: &r.data, acl: &r.acl, flags: r.flags, ttl_ms: -1 }
+    CreateArgs {
+        op,
+        path: &r.path,
+        data: &r.data,
+        acl: &r.acl,
+        flags: r.flags,
+        ttl_ms: -1,
+    }
 }
 
 /// EphemeralType.validateTTL: a TTL mode needs 0 < ttl <= max; any other

@@ -19,7 +19,9 @@ pub mod watch;
 
 pub use apply::Applied;
 pub use read::{ReadOutcome, CHILDREN_PER_RESPONSE_MAX};
-pub use tree::{owner_kind, ttl_owner, DataTree, Event, Node, OwnerKind, CONTAINER_OWNER, SYSTEM_PATHS};
+pub use tree::{
+    owner_kind, ttl_owner, DataTree, Event, Node, OwnerKind, CONTAINER_OWNER, SYSTEM_PATHS,
+};
 pub use txn::{Txn, TxnOp};
 
 #[cfg(test)]

@@ -21,7 +21,10 @@ pub struct ReadOutcome {
 
 impl ReadOutcome {
     fn plain(result: Result<Response, ErrorCode>) -> ReadOutcome {
-        ReadOutcome { result, watches: Vec::new() }
+        ReadOutcome {
+            result,
+            watches: Vec::new(),
+        }
     }
 }
 
@@ -35,8 +38,12 @@ impl DataTree {
             Request::GetChildren(r) => self.get_children(&r.path, r.watch, false, auth),
             Request::GetChildren2(r) => self.get_children(&r.path, r.watch, true, auth),
             Request::GetAcl(r) => ReadOutcome::plain(self.get_acl(&r.path, auth)),
-            Request::GetAllChildrenNumber(r) => ReadOutcome::plain(self.all_children_number(&r.path, auth)),
-            Request::GetEphemerals(r) => ReadOutcome::plain(Ok(Response::GetEphemerals(self.ephemerals_under(session_id, &r.prefix_path)))),
+            Request::GetAllChildrenNumber(r) => {
+                ReadOutcome::plain(self.all_children_number(&r.path, auth))
+            }
+            Request::GetEphemerals(r) => ReadOutcome::plain(Ok(Response::GetEphemerals(
+                self.ephemerals_under(session_id, &r.prefix_path),
+            ))),
             Request::MultiRead(ops) => self.multi_read(ops, auth),
             _ => return None,
         };
@@ -54,8 +61,16 @@ impl DataTree {
             }
         }
         // An exists watch is set whether or not the node is there.
-        let kind = if node.is_some() { WatchKind::Data } else { WatchKind::Exist };
-        let watches = if watch { vec![(path.to_string(), kind)] } else { Vec::new() };
+        let kind = if node.is_some() {
+            WatchKind::Data
+        } else {
+            WatchKind::Exist
+        };
+        let watches = if watch {
+            vec![(path.to_string(), kind)]
+        } else {
+            Vec::new()
+        };
         let result = match node {
             Some(node) => Ok(Response::Stat(DataTree::stat_of(node))),
             None => Err(ErrorCode::NoNode),
@@ -66,7 +81,10 @@ impl DataTree {
     fn get_data(&self, path: &str, watch: bool, auth: &[Id]) -> ReadOutcome {
         match self.readable(path, auth) {
             Ok(node) => ReadOutcome {
-                result: Ok(Response::GetData(node.data.as_ref().map(|d| d.to_vec()), DataTree::stat_of(node))),
+                result: Ok(Response::GetData(
+                    node.data.as_ref().map(|d| d.to_vec()),
+                    DataTree::stat_of(node),
+                )),
                 watches: watch_if(watch, path, WatchKind::Data),
             },
             Err(code) => ReadOutcome::plain(Err(code)),
@@ -87,7 +105,10 @@ impl DataTree {
         } else {
             Response::GetChildren(children)
         };
-        ReadOutcome { result: Ok(result), watches: watch_if(watch, path, WatchKind::Child) }
+        ReadOutcome {
+            result: Ok(result),
+            watches: watch_if(watch, path, WatchKind::Child),
+        }
     }
 
     /// getACL needs READ or ADMIN; without ADMIN, digests are redacted.
@@ -114,7 +135,9 @@ impl DataTree {
                 stack.extend(child_node.children.iter().map(|c| path::join(&child, c)));
             }
         }
-        Ok(Response::GetAllChildrenNumber(count.min(i32::MAX as i64) as i32))
+        Ok(Response::GetAllChildrenNumber(
+            count.min(i32::MAX as i64) as i32
+        ))
     }
 
     /// getEphemerals: an empty or "/" prefix means all; otherwise a plain
@@ -146,7 +169,10 @@ impl DataTree {
                 Err(code) => MultiResult::Error(code.code()),
             });
         }
-        ReadOutcome { result: Ok(Response::Multi(results)), watches }
+        ReadOutcome {
+            result: Ok(Response::Multi(results)),
+            watches,
+        }
     }
 
     fn readable(&self, path: &str, auth: &[Id]) -> Result<&crate::tree::Node, ErrorCode> {
@@ -157,13 +183,21 @@ impl DataTree {
 
     /// setWatches after a reconnect: events the client missed since
     /// `relative_zxid` fire now; the rest become watches again.
-    pub fn missed_events(&self, relative_zxid: i64, data: &[String], exist: &[String], child: &[String]) -> (Vec<(String, EventType)>, Vec<(String, WatchKind)>) {
+    pub fn missed_events(
+        &self,
+        relative_zxid: i64,
+        data: &[String],
+        exist: &[String],
+        child: &[String],
+    ) -> (Vec<(String, EventType)>, Vec<(String, WatchKind)>) {
         let mut fired = Vec::new();
         let mut watches = Vec::new();
         for path in data {
             match self.nodes.get(path.as_str()) {
                 None => fired.push((path.clone(), EventType::NodeDeleted)),
-                Some(node) if node.stat.mzxid > relative_zxid => fired.push((path.clone(), EventType::NodeDataChanged)),
+                Some(node) if node.stat.mzxid > relative_zxid => {
+                    fired.push((path.clone(), EventType::NodeDataChanged))
+                }
                 Some(_) => watches.push((path.clone(), WatchKind::Data)),
             }
         }
@@ -176,7 +210,9 @@ impl DataTree {
         for path in child {
             match self.nodes.get(path.as_str()) {
                 None => fired.push((path.clone(), EventType::NodeDeleted)),
-                Some(node) if node.stat.pzxid > relative_zxid => fired.push((path.clone(), EventType::NodeChildrenChanged)),
+                Some(node) if node.stat.pzxid > relative_zxid => {
+                    fired.push((path.clone(), EventType::NodeChildrenChanged))
+                }
                 Some(_) => watches.push((path.clone(), WatchKind::Child)),
             }
         }

@@ -82,11 +82,17 @@ pub fn decode(bytes: &[u8]) -> Result<DataTree, SnapshotError> {
     read_sessions(&mut r, &mut tree)?;
     tree.nodes = read_nodes(&mut r)?;
     if r.remaining() != 0 {
-        return Err(SnapshotError::Inconsistent(format!("{} trailing bytes", r.remaining())));
+        return Err(SnapshotError::Inconsistent(format!(
+            "{} trailing bytes",
+            r.remaining()
+        )));
     }
     rebuild_indexes(&mut tree)?;
     if tree.digest != digest {
-        return Err(SnapshotError::Inconsistent(format!("digest {:#x} != stored {digest:#x}", tree.digest)));
+        return Err(SnapshotError::Inconsistent(format!(
+            "digest {:#x} != stored {digest:#x}",
+            tree.digest
+        )));
     }
     Ok(tree)
 }
@@ -116,9 +122,16 @@ fn read_nodes(r: &mut Reader<'_>) -> Result<NodeMap, SnapshotError> {
             acl.push(Acl::read(r)?);
         }
         let stat = Stat::read(r)?;
-        let node = Node { stat, data: data.map(Arc::from), acl: acl.into(), children: imbl::OrdSet::new() };
+        let node = Node {
+            stat,
+            data: data.map(Arc::from),
+            acl: acl.into(),
+            children: imbl::OrdSet::new(),
+        };
         if nodes.insert(Arc::from(node_path.as_str()), node).is_some() {
-            return Err(SnapshotError::Inconsistent(format!("duplicate path {node_path}")));
+            return Err(SnapshotError::Inconsistent(format!(
+                "duplicate path {node_path}"
+            )));
         }
     }
     Ok(nodes)
@@ -127,7 +140,9 @@ fn read_nodes(r: &mut Reader<'_>) -> Result<NodeMap, SnapshotError> {
 fn read_count(r: &mut Reader<'_>, max: usize) -> Result<usize, SnapshotError> {
     let count = r.read_i32()?;
     if count < 0 || count as usize > max {
-        return Err(SnapshotError::Inconsistent(format!("count {count} out of range")));
+        return Err(SnapshotError::Inconsistent(format!(
+            "count {count} out of range"
+        )));
     }
     Ok(count as usize)
 }
@@ -144,7 +159,8 @@ fn rebuild_indexes(tree: &mut DataTree) -> Result<(), SnapshotError> {
         if node_path.as_ref() == "/" {
             continue;
         }
-        let (parent, name) = path::split(node_path).ok_or_else(|| SnapshotError::Inconsistent(format!("bad path {node_path}")))?;
+        let (parent, name) = path::split(node_path)
+            .ok_or_else(|| SnapshotError::Inconsistent(format!("bad path {node_path}")))?;
         let parent_node = nodes
             .get_mut(path::parent_key(parent))
             .ok_or_else(|| SnapshotError::Inconsistent(format!("orphan {node_path}")))?;

@@ -1,8 +1,9 @@
 //! The tree's behaviour written as ZooKeeper 3.8 specifications.
 
 use keel_jute::{
-    perms, Acl, CheckVersionRequest, CreateRequest, CreateTtlRequest, DeleteRequest, ErrorCode, EventType, GetDataRequest, Id, MultiOp,
-    MultiResult, Request, Response, SetAclRequest, SetDataRequest, Stat,
+    perms, Acl, CheckVersionRequest, CreateRequest, CreateTtlRequest, DeleteRequest, ErrorCode,
+    EventType, GetDataRequest, Id, MultiOp, MultiResult, Request, Response, SetAclRequest,
+    SetDataRequest, Stat,
 };
 
 use crate::acl::open_acl_unsafe;
@@ -18,14 +19,23 @@ struct Harness {
 
 impl Harness {
     fn new() -> Harness {
-        let mut h = Harness { tree: DataTree::new(), time_ms: 1_000 };
+        let mut h = Harness {
+            tree: DataTree::new(),
+            time_ms: 1_000,
+        };
         h.txn(SESSION, TxnOp::CreateSession { timeout_ms: 4000 });
         h
     }
 
     fn txn(&mut self, session_id: i64, op: TxnOp) -> crate::Applied {
         self.time_ms += 1;
-        let txn = Txn { session_id, xid: 1, time_ms: self.time_ms, auth: vec![], op };
+        let txn = Txn {
+            session_id,
+            xid: 1,
+            time_ms: self.time_ms,
+            auth: vec![],
+            op,
+        };
         self.tree.apply(TERM, &txn)
     }
 
@@ -33,8 +43,17 @@ impl Harness {
         self.time_ms += 1;
         let mut body = Vec::new();
         request.encode(&mut body);
-        let op = TxnOp::Request { op_code: request.op_code(), body };
-        let txn = Txn { session_id, xid: 1, time_ms: self.time_ms, auth, op };
+        let op = TxnOp::Request {
+            op_code: request.op_code(),
+            body,
+        };
+        let txn = Txn {
+            session_id,
+            xid: 1,
+            time_ms: self.time_ms,
+            auth,
+            op,
+        };
         self.tree.apply(TERM, &txn)
     }
 
@@ -51,18 +70,28 @@ impl Harness {
     }
 
     fn stat(&self, path: &str) -> Stat {
-        self.tree.stat(path).unwrap_or_else(|| panic!("{path} missing"))
+        self.tree
+            .stat(path)
+            .unwrap_or_else(|| panic!("{path} missing"))
     }
 }
 
 fn create_request(path: &str, flags: i32) -> CreateRequest {
-    CreateRequest { path: path.into(), data: Some(b"v".to_vec()), acl: open_acl_unsafe(), flags }
+    CreateRequest {
+        path: path.into(),
+        data: Some(b"v".to_vec()),
+        acl: open_acl_unsafe(),
+        flags,
+    }
 }
 
 #[test]
 fn a_fresh_tree_has_the_zookeeper_system_nodes() {
     let tree = DataTree::new();
-    assert_eq!(tree.paths(), vec!["/", "/zookeeper", "/zookeeper/config", "/zookeeper/quota"]);
+    assert_eq!(
+        tree.paths(),
+        vec!["/", "/zookeeper", "/zookeeper/config", "/zookeeper/quota"]
+    );
     assert_eq!(tree.stat("/").unwrap().num_children, 1);
 }
 
@@ -72,7 +101,13 @@ fn zxids_count_within_a_term_and_restart_in_the_next() {
     assert_eq!(h.tree.last_zxid(), 1 << 32 | 1);
     h.create("/a", 0).unwrap();
     assert_eq!(h.tree.last_zxid(), 1 << 32 | 2);
-    let txn = Txn { session_id: SESSION, xid: 1, time_ms: 5, auth: vec![], op: TxnOp::CreateSession { timeout_ms: 1 } };
+    let txn = Txn {
+        session_id: SESSION,
+        xid: 1,
+        time_ms: 5,
+        auth: vec![],
+        op: TxnOp::CreateSession { timeout_ms: 1 },
+    };
     assert_eq!(h.tree.apply(2, &txn).zxid, 2 << 32 | 1);
 }
 
@@ -83,7 +118,10 @@ fn create_sets_stat_and_bumps_the_parent() {
     let zxid = h.tree.last_zxid();
     let stat = h.stat("/a");
     assert_eq!((stat.czxid, stat.mzxid, stat.pzxid), (zxid, zxid, zxid));
-    assert_eq!((stat.version, stat.cversion, stat.aversion, stat.data_length), (0, 0, 0, 1));
+    assert_eq!(
+        (stat.version, stat.cversion, stat.aversion, stat.data_length),
+        (0, 0, 0, 1)
+    );
     let root = h.stat("/");
     assert_eq!((root.cversion, root.pzxid, root.num_children), (1, zxid, 2));
 }
@@ -102,7 +140,12 @@ fn sequential_names_use_the_parent_cversion_with_10_digits() {
     h.create("/q", 0).unwrap();
     assert_eq!(h.create("/q/n-", 2).unwrap(), "/q/n-0000000000");
     assert_eq!(h.create("/q/n-", 2).unwrap(), "/q/n-0000000001");
-    h.request(Request::Delete(DeleteRequest { path: "/q/n-0000000000".into(), version: -1 })).result.unwrap();
+    h.request(Request::Delete(DeleteRequest {
+        path: "/q/n-0000000000".into(),
+        version: -1,
+    }))
+    .result
+    .unwrap();
     // Deletes leave cversion alone in 3.8, so the counter keeps going.
     assert_eq!(h.create("/q/n-", 2).unwrap(), "/q/n-0000000002");
 }
@@ -127,40 +170,101 @@ fn create_errors_come_in_zookeepers_order() {
     assert_eq!(h.create("/a/", 0), Err(ErrorCode::BadArguments));
     assert_eq!(h.create("/a", 0), Err(ErrorCode::NodeExists));
     assert_eq!(h.create("/a/b", 99), Err(ErrorCode::BadArguments));
-    assert_eq!(h.create("/a/b", 5), Err(ErrorCode::BadArguments), "a TTL mode needs createTTL");
-    let empty_acl = CreateRequest { acl: vec![], ..create_request("/a/c", 0) };
-    assert_eq!(h.request(Request::Create(empty_acl)).result, Err(ErrorCode::InvalidAcl));
+    assert_eq!(
+        h.create("/a/b", 5),
+        Err(ErrorCode::BadArguments),
+        "a TTL mode needs createTTL"
+    );
+    let empty_acl = CreateRequest {
+        acl: vec![],
+        ..create_request("/a/c", 0)
+    };
+    assert_eq!(
+        h.request(Request::Create(empty_acl)).result,
+        Err(ErrorCode::InvalidAcl)
+    );
     h.create("/e", 1).unwrap();
-    assert_eq!(h.create("/e/child", 0), Err(ErrorCode::NoChildrenForEphemerals));
+    assert_eq!(
+        h.create("/e/child", 0),
+        Err(ErrorCode::NoChildrenForEphemerals)
+    );
 }
 
 #[test]
 fn setdata_and_delete_check_versions() {
     let mut h = Harness::new();
     h.create("/a", 0).unwrap();
-    let set = |version| Request::SetData(SetDataRequest { path: "/a".into(), data: Some(b"xy".to_vec()), version });
+    let set = |version| {
+        Request::SetData(SetDataRequest {
+            path: "/a".into(),
+            data: Some(b"xy".to_vec()),
+            version,
+        })
+    };
     assert_eq!(h.request(set(5)).result, Err(ErrorCode::BadVersion));
-    let Ok(Response::Stat(stat)) = h.request(set(0)).result else { panic!() };
-    assert_eq!((stat.version, stat.data_length, stat.mzxid), (1, 2, h.tree.last_zxid()));
+    let Ok(Response::Stat(stat)) = h.request(set(0)).result else {
+        panic!()
+    };
+    assert_eq!(
+        (stat.version, stat.data_length, stat.mzxid),
+        (1, 2, h.tree.last_zxid())
+    );
     assert_eq!(h.request(set(-1)).result.map(|_| ()), Ok(()));
     h.create("/a/b", 0).unwrap();
-    let delete = |path: &str, version| Request::Delete(DeleteRequest { path: path.into(), version });
+    let delete = |path: &str, version| {
+        Request::Delete(DeleteRequest {
+            path: path.into(),
+            version,
+        })
+    };
     assert_eq!(h.request(delete("/a", -1)).result, Err(ErrorCode::NotEmpty));
-    assert_eq!(h.request(delete("/a/b", 3)).result, Err(ErrorCode::BadVersion));
+    assert_eq!(
+        h.request(delete("/a/b", 3)).result,
+        Err(ErrorCode::BadVersion)
+    );
     assert_eq!(h.request(delete("/a/b", 0)).result, Ok(Response::Empty));
-    assert_eq!(h.request(delete("/zookeeper", -1)).result, Err(ErrorCode::BadArguments));
-    assert_eq!(h.request(delete("/nope", -1)).result, Err(ErrorCode::NoNode));
+    assert_eq!(
+        h.request(delete("/zookeeper", -1)).result,
+        Err(ErrorCode::BadArguments)
+    );
+    assert_eq!(
+        h.request(delete("/nope", -1)).result,
+        Err(ErrorCode::NoNode)
+    );
 }
 
 #[test]
 fn events_follow_zookeepers_firing_order() {
     let mut h = Harness::new();
     let applied = h.request(Request::Create(create_request("/a", 0)));
-    let kinds: Vec<_> = applied.events.iter().map(|e| (e.path.as_str(), e.event_type)).collect();
-    assert_eq!(kinds, vec![("/a", EventType::NodeCreated), ("/", EventType::NodeChildrenChanged)]);
-    let applied = h.request(Request::Delete(DeleteRequest { path: "/a".into(), version: -1 }));
-    let kinds: Vec<_> = applied.events.iter().map(|e| (e.path.as_str(), e.event_type)).collect();
-    assert_eq!(kinds, vec![("/a", EventType::NodeDeleted), ("/", EventType::NodeChildrenChanged)]);
+    let kinds: Vec<_> = applied
+        .events
+        .iter()
+        .map(|e| (e.path.as_str(), e.event_type))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            ("/a", EventType::NodeCreated),
+            ("/", EventType::NodeChildrenChanged)
+        ]
+    );
+    let applied = h.request(Request::Delete(DeleteRequest {
+        path: "/a".into(),
+        version: -1,
+    }));
+    let kinds: Vec<_> = applied
+        .events
+        .iter()
+        .map(|e| (e.path.as_str(), e.event_type))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            ("/a", EventType::NodeDeleted),
+            ("/", EventType::NodeChildrenChanged)
+        ]
+    );
 }
 
 #[test]
@@ -174,7 +278,16 @@ fn closing_a_session_removes_its_ephemerals_at_once() {
     let applied = h.txn(SESSION, TxnOp::CloseSession);
     assert_eq!(applied.session_closed, Some(SESSION));
     assert_eq!(applied.events.len(), 4);
-    assert_eq!(h.tree.paths(), vec!["/", "/p", "/zookeeper", "/zookeeper/config", "/zookeeper/quota"]);
+    assert_eq!(
+        h.tree.paths(),
+        vec![
+            "/",
+            "/p",
+            "/zookeeper",
+            "/zookeeper/config",
+            "/zookeeper/quota"
+        ]
+    );
     // A closed session's writes fail.
     assert_eq!(h.create("/x", 0), Err(ErrorCode::SessionExpired));
 }
@@ -185,69 +298,166 @@ fn multi_is_all_or_nothing_with_zookeepers_per_op_results() {
     let before = h.tree.digest();
     let ops = vec![
         MultiOp::Create(create_request("/m", 0)),
-        MultiOp::Check(CheckVersionRequest { path: "/m".into(), version: 7 }),
-        MultiOp::Delete(DeleteRequest { path: "/m".into(), version: -1 }),
+        MultiOp::Check(CheckVersionRequest {
+            path: "/m".into(),
+            version: 7,
+        }),
+        MultiOp::Delete(DeleteRequest {
+            path: "/m".into(),
+            version: -1,
+        }),
     ];
     let applied = h.request(Request::Multi(ops));
-    assert_eq!(applied.result, Ok(Response::Multi(vec![MultiResult::Error(0), MultiResult::Error(-103), MultiResult::Error(-2)])));
+    assert_eq!(
+        applied.result,
+        Ok(Response::Multi(vec![
+            MultiResult::Error(0),
+            MultiResult::Error(-103),
+            MultiResult::Error(-2)
+        ]))
+    );
     assert!(applied.events.is_empty());
     assert_eq!(h.tree.digest(), before);
     assert!(h.tree.stat("/m").is_none());
 
     let ops = vec![
         MultiOp::Create(create_request("/m", 0)),
-        MultiOp::SetData(SetDataRequest { path: "/m".into(), data: None, version: 0 }),
-        MultiOp::Check(CheckVersionRequest { path: "/m".into(), version: 1 }),
+        MultiOp::SetData(SetDataRequest {
+            path: "/m".into(),
+            data: None,
+            version: 0,
+        }),
+        MultiOp::Check(CheckVersionRequest {
+            path: "/m".into(),
+            version: 1,
+        }),
     ];
     let applied = h.request(Request::Multi(ops));
-    let Ok(Response::Multi(results)) = applied.result else { panic!() };
+    let Ok(Response::Multi(results)) = applied.result else {
+        panic!()
+    };
     assert_eq!(results[0], MultiResult::Create("/m".into()));
-    assert!(matches!(results[1], MultiResult::SetData(ref s) if s.version == 1 && s.mzxid == s.czxid));
+    assert!(
+        matches!(results[1], MultiResult::SetData(ref s) if s.version == 1 && s.mzxid == s.czxid)
+    );
     assert_eq!(results[2], MultiResult::Check);
 }
 
 #[test]
 fn acls_gate_reads_and_writes() {
     let mut h = Harness::new();
-    let user = Id { scheme: "digest".into(), id: crate::acl::generate_digest("u:p").unwrap() };
-    let acl = vec![Acl { perms: perms::READ | perms::ADMIN, id: user.clone() }];
-    let request = CreateRequest { acl: acl.clone(), ..create_request("/s", 0) };
+    let user = Id {
+        scheme: "digest".into(),
+        id: crate::acl::generate_digest("u:p").unwrap(),
+    };
+    let acl = vec![Acl {
+        perms: perms::READ | perms::ADMIN,
+        id: user.clone(),
+    }];
+    let request = CreateRequest {
+        acl: acl.clone(),
+        ..create_request("/s", 0)
+    };
     h.request(Request::Create(request)).result.unwrap();
-    let read = Request::GetData(GetDataRequest { path: "/s".into(), watch: false });
-    assert_eq!(h.tree.read(&read, SESSION, &[]).unwrap().result, Err(ErrorCode::NoAuth));
-    assert!(h.tree.read(&read, SESSION, std::slice::from_ref(&user)).unwrap().result.is_ok());
-    let set = Request::SetData(SetDataRequest { path: "/s".into(), data: None, version: -1 });
-    assert_eq!(h.request_as(SESSION, vec![user.clone()], set.clone()).result, Err(ErrorCode::NoAuth));
-    let superuser = Id { scheme: "super".into(), id: String::new() };
+    let read = Request::GetData(GetDataRequest {
+        path: "/s".into(),
+        watch: false,
+    });
+    assert_eq!(
+        h.tree.read(&read, SESSION, &[]).unwrap().result,
+        Err(ErrorCode::NoAuth)
+    );
+    assert!(h
+        .tree
+        .read(&read, SESSION, std::slice::from_ref(&user))
+        .unwrap()
+        .result
+        .is_ok());
+    let set = Request::SetData(SetDataRequest {
+        path: "/s".into(),
+        data: None,
+        version: -1,
+    });
+    assert_eq!(
+        h.request_as(SESSION, vec![user.clone()], set.clone())
+            .result,
+        Err(ErrorCode::NoAuth)
+    );
+    let superuser = Id {
+        scheme: "super".into(),
+        id: String::new(),
+    };
     assert!(h.request_as(SESSION, vec![superuser], set).result.is_ok());
-    let set_acl = Request::SetAcl(SetAclRequest { path: "/s".into(), acl: open_acl_unsafe(), version: 0 });
-    let Ok(Response::Stat(stat)) = h.request_as(SESSION, vec![user], set_acl).result else { panic!() };
+    let set_acl = Request::SetAcl(SetAclRequest {
+        path: "/s".into(),
+        acl: open_acl_unsafe(),
+        version: 0,
+    });
+    let Ok(Response::Stat(stat)) = h.request_as(SESSION, vec![user], set_acl).result else {
+        panic!()
+    };
     assert_eq!(stat.aversion, 1);
 }
 
 #[test]
 fn containers_and_ttl_nodes_are_reaped_when_due() {
     let mut h = Harness::new();
-    let container = CreateRequest { flags: 4, ..create_request("/c", 4) };
-    let Ok(Response::Create2(_, stat)) = h.request(Request::CreateContainer(container)).result else { panic!() };
+    let container = CreateRequest {
+        flags: 4,
+        ..create_request("/c", 4)
+    };
+    let Ok(Response::Create2(_, stat)) = h.request(Request::CreateContainer(container)).result
+    else {
+        panic!()
+    };
     assert_eq!(stat.ephemeral_owner, 0, "clients see 0 for containers");
     assert_eq!(h.tree.node("/c").unwrap().stat.ephemeral_owner, i64::MIN);
-    assert!(h.tree.reap_candidates(h.time_ms).is_empty(), "a never-used container stays");
+    assert!(
+        h.tree.reap_candidates(h.time_ms).is_empty(),
+        "a never-used container stays"
+    );
     h.create("/c/x", 0).unwrap();
-    h.request(Request::Delete(DeleteRequest { path: "/c/x".into(), version: -1 })).result.unwrap();
+    h.request(Request::Delete(DeleteRequest {
+        path: "/c/x".into(),
+        version: -1,
+    }))
+    .result
+    .unwrap();
     assert_eq!(h.tree.reap_candidates(h.time_ms), vec!["/c"]);
-    let ttl = CreateTtlRequest { path: "/t".into(), data: None, acl: open_acl_unsafe(), flags: 5, ttl: 100 };
-    let Ok(Response::Create2(_, stat)) = h.request(Request::CreateTtl(ttl)).result else { panic!() };
+    let ttl = CreateTtlRequest {
+        path: "/t".into(),
+        data: None,
+        acl: open_acl_unsafe(),
+        flags: 5,
+        ttl: 100,
+    };
+    let Ok(Response::Create2(_, stat)) = h.request(Request::CreateTtl(ttl)).result else {
+        panic!()
+    };
     assert_eq!(stat.ephemeral_owner, 0, "clients see 0 for TTL nodes");
-    assert_eq!(h.tree.node("/t").unwrap().stat.ephemeral_owner, (0xffu64 << 56) as i64 | 100);
-    assert!(!h.tree.reap_candidates(h.time_ms + 50).contains(&"/t".to_string()));
-    assert!(h.tree.reap_candidates(h.time_ms + 200).contains(&"/t".to_string()));
+    assert_eq!(
+        h.tree.node("/t").unwrap().stat.ephemeral_owner,
+        (0xffu64 << 56) as i64 | 100
+    );
+    assert!(!h
+        .tree
+        .reap_candidates(h.time_ms + 50)
+        .contains(&"/t".to_string()));
+    assert!(h
+        .tree
+        .reap_candidates(h.time_ms + 200)
+        .contains(&"/t".to_string()));
     h.time_ms += 500;
     for path in ["/c", "/t"] {
         let applied = h.txn(0, TxnOp::DeleteContainer { path: path.into() });
         assert_eq!(applied.result, Ok(Response::Empty), "{path}");
     }
-    let applied = h.txn(0, TxnOp::DeleteContainer { path: "/zookeeper/quota".into() });
+    let applied = h.txn(
+        0,
+        TxnOp::DeleteContainer {
+            path: "/zookeeper/quota".into(),
+        },
+    );
     assert_eq!(applied.result, Err(ErrorCode::BadArguments));
 }
 
@@ -265,7 +475,10 @@ fn snapshots_round_trip_and_reject_corruption() {
     assert_eq!(loaded.paths(), h.tree.paths());
     assert_eq!(loaded.ephemerals_of(SESSION), vec!["/a/e"]);
     assert_eq!(loaded.sessions(), h.tree.sessions());
-    assert_eq!((loaded.applied_index(), loaded.last_zxid()), (9, h.tree.last_zxid()));
+    assert_eq!(
+        (loaded.applied_index(), loaded.last_zxid()),
+        (9, h.tree.last_zxid())
+    );
     for cut in [0, 8, bytes.len() / 2, bytes.len() - 1] {
         assert!(snapshot::decode(&bytes[..cut]).is_err());
     }

@@ -145,7 +145,11 @@ impl DataTree {
 
     /// Records the Raft position of the entry whose transactions were just applied.
     pub fn set_applied(&mut self, index: u64, term: u64) {
-        assert!(index >= self.applied_index, "applied index went back: {index} < {}", self.applied_index);
+        assert!(
+            index >= self.applied_index,
+            "applied index went back: {index} < {}",
+            self.applied_index
+        );
         self.applied_index = index;
         self.applied_term = term;
     }
@@ -168,7 +172,10 @@ impl DataTree {
 
     /// Live sessions and their negotiated timeouts, sorted by id.
     pub fn sessions(&self) -> Vec<(i64, u32)> {
-        self.sessions.iter().map(|(id, timeout)| (*id, *timeout)).collect()
+        self.sessions
+            .iter()
+            .map(|(id, timeout)| (*id, *timeout))
+            .collect()
     }
 
     pub fn ephemerals_of(&self, session_id: i64) -> Vec<String> {
@@ -186,7 +193,9 @@ impl DataTree {
     pub fn approximate_data_size(&self) -> u64 {
         self.nodes
             .iter()
-            .map(|(path, node)| path.len() as u64 + node.data.as_ref().map_or(0, |d| d.len() as u64))
+            .map(|(path, node)| {
+                path.len() as u64 + node.data.as_ref().map_or(0, |d| d.len() as u64)
+            })
             .sum()
     }
 
@@ -212,7 +221,8 @@ impl DataTree {
         for path in self.ttls.iter() {
             if let Some(node) = self.nodes.get(path) {
                 if let OwnerKind::Ttl(ttl_ms) = owner_kind(node.stat.ephemeral_owner) {
-                    if node.children.is_empty() && ttl_ms != 0 && now_ms - node.stat.mtime > ttl_ms {
+                    if node.children.is_empty() && ttl_ms != 0 && now_ms - node.stat.mtime > ttl_ms
+                    {
                         candidates.push(path.to_string());
                     }
                 }
@@ -250,7 +260,11 @@ impl DataTree {
             OwnerKind::Container => toggle(&mut self.containers, key, present),
             OwnerKind::Ttl(_) => toggle(&mut self.ttls, key, present),
             OwnerKind::Ephemeral(session_id) => {
-                let mut paths = self.ephemerals.get(&session_id).cloned().unwrap_or_default();
+                let mut paths = self
+                    .ephemerals
+                    .get(&session_id)
+                    .cloned()
+                    .unwrap_or_default();
                 toggle(&mut paths, key, present);
                 if paths.is_empty() {
                     self.ephemerals.remove(&session_id);
@@ -273,8 +287,14 @@ impl DataTree {
 
     /// Invariants of one node: counts match, ephemerals never have children.
     pub(crate) fn check_invariants_of(&self, path: &str) {
-        let Some(node) = self.nodes.get(path) else { return };
-        assert_eq!(node.stat.num_children as usize, node.children.len(), "{path}");
+        let Some(node) = self.nodes.get(path) else {
+            return;
+        };
+        assert_eq!(
+            node.stat.num_children as usize,
+            node.children.len(),
+            "{path}"
+        );
         if let OwnerKind::Ephemeral(_) = owner_kind(node.stat.ephemeral_owner) {
             assert!(node.children.is_empty(), "ephemeral {path} has children");
         }
@@ -290,7 +310,12 @@ fn toggle(set: &mut imbl::OrdSet<Arc<str>>, key: Arc<str>, present: bool) {
 }
 
 fn empty_node(acl: Arc<[Acl]>) -> Node {
-    Node { stat: Stat::default(), data: Some(Arc::from(&[][..])), acl, children: imbl::OrdSet::new() }
+    Node {
+        stat: Stat::default(),
+        data: Some(Arc::from(&[][..])),
+        acl,
+        children: imbl::OrdSet::new(),
+    }
 }
 
 /// FNV-1a over the path, data and persisted Stat: cheap, stable across
@@ -313,7 +338,14 @@ fn node_digest(path: &str, node: &Node) -> u64 {
         None => feed(&u64::MAX.to_be_bytes()),
     }
     let s = &node.stat;
-    for value in [s.czxid, s.mzxid, s.ctime, s.mtime, s.ephemeral_owner, s.pzxid] {
+    for value in [
+        s.czxid,
+        s.mzxid,
+        s.ctime,
+        s.mtime,
+        s.ephemeral_owner,
+        s.pzxid,
+    ] {
         feed(&value.to_be_bytes());
     }
     for value in [s.version, s.cversion, s.aversion] {
@@ -323,5 +355,8 @@ fn node_digest(path: &str, node: &Node) -> u64 {
 }
 
 pub(crate) fn event(path: &str, event_type: EventType) -> Event {
-    Event { path: path.to_string(), event_type }
+    Event {
+        path: path.to_string(),
+        event_type,
+    }
 }

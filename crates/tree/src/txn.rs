@@ -15,14 +15,23 @@ pub const AUTH_IDS_MAX: usize = 64;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TxnOp {
     /// A client write request: its opcode and its jute body.
-    Request { op_code: i32, body: Vec<u8> },
-    CreateSession { timeout_ms: u32 },
+    Request {
+        op_code: i32,
+        body: Vec<u8>,
+    },
+    CreateSession {
+        timeout_ms: u32,
+    },
     /// Closes the session (client closeSession or expiry): its ephemerals go.
     CloseSession,
     /// The container/TTL reaper's delete (ZooKeeper's deleteContainer).
-    DeleteContainer { path: String },
+    DeleteContainer {
+        path: String,
+    },
     /// sync: ordered through the log, changes nothing, takes no zxid.
-    Sync { path: String },
+    Sync {
+        path: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,13 +99,25 @@ impl Txn {
                 let body = r.read_buffer()?.unwrap_or_default();
                 TxnOp::Request { op_code, body }
             }
-            TAG_CREATE_SESSION => TxnOp::CreateSession { timeout_ms: r.read_i32()? as u32 },
+            TAG_CREATE_SESSION => TxnOp::CreateSession {
+                timeout_ms: r.read_i32()? as u32,
+            },
             TAG_CLOSE_SESSION => TxnOp::CloseSession,
-            TAG_DELETE_CONTAINER => TxnOp::DeleteContainer { path: r.read_string()? },
-            TAG_SYNC => TxnOp::Sync { path: r.read_string()? },
+            TAG_DELETE_CONTAINER => TxnOp::DeleteContainer {
+                path: r.read_string()?,
+            },
+            TAG_SYNC => TxnOp::Sync {
+                path: r.read_string()?,
+            },
             _ => return Err(JuteError::Malformed("txn tag")),
         };
-        Ok(Txn { session_id, xid, time_ms, auth, op })
+        Ok(Txn {
+            session_id,
+            xid,
+            time_ms,
+            auth,
+            op,
+        })
     }
 }
 
@@ -136,13 +157,43 @@ mod tests {
                 session_id: 7,
                 xid: 3,
                 time_ms: 1000,
-                auth: vec![Id { scheme: "digest".into(), id: "u:h".into() }],
-                op: TxnOp::Request { op_code: 1, body: vec![1, 2, 3] },
+                auth: vec![Id {
+                    scheme: "digest".into(),
+                    id: "u:h".into(),
+                }],
+                op: TxnOp::Request {
+                    op_code: 1,
+                    body: vec![1, 2, 3],
+                },
             },
-            Txn { session_id: 7, xid: 0, time_ms: 0, auth: vec![], op: TxnOp::CreateSession { timeout_ms: 4000 } },
-            Txn { session_id: 7, xid: 0, time_ms: 0, auth: vec![], op: TxnOp::CloseSession },
-            Txn { session_id: 0, xid: 0, time_ms: 5, auth: vec![], op: TxnOp::DeleteContainer { path: "/c".into() } },
-            Txn { session_id: 7, xid: 9, time_ms: 5, auth: vec![], op: TxnOp::Sync { path: "/".into() } },
+            Txn {
+                session_id: 7,
+                xid: 0,
+                time_ms: 0,
+                auth: vec![],
+                op: TxnOp::CreateSession { timeout_ms: 4000 },
+            },
+            Txn {
+                session_id: 7,
+                xid: 0,
+                time_ms: 0,
+                auth: vec![],
+                op: TxnOp::CloseSession,
+            },
+            Txn {
+                session_id: 0,
+                xid: 0,
+                time_ms: 5,
+                auth: vec![],
+                op: TxnOp::DeleteContainer { path: "/c".into() },
+            },
+            Txn {
+                session_id: 7,
+                xid: 9,
+                time_ms: 5,
+                auth: vec![],
+                op: TxnOp::Sync { path: "/".into() },
+            },
         ];
         let mut bytes = Vec::new();
         encode_batch(&txns, &mut bytes);

@@ -203,8 +203,8 @@ public class CompatScenario {
         step("create ephemeral sequential", () -> a.create(B + "/eseq-", b("e"), OPEN, CreateMode.EPHEMERAL_SEQUENTIAL));
         step("create child of ephemeral", () -> a.create(B + "/eph/c", b(""), OPEN, CreateMode.PERSISTENT));
         step("create container", () -> a.create(B + "/cont", b(""), OPEN, CreateMode.CONTAINER));
-        step("create TTL", () -> { Stat s = new Stat(); return Arrays.asList(a.create(B + "/ttl", b(""), OPEN, CreateMode.PERSISTENT_WITH_TTL, s, 400), s); });
-        step("create TTL sequential", () -> a.create(B + "/ttlseq-", b(""), OPEN, CreateMode.PERSISTENT_SEQUENTIAL_WITH_TTL, null, 400));
+        step("create TTL", () -> { Stat s = new Stat(); return Arrays.asList(a.create(B + "/ttl", b(""), OPEN, CreateMode.PERSISTENT_WITH_TTL, s, 3000), s); });
+        step("create TTL sequential", () -> a.create(B + "/ttlseq-", b(""), OPEN, CreateMode.PERSISTENT_SEQUENTIAL_WITH_TTL, null, 3000));
         step("create TTL with ttl 0", () -> a.create(B + "/ttl0", b(""), OPEN, CreateMode.PERSISTENT_WITH_TTL, null, 0));
         step("create under missing parent", () -> a.create(B + "/no/such", b(""), OPEN, CreateMode.PERSISTENT));
         step("create invalid path (client-side)", () -> a.create(B + "/bad/", b(""), OPEN, CreateMode.PERSISTENT));
@@ -319,10 +319,10 @@ public class CompatScenario {
         long deadline = System.currentTimeMillis() + 6000;
         while (bz.exists(B + "/cont", false) != null && System.currentTimeMillis() < deadline) Thread.sleep(50);
         record("container removed", bz.exists(B + "/cont", false) == null);
-        deadline = System.currentTimeMillis() + 6000;
+        deadline = System.currentTimeMillis() + 10000;
         while (bz.exists(B + "/ttl", false) != null && System.currentTimeMillis() < deadline) Thread.sleep(50);
         record("ttl removed", bz.exists(B + "/ttl", false) == null);
-        deadline = System.currentTimeMillis() + 6000;
+        deadline = System.currentTimeMillis() + 10000;
         while (!sorted(bz.getChildren(B, false)).stream().noneMatch(c -> c.startsWith("ttlseq-")) && System.currentTimeMillis() < deadline) Thread.sleep(50);
         step("children at end", () -> sorted(bz.getChildren(B, false)));
 

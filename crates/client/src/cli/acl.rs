@@ -72,7 +72,8 @@ mod tests {
         assert_eq!(a, vec![acl("world", "anyone", perms::ALL)]);
         assert!(w.is_empty());
 
-        let (a, w) = parse_acl("digest:user:smGaoVKd/cQkjm7b88GyorAUz20=:rw,auth::crdwa,ip:127.0.0.1:r");
+        let (a, w) =
+            parse_acl("digest:user:smGaoVKd/cQkjm7b88GyorAUz20=:rw,auth::crdwa,ip:127.0.0.1:r");
         assert_eq!(
             a,
             vec![
@@ -96,7 +97,10 @@ mod tests {
 
         let (a, w) = parse_acl("world:anyone");
         assert!(a.is_empty());
-        assert_eq!(w, vec!["world:anyone does not have the form scheme:id:perm"]);
+        assert_eq!(
+            w,
+            vec!["world:anyone does not have the form scheme:id:perm"]
+        );
 
         let (a, w) = parse_acl("world:anyone:xyr");
         assert_eq!(a, vec![acl("world", "anyone", perms::READ)]);
@@ -105,7 +109,10 @@ mod tests {
         let (a, w) = parse_acl("world:anyone:r,,ip:1.2.3.4:w,");
         assert_eq!(
             a,
-            vec![acl("world", "anyone", perms::READ), acl("ip", "1.2.3.4", perms::WRITE)]
+            vec![
+                acl("world", "anyone", perms::READ),
+                acl("ip", "1.2.3.4", perms::WRITE)
+            ]
         );
         assert_eq!(w, vec![" does not have the form scheme:id:perm"]);
 

@@ -118,7 +118,8 @@ pub fn parse_options(tokens: &[String], flags: &str, with_arg: &str) -> Result<O
                 _ => false,
             }
     };
-    let is_negative_number = |t: &str| t.len() > 1 && t.starts_with('-') && t[1..].parse::<f64>().is_ok();
+    let is_negative_number =
+        |t: &str| t.len() > 1 && t.starts_with('-') && t[1..].parse::<f64>().is_ok();
 
     let mut opts = Opts::default();
     let mut awaiting: Option<char> = None;

@@ -304,9 +304,15 @@ mod tests {
     #[test]
     fn error_messages() {
         let nonode = ClientError::Zk(ErrorCode::NoNode);
-        assert_eq!(wrapper_message(&nonode, Some("/a")), "Node does not exist: /a");
+        assert_eq!(
+            wrapper_message(&nonode, Some("/a")),
+            "Node does not exist: /a"
+        );
         let exists = ClientError::Zk(ErrorCode::NodeExists);
-        assert_eq!(wrapper_message(&exists, Some("/a")), "Node already exists: /a");
+        assert_eq!(
+            wrapper_message(&exists, Some("/a")),
+            "Node already exists: /a"
+        );
         let acl = ClientError::Zk(ErrorCode::InvalidAcl);
         assert_eq!(wrapper_message(&acl, None), "Acl is not valid : null");
         assert_eq!(keeper_message(&acl, None), "KeeperErrorCode = InvalidACL");

@@ -389,7 +389,10 @@ impl WatchManager {
         for (path, watches) in &self.paths {
             for id in &watches.ids(Table::Data) {
                 if let Some(session_id) = self.watchers.session_of(id) {
-                    by_session.entry(session_id).or_default().push(path.to_string());
+                    by_session
+                        .entry(session_id)
+                        .or_default()
+                        .push(path.to_string());
                 }
             }
         }

@@ -84,7 +84,7 @@ impl Cleared {
 
 /// One watcher id's modes in both tables (small representation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Entry {
+pub(super) struct Entry {
     id: u32,
     /// Indexed by `Table::index`; at least one is `Some`.
     modes: [Option<Mode>; 2],
@@ -100,7 +100,7 @@ const SLOT_COUNT: usize = Table::ALL.len() * Mode::ALL.len();
 
 /// One bitmap per (table, mode); within a table the bitmaps are disjoint.
 #[derive(Default)]
-struct Bitmaps([RoaringBitmap; SLOT_COUNT]);
+pub(super) struct Bitmaps([RoaringBitmap; SLOT_COUNT]);
 
 impl Bitmaps {
     fn slot(table: Table, mode: Mode) -> usize {
@@ -347,7 +347,8 @@ impl PathWatches {
             PathWatches::Large(bitmaps) => {
                 assert!(bitmaps.entry_count() > SMALL_ENTRIES_DEMOTE_MAX);
                 for table in Table::ALL {
-                    let [standard, persistent, recursive] = Mode::ALL.map(|m| bitmaps.get(table, m));
+                    let [standard, persistent, recursive] =
+                        Mode::ALL.map(|m| bitmaps.get(table, m));
                     assert!(standard.is_disjoint(persistent));
                     assert!(standard.is_disjoint(recursive));
                     assert!(persistent.is_disjoint(recursive));
@@ -366,6 +367,10 @@ fn small_set_mode(entries: &mut Vec<Entry>, table: Table, id: u32, mode: Mode) -
     match entries.binary_search_by_key(&id, |e| e.id) {
         Ok(index) => entries[index].modes[table.index()].replace(mode),
         Err(index) => {
+            if entries.is_empty() {
+                // Most watched paths have one watcher: skip Vec's minimum of 4.
+                entries.reserve_exact(1);
+            }
             let mut modes = [None; 2];
             modes[table.index()] = Some(mode);
             entries.insert(index, Entry { id, modes });
@@ -381,7 +386,10 @@ fn large_set_mode(bitmaps: &mut Bitmaps, table: Table, id: u32, mode: Mode) -> O
     let mut previous = None;
     for other in Mode::ALL {
         if other != mode && bitmaps.get_mut(table, other).remove(id) {
-            assert!(previous.is_none(), "watcher {id} had two modes in {table:?}");
+            assert!(
+                previous.is_none(),
+                "watcher {id} had two modes in {table:?}"
+            );
             previous = Some(other);
         }
     }

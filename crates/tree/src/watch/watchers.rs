@@ -104,8 +104,15 @@ impl Watchers {
 
     pub(super) fn entry_added(&mut self, id: u32) {
         let slot = &mut self.slots[id as usize];
-        assert_eq!(slot.state, SlotState::Live, "entries are only added for live ids");
-        slot.entry_count = slot.entry_count.checked_add(1).expect("entry count overflow");
+        assert_eq!(
+            slot.state,
+            SlotState::Live,
+            "entries are only added for live ids"
+        );
+        slot.entry_count = slot
+            .entry_count
+            .checked_add(1)
+            .expect("entry count overflow");
         self.live_entries += 1;
     }
 
@@ -166,7 +173,10 @@ impl Watchers {
     /// A sweep cleared `cleared_entries` bits, which must be every dead entry:
     /// all dead ids become free.
     pub(super) fn release_swept(&mut self, cleared_entries: u64) {
-        assert_eq!(cleared_entries, self.dead_entries, "sweep missed dead entries");
+        assert_eq!(
+            cleared_entries, self.dead_entries,
+            "sweep missed dead entries"
+        );
         for id in std::mem::take(&mut self.dead_ids) {
             let slot = &mut self.slots[id as usize];
             assert_eq!(slot.state, SlotState::Dead);
@@ -215,7 +225,10 @@ impl Watchers {
         }
         assert_eq!(self.live_entries, live);
         assert_eq!(self.dead_entries, dead);
-        assert!(!self.sweep_due(), "garbage above SWEEP_DEAD_PERCENT after an operation");
+        assert!(
+            !self.sweep_due(),
+            "garbage above SWEEP_DEAD_PERCENT after an operation"
+        );
     }
 
     #[cfg(test)]

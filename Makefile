@@ -1,0 +1,56 @@
+# Keel: build, run, and test against real Apache ZooKeeper 3.8.
+#
+#   make run            build and serve on 127.0.0.1:2181 with data in ./keel-data
+#   make test           everything CI runs (deps, build, cargo tests, Python suites)
+#   make test-compat    differential suites (kazoo/raw, Java client, C client, zkCli.sh) + bad input
+#   make test-crash     kill -9 durability test (KEEL_CRASH_KILLS=N for more kills)
+#   make test-selfcheck the Python suites with ZooKeeper in place of Keel (validates the harness)
+#
+# PYTEST_ARGS="-k watch -x" passes extra arguments to pytest.
+
+SHELL       := /bin/bash
+CARGO       ?= cargo
+VENV        ?= .venv
+PY          := $(VENV)/bin/python
+KEEL        := target/release/keel
+PYTEST      := $(PY) -m pytest
+PYTEST_ARGS ?=
+SUITES      := tests/compat tests/badinput tests/crash
+
+.PHONY: all build run test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test
+
+all: build
+
+build:
+	$(CARGO) build --release -p keel
+
+run: build
+	$(KEEL) server --client-port 2181 --data-dir ./keel-data
+
+test-deps:
+	bash scripts/install-test-deps.sh
+
+cargo-test:
+	$(CARGO) test --workspace --release
+
+clean-test:
+	rm -rf tests/work
+
+test: test-deps build cargo-test clean-test
+	$(PYTEST) $(SUITES) $(PYTEST_ARGS)
+
+test-python: test-deps clean-test
+	$(PYTEST) $(SUITES) $(PYTEST_ARGS)
+
+test-compat: test-deps build clean-test
+	$(PYTEST) tests/compat tests/badinput $(PYTEST_ARGS)
+
+test-badinput: test-deps build clean-test
+	$(PYTEST) tests/badinput $(PYTEST_ARGS)
+
+test-crash: test-deps build clean-test
+	$(PYTEST) tests/crash -s $(PYTEST_ARGS)
+
+# ZooKeeper vs ZooKeeper: needs no Keel binary; every comparison must pass.
+test-selfcheck: test-deps clean-test
+	KEEL_COMPAT_AGAINST=zookeeper $(PYTEST) $(SUITES) $(PYTEST_ARGS)

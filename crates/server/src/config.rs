@@ -1,0 +1,212 @@
+//! Server configuration: TOML keys, each also a command-line flag of
+//! `keel server`; defaults follow ZooKeeper's.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// ZooKeeper's default tickTime.
+pub const DEFAULT_TICK_TIME_MS: u32 = 2_000;
+pub const DEFAULT_CLIENT_PORT: u16 = 2181;
+pub const DEFAULT_SNAPSHOT_EVERY_ENTRIES: u64 = 100_000;
+/// ZooKeeper's container manager runs once a minute by default.
+pub const DEFAULT_CONTAINER_CHECK_INTERVAL_MS: u64 = 60_000;
+/// Shortest and longest tick Keel accepts.
+pub const TICK_TIME_MS_MIN: u32 = 10;
+pub const TICK_TIME_MS_MAX: u32 = 60_000;
+/// Bounds on jute.maxbuffer: at least a handshake, at most 256 MiB.
+pub const JUTE_MAX_BUFFER_MIN: usize = 1024;
+pub const JUTE_MAX_BUFFER_MAX: usize = 256 * 1024 * 1024;
+/// Most client connections the server holds at once (all addresses).
+pub const CLIENT_CONNECTIONS_MAX: usize = 60_000;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub client_address: String,
+    pub client_port: u16,
+    pub data_dir: PathBuf,
+    pub tick_time_ms: u32,
+    /// 0 = ZooKeeper's default, 2 × tick.
+    pub min_session_timeout_ms: u32,
+    /// 0 = ZooKeeper's default, 20 × tick.
+    pub max_session_timeout_ms: u32,
+    /// "super:<base64 sha1>" as ZooKeeper's superDigest property.
+    pub super_digest: Option<String>,
+    /// Enabled four-letter words; ["*"] enables all.
+    pub four_letter_words: Vec<String>,
+    pub container_check_interval_ms: u64,
+    pub snapshot_every_entries: u64,
+    pub jute_max_buffer_bytes: usize,
+    /// 0 = unlimited (ZooKeeper's 60 makes leaky clients hang).
+    pub max_client_connections_per_ip: usize,
+    /// This server's id (1..=255); a cluster gives each node its own.
+    pub server_id: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            client_address: "127.0.0.1".into(),
+            client_port: DEFAULT_CLIENT_PORT,
+            data_dir: PathBuf::from("./keel-data"),
+            tick_time_ms: DEFAULT_TICK_TIME_MS,
+            min_session_timeout_ms: 0,
+            max_session_timeout_ms: 0,
+            super_digest: None,
+            four_letter_words: vec![
+                "srvr".into(),
+                "stat".into(),
+                "ruok".into(),
+                "mntr".into(),
+                "conf".into(),
+                "isro".into(),
+                "envi".into(),
+                "cons".into(),
+                "wchs".into(),
+                "dump".into(),
+            ],
+            container_check_interval_ms: DEFAULT_CONTAINER_CHECK_INTERVAL_MS,
+            snapshot_every_entries: DEFAULT_SNAPSHOT_EVERY_ENTRIES,
+            jute_max_buffer_bytes: keel_jute::frame::DEFAULT_MAX_FRAME_BYTES,
+            max_client_connections_per_ip: 0,
+            server_id: 1,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        source: toml::de::Error,
+    },
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+impl ServerConfig {
+    pub fn from_file(path: &std::path::Path) -> Result<ServerConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.into(),
+            source,
+        })
+    }
+
+    pub fn min_session_timeout(&self) -> u32 {
+        if self.min_session_timeout_ms == 0 {
+            2 * self.tick_time_ms
+        } else {
+            self.min_session_timeout_ms
+        }
+    }
+
+    pub fn max_session_timeout(&self) -> u32 {
+        if self.max_session_timeout_ms == 0 {
+            20 * self.tick_time_ms
+        } else {
+            self.max_session_timeout_ms
+        }
+    }
+
+    /// Rejects values ZooKeeper would reject or Keel cannot honour.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |message: String| Err(ConfigError::Invalid(message));
+        if !(TICK_TIME_MS_MIN..=TICK_TIME_MS_MAX).contains(&self.tick_time_ms) {
+            return invalid(format!(
+                "tick_time_ms {} outside {TICK_TIME_MS_MIN}..={TICK_TIME_MS_MAX}",
+                self.tick_time_ms
+            ));
+        }
+        if self.min_session_timeout() > self.max_session_timeout() {
+            return invalid(format!(
+                "min_session_timeout_ms {} > max_session_timeout_ms {}",
+                self.min_session_timeout(),
+                self.max_session_timeout()
+            ));
+        }
+        if !(JUTE_MAX_BUFFER_MIN..=JUTE_MAX_BUFFER_MAX).contains(&self.jute_max_buffer_bytes) {
+            return invalid(format!(
+                "jute_max_buffer_bytes {} outside {JUTE_MAX_BUFFER_MIN}..={JUTE_MAX_BUFFER_MAX}",
+                self.jute_max_buffer_bytes
+            ));
+        }
+        if self.snapshot_every_entries == 0 {
+            return invalid("snapshot_every_entries must be at least 1".into());
+        }
+        if self.container_check_interval_ms == 0 {
+            return invalid("container_check_interval_ms must be at least 1".into());
+        }
+        if !(1..=255).contains(&self.server_id) {
+            return invalid(format!("server_id {} outside 1..=255", self.server_id));
+        }
+        if let Some(digest) = &self.super_digest {
+            if digest
+                .split_once(':')
+                .is_none_or(|(user, hash)| user.is_empty() || hash.is_empty())
+            {
+                return invalid(format!("super_digest {digest:?} is not user:base64hash"));
+            }
+        }
+        for word in &self.four_letter_words {
+            if word != "*" && !crate::fourlw::COMMANDS.contains(&word.as_str()) {
+                return invalid(format!("four_letter_words: unknown command {word:?}"));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn four_letter_word_enabled(&self, word: &str) -> bool {
+        self.four_letter_words.iter().any(|w| w == "*" || w == word)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_zookeepers_and_valid() {
+        let config = ServerConfig::default();
+        config.validate().unwrap();
+        assert_eq!(
+            (config.min_session_timeout(), config.max_session_timeout()),
+            (4_000, 40_000)
+        );
+    }
+
+    #[test]
+    fn bad_values_are_rejected_with_a_reason() {
+        let config = ServerConfig {
+            tick_time_ms: 0,
+            ..ServerConfig::default()
+        };
+        assert!(config
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("tick_time_ms"));
+        let config = ServerConfig {
+            four_letter_words: vec!["nope".into()],
+            ..ServerConfig::default()
+        };
+        assert!(config.validate().is_err());
+        assert!(
+            toml::from_str::<ServerConfig>("client_prot = 1").is_err(),
+            "unknown keys are errors"
+        );
+        let parsed: ServerConfig =
+            toml::from_str("tick_time_ms = 500\nfour_letter_words = [\"*\"]").unwrap();
+        assert!(parsed.four_letter_word_enabled("dump"));
+    }
+}

@@ -1,0 +1,770 @@
+//! One client connection: handshake, then the request pipeline.
+//!
+//! Ordering rules (ZooKeeper's session FIFO):
+//! - writes go to the log at once and may be many in flight;
+//! - a read waits until every earlier write of the session has been
+//!   applied, and every request after a waiting read waits behind it, so a
+//!   read sees exactly the session's earlier writes and none of its later;
+//! - a watch event reaches the client before any reply that reflects a
+//!   later state: events queued up to a read's zxid are sent before it.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use keel_jute::{
+    frame, opcode, xid, AuthPacket, ConnectRequest, ConnectResponse, ErrorCode, JuteError,
+    KeeperState, Record, ReplyHeader, Request, RequestHeader, Response, WatcherEvent,
+};
+use keel_tree::watch::WatchKind;
+use keel_tree::{Txn, TxnOp};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+use crate::shared::{wall_clock_ms, ConnectionInfo, Outbound, Route, Shared};
+
+/// Requests a connection may have queued or in flight before the server
+/// stops reading its socket (backpressure, not an error).
+pub const PENDING_REQUESTS_MAX: usize = 10_000;
+/// How long a new connection may take to send its first packet.
+pub const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+/// How long session creation may wait for the log.
+pub const SESSION_CREATE_TIMEOUT_MS: u64 = 30_000;
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+
+/// Why a connection ended; logged, never sent.
+type Closed = &'static str;
+
+/// A request not yet answered, in arrival order.
+enum Queued {
+    /// A write sent to the log: its reply comes back through the channel.
+    InFlight { xid: i32 },
+    /// A request that must wait for the writes in flight ahead of it.
+    Waiting {
+        header: RequestHeader,
+        body: Vec<u8>,
+    },
+}
+
+struct Connection {
+    shared: Arc<Shared>,
+    id: u64,
+    peer: SocketAddr,
+    session_id: i64,
+    auth: Vec<keel_jute::Id>,
+    writer: OwnedWriteHalf,
+    inbox: mpsc::UnboundedReceiver<Outbound>,
+    /// Messages taken off the inbox early (while serving a read) but newer
+    /// than that read: handled next, in order.
+    stash: VecDeque<Outbound>,
+    queue: VecDeque<Queued>,
+    in_flight: usize,
+    out: Vec<u8>,
+    closing: Option<Closed>,
+    started: Instant,
+}
+
+/// Serves one accepted socket until it closes. Never panics on input.
+pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
+    let _ = stream.set_nodelay(true);
+    let (mut reader, writer) = stream.into_split();
+    let mut buf = Vec::with_capacity(READ_CHUNK_BYTES);
+    let first = tokio::time::timeout(
+        Duration::from_millis(HANDSHAKE_TIMEOUT_MS),
+        read_first_frame(&mut reader, &mut buf, &shared),
+    )
+    .await;
+    let first = match first {
+        Ok(Ok(First::Frame(total))) => total,
+        Ok(Ok(First::FourLetterWord(word))) => {
+            let answer = crate::fourlw::answer(&shared, &word);
+            let mut writer = writer;
+            let _ = writer.write_all(answer.as_bytes()).await;
+            let _ = writer.shutdown().await;
+            return;
+        }
+        Ok(Err(reason)) => {
+            return tracing::info!(%peer, reason, "connection closed before handshake")
+        }
+        Err(_) => return tracing::info!(%peer, "handshake timed out"),
+    };
+    let (sender, inbox) = mpsc::unbounded_channel();
+    let id = shared
+        .next_connection_id
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut conn = Connection {
+        shared: shared.clone(),
+        id,
+        peer,
+        session_id: 0,
+        auth: vec![keel_jute::Id {
+            scheme: "ip".into(),
+            id: peer.ip().to_string(),
+        }],
+        writer,
+        inbox,
+        stash: VecDeque::new(),
+        queue: VecDeque::new(),
+        in_flight: 0,
+        out: Vec::with_capacity(READ_CHUNK_BYTES),
+        closing: None,
+        started: Instant::now(),
+    };
+    let payload = buf[4..first].to_vec();
+    buf.drain(..first);
+    let reason = match conn.handshake(&payload, sender).await {
+        Ok(()) => conn.run(&mut reader, buf).await,
+        Err(reason) => reason,
+    };
+    conn.finish(reason).await;
+}
+
+enum First {
+    Frame(usize),
+    FourLetterWord(String),
+}
+
+async fn read_first_frame(
+    reader: &mut tokio::net::tcp::OwnedReadHalf,
+    buf: &mut Vec<u8>,
+    shared: &Shared,
+) -> Result<First, Closed> {
+    loop {
+        if buf.len() >= 4 {
+            let word = &buf[..4];
+            if word.iter().all(|b| b.is_ascii_lowercase())
+                && crate::fourlw::COMMANDS.contains(&std::str::from_utf8(word).unwrap_or(""))
+            {
+                return Ok(First::FourLetterWord(
+                    String::from_utf8_lossy(word).into_owned(),
+                ));
+            }
+            match frame::check_frame(buf, shared.config.jute_max_buffer_bytes) {
+                Ok(Some(total)) => return Ok(First::Frame(total)),
+                Ok(None) => {}
+                Err(_) => return Err("first packet length out of bounds"),
+            }
+        }
+        if reader.read_buf(buf).await.map_err(|_| "read error")? == 0 {
+            return Err("closed by client");
+        }
+    }
+}
+
+impl Connection {
+    async fn handshake(
+        &mut self,
+        payload: &[u8],
+        sender: mpsc::UnboundedSender<Outbound>,
+    ) -> Result<(), Closed> {
+        let request =
+            ConnectRequest::from_bytes(payload).map_err(|_| "malformed ConnectRequest")?;
+        let shared = self.shared.clone();
+        let config = &shared.config;
+        let last_zxid = shared.tree.read().last_zxid();
+        if request.last_zxid_seen > last_zxid {
+            // ZooKeeper refuses a client that has seen a newer state than ours.
+            tracing::info!(peer = %self.peer, seen = request.last_zxid_seen, ours = last_zxid, "client is ahead of this server");
+            return Err("client has seen a newer zxid");
+        }
+        let timeout_ms = keel_session::negotiate_timeout_ms(
+            request.time_out,
+            config.min_session_timeout(),
+            config.max_session_timeout(),
+        );
+        let valid = if request.session_id == 0 {
+            self.create_session(timeout_ms, sender).await?
+        } else {
+            self.resume_session(&request, sender)
+        };
+        let response = ConnectResponse {
+            protocol_version: 0,
+            time_out: if valid { timeout_ms as i32 } else { 0 },
+            session_id: if valid { self.session_id } else { 0 },
+            passwd: if valid {
+                keel_session::session_password(self.session_id, crate::shared::SESSION_SECRET)
+                    .to_vec()
+            } else {
+                vec![0; 16]
+            },
+            read_only: false,
+        };
+        let mut body = response.to_bytes();
+        if request.read_only.is_none() {
+            body.pop(); // old clients neither send nor expect the readOnly byte
+        }
+        frame::write_frame(&mut self.out, |out| out.extend_from_slice(&body));
+        if !valid {
+            return Err("session expired or password mismatch");
+        }
+        self.shared.connections.lock().insert(
+            self.id,
+            ConnectionInfo {
+                peer: self.peer,
+                session_id: self.session_id,
+                timeout_ms,
+                received: 1,
+                sent: 0,
+                last_zxid: last_zxid,
+            },
+        );
+        self.flush().await
+    }
+
+    async fn create_session(
+        &mut self,
+        timeout_ms: u32,
+        sender: mpsc::UnboundedSender<Outbound>,
+    ) -> Result<bool, Closed> {
+        let shared = self.shared.clone();
+        self.session_id = shared
+            .next_session_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        shared.routes.lock().insert(
+            self.session_id,
+            Route {
+                connection_id: self.id,
+                sender,
+            },
+        );
+        let txn = Txn {
+            session_id: self.session_id,
+            xid: 0,
+            time_ms: wall_clock_ms(),
+            auth: Vec::new(),
+            op: TxnOp::CreateSession { timeout_ms },
+        };
+        if !shared.raft().propose(txn) {
+            return Err("cannot propose session creation");
+        }
+        let wait = tokio::time::timeout(
+            Duration::from_millis(SESSION_CREATE_TIMEOUT_MS),
+            self.inbox.recv(),
+        )
+        .await;
+        match wait {
+            Ok(Some(Outbound::Reply {
+                op_code: opcode::CREATE_SESSION,
+                result: Ok(_),
+                ..
+            })) => Ok(true),
+            Ok(Some(Outbound::Close { reason })) => Err(reason),
+            Ok(_) => Err("unexpected message during session creation"),
+            Err(_) => Err("session creation timed out"),
+        }
+    }
+
+    /// Resumes a session on this connection if it lives and the password
+    /// matches; the previous connection of the session is closed.
+    fn resume_session(
+        &mut self,
+        request: &ConnectRequest,
+        sender: mpsc::UnboundedSender<Outbound>,
+    ) -> bool {
+        let shared = self.shared.clone();
+        let session_id = request.session_id;
+        let password = keel_session::session_password(session_id, crate::shared::SESSION_SECRET);
+        if request.passwd != password || shared.tree.read().session_timeout_ms(session_id).is_none()
+        {
+            return false;
+        }
+        let now_ms = shared.now_ms();
+        if !shared.sessions.lock().touch(session_id, now_ms) {
+            return false;
+        }
+        self.session_id = session_id;
+        let mut watches = shared.watches.lock();
+        let mut routes = shared.routes.lock();
+        // The client re-registers its watches with setWatches right after.
+        watches.remove_session(session_id);
+        if let Some(old) = routes.insert(
+            session_id,
+            Route {
+                connection_id: self.id,
+                sender,
+            },
+        ) {
+            let _ = old.sender.send(Outbound::Close {
+                reason: "session moved to another connection",
+            });
+        }
+        true
+    }
+
+    async fn run(
+        &mut self,
+        reader: &mut tokio::net::tcp::OwnedReadHalf,
+        mut buf: Vec<u8>,
+    ) -> Closed {
+        loop {
+            if let Err(reason) = self.take_frames(&mut buf) {
+                return reason;
+            }
+            if let Err(reason) = self.flush().await {
+                return reason;
+            }
+            if let Some(reason) = self.closing {
+                return reason;
+            }
+            let accepting = self.queue.len() < PENDING_REQUESTS_MAX;
+            if let Some(message) = self.stash.pop_front() {
+                self.on_outbound(message);
+                continue;
+            }
+            tokio::select! {
+                read = reader.read_buf(&mut buf), if accepting => match read {
+                    Ok(0) => return "closed by client",
+                    Ok(_) => {}
+                    Err(_) => return "read error",
+                },
+                message = self.inbox.recv() => match message {
+                    Some(message) => self.on_outbound(message),
+                    None => return "server shutting down",
+                },
+            }
+        }
+    }
+
+    /// Handles every complete frame in `buf`.
+    fn take_frames(&mut self, buf: &mut Vec<u8>) -> Result<(), Closed> {
+        let mut consumed = 0;
+        while self.closing.is_none() && self.queue.len() < PENDING_REQUESTS_MAX {
+            let total = match frame::check_frame(
+                &buf[consumed..],
+                self.shared.config.jute_max_buffer_bytes,
+            ) {
+                Ok(Some(total)) => total,
+                Ok(None) => break,
+                Err(error) => {
+                    tracing::warn!(peer = %self.peer, session = format_args!("{:#x}", self.session_id), %error, "closing connection: bad frame length");
+                    return Err("frame length out of bounds");
+                }
+            };
+            let payload = buf[consumed + 4..consumed + total].to_vec();
+            consumed += total;
+            self.on_frame(payload)?;
+        }
+        buf.drain(..consumed);
+        Ok(())
+    }
+
+    fn on_frame(&mut self, payload: Vec<u8>) -> Result<(), Closed> {
+        let header = RequestHeader::from_bytes(&payload[..payload.len().min(8)])
+            .map_err(|_| "truncated request header")?;
+        self.shared
+            .stats
+            .packets_received
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let now_ms = self.shared.now_ms();
+        self.shared.sessions.lock().touch(self.session_id, now_ms);
+        let body = payload[8..].to_vec();
+        // queue = InFlight* Waiting*: the first in_flight entries fly.
+        let waiting = self.queue.len() > self.in_flight;
+        if waiting || (self.in_flight > 0 && !pipelinable(header.op_type, &body)) {
+            self.queue.push_back(Queued::Waiting { header, body });
+            return Ok(());
+        }
+        self.execute(header, body)
+    }
+
+    /// Runs a request whose turn has come: writes go to the log, the rest
+    /// is answered now.
+    fn execute(&mut self, header: RequestHeader, body: Vec<u8>) -> Result<(), Closed> {
+        if header.op_type == opcode::PING {
+            let zxid = self.shared.tree.read().last_zxid();
+            self.reply(xid::PING, zxid, Ok(Response::Empty));
+            return Ok(());
+        }
+        if header.op_type == opcode::AUTH {
+            return self.authenticate(header.xid, &body);
+        }
+        let request = match Request::decode(header.op_type, &body) {
+            Ok(request) => request,
+            Err(JuteError::UnknownOpCode(op)) => {
+                tracing::warn!(peer = %self.peer, op, "unknown opcode: answering Unimplemented and closing");
+                self.reply(header.xid, self.last_zxid(), Err(ErrorCode::Unimplemented));
+                self.closing = Some("unknown opcode");
+                return Ok(());
+            }
+            Err(error) => {
+                tracing::info!(peer = %self.peer, op = header.op_type, %error, "malformed request body");
+                self.reply(
+                    header.xid,
+                    self.last_zxid(),
+                    Err(ErrorCode::MarshallingError),
+                );
+                return Ok(());
+            }
+        };
+        if is_write_op(header.op_type) {
+            return self.propose(header, body, request);
+        }
+        self.read(header.xid, request);
+        Ok(())
+    }
+
+    fn propose(
+        &mut self,
+        header: RequestHeader,
+        body: Vec<u8>,
+        request: Request,
+    ) -> Result<(), Closed> {
+        let op = match request {
+            Request::CloseSession => TxnOp::CloseSession,
+            Request::Sync(sync) => TxnOp::Sync { path: sync.path },
+            _ => TxnOp::Request {
+                op_code: header.op_type,
+                body,
+            },
+        };
+        let txn = Txn {
+            session_id: self.session_id,
+            xid: header.xid,
+            time_ms: wall_clock_ms(),
+            auth: self.auth.clone(),
+            op,
+        };
+        if !self.shared.raft().propose(txn) {
+            return Err("proposal queue full or raft stopped");
+        }
+        self.queue
+            .insert(self.in_flight, Queued::InFlight { xid: header.xid });
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    fn read(&mut self, request_xid: i32, request: Request) {
+        let shared = self.shared.clone();
+        let (result, zxid) = match &request {
+            Request::SetWatches(w) => (
+                self.set_watches(
+                    w.relative_zxid,
+                    &w.data_watches,
+                    &w.exist_watches,
+                    &w.child_watches,
+                    &[],
+                    &[],
+                ),
+                None,
+            ),
+            Request::SetWatches2(w) => (
+                self.set_watches(
+                    w.relative_zxid,
+                    &w.data_watches,
+                    &w.exist_watches,
+                    &w.child_watches,
+                    &w.persistent_watches,
+                    &w.persistent_recursive_watches,
+                ),
+                None,
+            ),
+            Request::AddWatch(add) => {
+                let kind = if add.mode == 1 {
+                    WatchKind::PersistentRecursive
+                } else {
+                    WatchKind::Persistent
+                };
+                shared.watches.lock().add(&add.path, self.session_id, kind);
+                (Ok(Response::ErrorResponse(0)), None)
+            }
+            Request::RemoveWatches(r) => (self.remove_watch(&r.path, r.watcher_type, true), None),
+            Request::CheckWatches(r) => (self.remove_watch(&r.path, r.watcher_type, false), None),
+            Request::WhoAmI => (
+                Ok(Response::WhoAmI(crate::fourlw::client_infos(&self.auth))),
+                None,
+            ),
+            Request::Reconfig(_) => (Err(ErrorCode::ReconfigDisabled), None),
+            Request::Sasl(_) => (Err(ErrorCode::Unimplemented), None),
+            _ => {
+                let tree = shared.tree.read();
+                match tree.read(&request, self.session_id, &self.auth) {
+                    Some(outcome) => {
+                        if !outcome.watches.is_empty() {
+                            let mut watches = shared.watches.lock();
+                            for (path, kind) in &outcome.watches {
+                                watches.add(path, self.session_id, *kind);
+                            }
+                        }
+                        (outcome.result, Some(tree.last_zxid()))
+                    }
+                    None => (Err(ErrorCode::Unimplemented), Some(tree.last_zxid())),
+                }
+            }
+        };
+        let zxid = zxid.unwrap_or_else(|| self.last_zxid());
+        self.send_events_up_to(zxid);
+        self.reply(request_xid, zxid, result);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn set_watches(
+        &mut self,
+        relative_zxid: i64,
+        data: &[String],
+        exist: &[String],
+        child: &[String],
+        persistent: &[String],
+        recursive: &[String],
+    ) -> Result<Response, ErrorCode> {
+        let shared = self.shared.clone();
+        let tree = shared.tree.read();
+        let (fired, watches) = tree.missed_events(relative_zxid, data, exist, child);
+        let mut manager = shared.watches.lock();
+        for (path, kind) in watches {
+            manager.add(&path, self.session_id, kind);
+        }
+        for path in persistent {
+            manager.add(path, self.session_id, WatchKind::Persistent);
+        }
+        for path in recursive {
+            manager.add(path, self.session_id, WatchKind::PersistentRecursive);
+        }
+        drop(manager);
+        let zxid = tree.last_zxid();
+        drop(tree);
+        self.send_events_up_to(zxid);
+        for (path, event_type) in fired {
+            self.event(WatcherEvent {
+                event_type: event_type.code(),
+                state: KeeperState::SyncConnected.code(),
+                path,
+            });
+        }
+        Ok(Response::Empty)
+    }
+
+    fn remove_watch(
+        &mut self,
+        path: &str,
+        watcher_type: i32,
+        remove: bool,
+    ) -> Result<Response, ErrorCode> {
+        if !(1..=5).contains(&watcher_type) {
+            return Err(ErrorCode::BadArguments);
+        }
+        let mut watches = self.shared.watches.lock();
+        let found = if remove {
+            watches.remove(path, self.session_id, watcher_type)
+        } else {
+            watches.contains(path, self.session_id, watcher_type)
+        };
+        if found {
+            Ok(Response::Empty)
+        } else {
+            Err(ErrorCode::NoWatcher)
+        }
+    }
+
+    /// addauth: a failure answers AuthFailed and closes, as ZooKeeper does.
+    fn authenticate(&mut self, request_xid: i32, body: &[u8]) -> Result<(), Closed> {
+        let zxid = self.last_zxid();
+        let packet = match AuthPacket::from_bytes(body) {
+            Ok(packet) => packet,
+            Err(_) => {
+                self.reply(request_xid, zxid, Err(ErrorCode::MarshallingError));
+                return Ok(());
+            }
+        };
+        match keel_tree::acl::authenticate(
+            &packet.scheme,
+            &packet.auth,
+            self.shared.config.super_digest.as_deref(),
+        ) {
+            Ok(ids) => {
+                for id in ids {
+                    if !self.auth.contains(&id) && self.auth.len() < keel_tree::txn::AUTH_IDS_MAX {
+                        self.auth.push(id);
+                    }
+                }
+                self.reply(xid::AUTH, zxid, Ok(Response::Empty));
+            }
+            Err(code) => {
+                tracing::info!(peer = %self.peer, scheme = packet.scheme, "authentication failed; closing");
+                self.reply(xid::AUTH, zxid, Err(code));
+                self.closing = Some("authentication failed");
+            }
+        }
+        Ok(())
+    }
+
+    fn on_outbound(&mut self, message: Outbound) {
+        match message {
+            Outbound::Event { event, .. } => self.event(event),
+            Outbound::Close { reason } => self.closing = Some(reason),
+            Outbound::Reply {
+                xid: reply_xid,
+                zxid,
+                op_code,
+                result,
+            } => {
+                match self.queue.pop_front() {
+                    Some(Queued::InFlight { xid: expected }) if expected == reply_xid => {}
+                    _ => {
+                        tracing::error!(peer = %self.peer, reply_xid, "reply out of order; closing connection");
+                        self.closing = Some("internal: reply out of order");
+                        return;
+                    }
+                }
+                self.in_flight -= 1;
+                self.reply(reply_xid, zxid, result);
+                if op_code == opcode::CLOSE_SESSION {
+                    self.closing = Some("session closed by client");
+                    return;
+                }
+                self.run_waiting();
+            }
+        }
+    }
+
+    /// Starts queued requests whose turn came after a write finished:
+    /// anything once nothing flies, further writes while writes fly.
+    fn run_waiting(&mut self) {
+        while self.closing.is_none() {
+            let Some(Queued::Waiting { header, body }) = self.queue.get(self.in_flight) else {
+                return;
+            };
+            if self.in_flight > 0 && !pipelinable(header.op_type, body) {
+                return;
+            }
+            let Some(Queued::Waiting { header, body }) = self.queue.remove(self.in_flight) else {
+                unreachable!("checked above")
+            };
+            if let Err(reason) = self.execute(header, body) {
+                self.closing = Some(reason);
+            }
+        }
+    }
+
+    /// Sends events already queued for this session up to `zxid`, keeping
+    /// newer messages for later, in order.
+    fn send_events_up_to(&mut self, zxid: i64) {
+        while let Ok(message) = self.inbox.try_recv() {
+            self.stash.push_back(message);
+        }
+        while let Some(front) = self.stash.front() {
+            match front {
+                Outbound::Event {
+                    zxid: event_zxid, ..
+                } if *event_zxid <= zxid => {
+                    if let Some(Outbound::Event { event, .. }) = self.stash.pop_front() {
+                        self.event(event);
+                    }
+                }
+                _ => break,
+            }
+        }
+    }
+
+    fn event(&mut self, event: WatcherEvent) {
+        let header = ReplyHeader {
+            xid: xid::NOTIFICATION,
+            zxid: -1,
+            err: 0,
+        };
+        frame::write_frame(&mut self.out, |out| {
+            header.write(out);
+            event.write(out);
+        });
+        self.count_sent();
+    }
+
+    fn reply(&mut self, reply_xid: i32, zxid: i64, result: Result<Response, ErrorCode>) {
+        let (err, response) = match result {
+            Ok(response) => (0, Some(response)),
+            Err(code) => (code.code(), None),
+        };
+        let header = ReplyHeader {
+            xid: reply_xid,
+            zxid,
+            err,
+        };
+        frame::write_frame(&mut self.out, |out| {
+            header.write(out);
+            if let Some(response) = response {
+                response.encode(out);
+            }
+        });
+        self.count_sent();
+        if let Some(info) = self.shared.connections.lock().get_mut(&self.id) {
+            info.received += 1;
+            info.last_zxid = zxid;
+        }
+        self.shared
+            .stats
+            .record_latency_us(self.started.elapsed().as_micros() as u64 % 1_000_000);
+        self.started = Instant::now();
+    }
+
+    fn count_sent(&mut self) {
+        self.shared
+            .stats
+            .packets_sent
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(info) = self.shared.connections.lock().get_mut(&self.id) {
+            info.sent += 1;
+        }
+    }
+
+    fn last_zxid(&self) -> i64 {
+        self.shared.tree.read().last_zxid()
+    }
+
+    async fn flush(&mut self) -> Result<(), Closed> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        let result = self.writer.write_all(&self.out).await;
+        self.out.clear();
+        result.map_err(|_| "write error")
+    }
+
+    async fn finish(mut self, reason: Closed) {
+        let _ = self.flush().await;
+        let _ = self.writer.shutdown().await;
+        tracing::debug!(peer = %self.peer, session = format_args!("{:#x}", self.session_id), reason, "connection closed");
+        let shared = self.shared.clone();
+        shared.connections.lock().remove(&self.id);
+        if self.session_id == 0 {
+            return;
+        }
+        let mut watches = shared.watches.lock();
+        let mut routes = shared.routes.lock();
+        if routes
+            .get(&self.session_id)
+            .is_some_and(|route| route.connection_id == self.id)
+        {
+            // ZooKeeper drops a connection's watches with the connection;
+            // the client re-registers them after it reconnects.
+            routes.remove(&self.session_id);
+            watches.remove_session(self.session_id);
+        }
+    }
+}
+
+/// A write that may join the writes in flight: it must decode, or its
+/// error reply would overtake their replies.
+fn pipelinable(op: i32, body: &[u8]) -> bool {
+    is_write_op(op) && Request::decode(op, body).is_ok()
+}
+
+/// Requests that go through the log (in session order with the rest).
+fn is_write_op(op: i32) -> bool {
+    matches!(
+        op,
+        opcode::CREATE
+            | opcode::CREATE2
+            | opcode::CREATE_CONTAINER
+            | opcode::CREATE_TTL
+            | opcode::DELETE
+            | opcode::DELETE_CONTAINER
+            | opcode::SET_DATA
+            | opcode::SET_ACL
+            | opcode::CHECK
+            | opcode::MULTI
+            | opcode::SYNC
+            | opcode::CLOSE_SESSION
+    )
+}

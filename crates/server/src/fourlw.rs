@@ -1,0 +1,323 @@
+//! Four-letter words on the client port, in ZooKeeper 3.8's text formats
+//! (monitoring tools and client test harnesses parse them).
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+use keel_jute::{ClientInfo, Id};
+
+use crate::shared::Shared;
+
+/// Every word Keel knows (FourLetterCommands.java's set).
+pub const COMMANDS: [&str; 17] = [
+    "ruok", "srvr", "stat", "mntr", "conf", "cons", "envi", "wchs", "wchc", "wchp", "dirs", "dump",
+    "crst", "srst", "isro", "gtmk", "stmk",
+];
+/// The ZooKeeper version Keel reports: kazoo and the Go harness parse it.
+pub const ZOOKEEPER_VERSION: &str = "3.8.0-keel-0.1.0";
+const BUILT_ON: &str = "11/22/2026 00:00 GMT";
+
+pub fn answer(shared: &Shared, word: &str) -> String {
+    if !shared.config.four_letter_word_enabled(word) {
+        return format!("{word} is not executed because it is not in the whitelist.\n");
+    }
+    match word {
+        "ruok" => "imok".into(),
+        "isro" => "rw".into(),
+        "srvr" => srvr(shared, false),
+        "stat" => srvr(shared, true),
+        "mntr" => mntr(shared),
+        "conf" => conf(shared),
+        "cons" => cons(shared) + "\n",
+        "envi" => envi(shared),
+        "wchs" => wchs(shared),
+        "wchc" => wchc(shared),
+        "wchp" => wchp(shared),
+        "dump" => dump(shared),
+        "dirs" => dirs(shared),
+        "srst" => {
+            shared.stats.reset();
+            "Server stats reset.\n".into()
+        }
+        "crst" => {
+            shared.stats.reset();
+            "Connection stats reset.\n".into()
+        }
+        "gtmk" => "0\n".into(),
+        "stmk" => "0\n".into(),
+        _ => format!("{word} is not executed because it is not in the whitelist.\n"),
+    }
+}
+
+fn mode() -> &'static str {
+    "standalone"
+}
+
+fn latency(shared: &Shared) -> (f64, u64, u64) {
+    let count = shared.stats.latency_count.load(Ordering::Relaxed);
+    let total = shared.stats.latency_total_us.load(Ordering::Relaxed);
+    let avg_ms = if count == 0 {
+        0.0
+    } else {
+        total as f64 / count as f64 / 1000.0
+    };
+    (
+        avg_ms,
+        shared.stats.latency_min_us.load(Ordering::Relaxed) / 1000,
+        shared.stats.latency_max_us.load(Ordering::Relaxed) / 1000,
+    )
+}
+
+fn srvr(shared: &Shared, with_clients: bool) -> String {
+    let (avg, min, max) = latency(shared);
+    let (zxid, nodes) = {
+        let tree = shared.tree.read();
+        (tree.last_zxid(), tree.node_count())
+    };
+    let mut text = format!("Zookeeper version: {ZOOKEEPER_VERSION}, built on {BUILT_ON}\n");
+    if with_clients {
+        text.push_str("Clients:\n");
+        text.push_str(&cons(shared));
+        text.push('\n');
+    }
+    let _ = write!(
+        text,
+        "Latency min/avg/max: {min}/{avg:.4}/{max}\nReceived: {}\nSent: {}\nConnections: {}\nOutstanding: 0\nZxid: 0x{zxid:x}\nMode: {}\nNode count: {nodes}\n",
+        shared.stats.packets_received.load(Ordering::Relaxed),
+        shared.stats.packets_sent.load(Ordering::Relaxed),
+        shared.connections.lock().len(),
+        mode(),
+    );
+    text
+}
+
+fn cons(shared: &Shared) -> String {
+    let mut text = String::new();
+    let mut connections: Vec<_> = shared.connections.lock().values().cloned().collect();
+    connections.sort_by_key(|c| c.session_id);
+    for c in connections {
+        let _ = writeln!(
+            text,
+            " /{}[1](queued=0,recved={},sent={},sid=0x{:x},lop=NA,est=0,to={},lzxid=0x{:x})",
+            c.peer, c.received, c.sent, c.session_id, c.timeout_ms, c.last_zxid
+        );
+    }
+    text
+}
+
+fn mntr(shared: &Shared) -> String {
+    let (avg, min, max) = latency(shared);
+    let (nodes, ephemerals, data_size) = {
+        let tree = shared.tree.read();
+        (
+            tree.node_count(),
+            tree.ephemeral_count(),
+            tree.approximate_data_size(),
+        )
+    };
+    let watches = shared.watches.lock().watch_count();
+    let status = &shared.raft().status;
+    let lines: Vec<(&str, String)> = vec![
+        (
+            "zk_version",
+            format!("{ZOOKEEPER_VERSION}, built on {BUILT_ON}"),
+        ),
+        ("zk_server_state", mode().into()),
+        ("zk_avg_latency", format!("{avg:.4}")),
+        ("zk_max_latency", max.to_string()),
+        ("zk_min_latency", min.to_string()),
+        (
+            "zk_packets_received",
+            shared
+                .stats
+                .packets_received
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
+        (
+            "zk_packets_sent",
+            shared
+                .stats
+                .packets_sent
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
+        (
+            "zk_num_alive_connections",
+            shared.connections.lock().len().to_string(),
+        ),
+        ("zk_outstanding_requests", "0".into()),
+        ("zk_znode_count", nodes.to_string()),
+        ("zk_watch_count", watches.to_string()),
+        ("zk_ephemerals_count", ephemerals.to_string()),
+        ("zk_approximate_data_size", data_size.to_string()),
+        ("zk_open_file_descriptor_count", open_fds().to_string()),
+        ("zk_max_file_descriptor_count", "1048576".into()),
+        (
+            "zk_global_sessions",
+            shared.sessions.lock().len().to_string(),
+        ),
+        ("zk_local_sessions", "0".into()),
+        (
+            "keel_raft_term",
+            status.term.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "keel_raft_commit_index",
+            status.commit_index.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "keel_raft_applied_index",
+            status.applied_index.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "keel_raft_fsyncs",
+            status.fsyncs.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "keel_raft_proposals",
+            status.proposals.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "keel_raft_batches",
+            status.batches.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "keel_snapshots_taken",
+            status.snapshots_taken.load(Ordering::Relaxed).to_string(),
+        ),
+    ];
+    lines
+        .into_iter()
+        .map(|(key, value)| format!("{key}\t{value}\n"))
+        .collect()
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|dir| dir.count())
+        .unwrap_or(0)
+}
+
+fn conf(shared: &Shared) -> String {
+    let c = &shared.config;
+    format!(
+        "clientPort={}\nclientPortAddress={}\ndataDir={}\ndataLogDir={}\ntickTime={}\nmaxClientCnxns={}\nminSessionTimeout={}\nmaxSessionTimeout={}\nserverId={}\nsnapCount={}\njute.maxbuffer={}\n",
+        c.client_port,
+        c.client_address,
+        c.data_dir.display(),
+        c.data_dir.join("raft").display(),
+        c.tick_time_ms,
+        c.max_client_connections_per_ip,
+        c.min_session_timeout(),
+        c.max_session_timeout(),
+        c.server_id,
+        c.snapshot_every_entries,
+        c.jute_max_buffer_bytes
+    )
+}
+
+fn envi(shared: &Shared) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    format!(
+        "Environment:\nzookeeper.version={ZOOKEEPER_VERSION}, built on {BUILT_ON}\nhost.name={}\nkeel.version={}\nos.name={}\nos.arch={}\nuser.dir={}\n",
+        host.trim(),
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::OS,
+        std::env::consts::ARCH,
+        shared.config.data_dir.display()
+    )
+}
+
+fn wchs(shared: &Shared) -> String {
+    let watches = shared.watches.lock();
+    format!(
+        "{} connections watching {} paths\nTotal watches:{}\n",
+        watches.session_count(),
+        watches.path_count(),
+        watches.watch_count()
+    )
+}
+
+fn wchc(shared: &Shared) -> String {
+    let mut text = String::new();
+    for (session_id, paths) in shared.watches.lock().paths_by_session() {
+        let _ = writeln!(text, "0x{session_id:x}");
+        for path in paths {
+            let _ = writeln!(text, "\t{path}");
+        }
+    }
+    text
+}
+
+fn wchp(shared: &Shared) -> String {
+    let mut text = String::new();
+    for (path, sessions) in shared.watches.lock().sessions_by_path() {
+        let _ = writeln!(text, "{path}");
+        for session_id in sessions {
+            let _ = writeln!(text, "\t0x{session_id:x}");
+        }
+    }
+    text
+}
+
+fn dump(shared: &Shared) -> String {
+    let tree = shared.tree.read();
+    let sessions = tree.sessions();
+    let mut text = format!(
+        "SessionTracker dump:\nGlobal Sessions({}):\n",
+        sessions.len()
+    );
+    for (session_id, timeout_ms) in &sessions {
+        let _ = writeln!(text, "0x{session_id:x}\t{timeout_ms}ms");
+    }
+    let with_ephemerals: Vec<_> = sessions
+        .iter()
+        .filter(|(id, _)| !tree.ephemerals_of(*id).is_empty())
+        .collect();
+    let _ = writeln!(
+        text,
+        "ephemeral nodes dump:\nSessions with Ephemerals ({}):",
+        with_ephemerals.len()
+    );
+    for (session_id, _) in with_ephemerals {
+        let _ = writeln!(text, "0x{session_id:x}:");
+        for path in tree.ephemerals_of(*session_id) {
+            let _ = writeln!(text, "\t{path}");
+        }
+    }
+    text
+}
+
+fn dirs(shared: &Shared) -> String {
+    let size = |dir: std::path::PathBuf| -> u64 {
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.metadata().ok())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0)
+    };
+    format!(
+        "datadir_size: {}\nlogdir_size: {}\n",
+        size(shared.config.data_dir.join("snapshots")),
+        size(shared.config.data_dir.join("raft"))
+    )
+}
+
+/// whoAmI: ZooKeeper's AuthUtil.getClientInfos (digest user = before ':').
+pub fn client_infos(auth: &[Id]) -> Vec<ClientInfo> {
+    auth.iter()
+        .map(|id| {
+            let user = match id.scheme.as_str() {
+                "digest" => id.id.split(':').next().unwrap_or("").to_string(),
+                _ => id.id.clone(),
+            };
+            ClientInfo {
+                auth_scheme: id.scheme.clone(),
+                user,
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,121 @@
+//! The apply step: committed transactions change the tree, fire watches
+//! and route results, all while the tree's write lock is held, so a read
+//! that follows sees both the change and every event it fired queued
+//! ahead of its reply.
+
+use std::sync::Arc;
+
+use keel_consensus::StateMachine;
+use keel_jute::{opcode, ErrorCode, KeeperState, WatcherEvent};
+use keel_tree::{Applied, DataTree, Txn, TxnOp};
+
+use crate::shared::{Outbound, Shared, INTERNAL_XID};
+
+pub struct Machine {
+    pub shared: Arc<Shared>,
+}
+
+impl StateMachine for Machine {
+    fn apply(&mut self, index: u64, term: u64, txns: Vec<Txn>) {
+        let shared = &self.shared;
+        let mut tree = shared.tree.write();
+        for txn in &txns {
+            let applied = tree.apply(term, txn);
+            self.deliver(txn, &applied);
+        }
+        tree.set_applied(index, term);
+    }
+
+    fn skip(&mut self, index: u64, term: u64) {
+        self.shared.tree.write().set_applied(index, term);
+    }
+
+    fn freeze(&self) -> DataTree {
+        self.shared.tree.read().clone()
+    }
+
+    fn dropped(&mut self, txns: Vec<Txn>) {
+        for txn in txns {
+            self.shared.send_to(
+                txn.session_id,
+                Outbound::Close {
+                    reason: "not the leader: proposal dropped",
+                },
+            );
+        }
+    }
+
+    fn role_changed(&mut self, leader: bool) {
+        if leader {
+            // A new leader must not expire sessions for the election's
+            // sake: every session gets a fresh deadline.
+            let now_ms = self.shared.now_ms();
+            self.shared.sessions.lock().renew_all(now_ms);
+        }
+    }
+}
+
+impl Machine {
+    /// Events first, then the reply: ZooKeeper sends a watch notification
+    /// before the response of the request that fired it.
+    fn deliver(&self, txn: &Txn, applied: &Applied) {
+        let shared = &self.shared;
+        let mut watches = shared.watches.lock();
+        let mut routes = shared.routes.lock();
+        for event in &applied.events {
+            for session_id in watches.trigger(&event.path, event.event_type.code()) {
+                if let Some(route) = routes.get(&session_id) {
+                    let event = WatcherEvent {
+                        event_type: event.event_type.code(),
+                        state: KeeperState::SyncConnected.code(),
+                        path: event.path.clone(),
+                    };
+                    let _ = route.sender.send(Outbound::Event {
+                        zxid: applied.zxid,
+                        event,
+                    });
+                }
+            }
+        }
+        if let Some((session_id, timeout_ms)) = applied.session_created {
+            let mut sessions = shared.sessions.lock();
+            if !sessions.contains(session_id) {
+                sessions.add(session_id, timeout_ms, shared.now_ms());
+            }
+        }
+        if txn.xid != INTERNAL_XID {
+            if let Some(route) = routes.get(&txn.session_id) {
+                let op_code = op_code_of(&txn.op);
+                let _ = route.sender.send(Outbound::Reply {
+                    xid: txn.xid,
+                    zxid: applied.zxid,
+                    op_code,
+                    result: applied.result.clone(),
+                });
+            }
+        }
+        if let Some(session_id) = applied.session_closed {
+            shared.sessions.lock().remove(session_id);
+            watches.remove_session(session_id);
+            if let Some(route) = routes.remove(&session_id) {
+                let _ = route.sender.send(Outbound::Close {
+                    reason: "session closed",
+                });
+            }
+        } else if matches!(txn.op, TxnOp::CloseSession)
+            && applied.result == Err(ErrorCode::SessionExpired)
+        {
+            routes.remove(&txn.session_id);
+        }
+    }
+}
+
+fn op_code_of(op: &TxnOp) -> i32 {
+    match op {
+        TxnOp::Request { op_code, .. } => *op_code,
+        TxnOp::CreateSession { .. } => opcode::CREATE_SESSION,
+        TxnOp::CloseSession => opcode::CLOSE_SESSION,
+        TxnOp::DeleteContainer { .. } => opcode::DELETE_CONTAINER,
+        TxnOp::Sync { .. } => opcode::SYNC,
+    }
+}

@@ -1,0 +1,385 @@
+"""Raw-socket abuse: each probe runs against Apache ZooKeeper and against
+Keel; the observable outcome (bytes answered, error codes, whether the server
+closed the connection) must be the same, and the server must still serve a
+fresh kazoo client afterwards.
+
+What ZooKeeper 3.8 does (recorded by these probes):
+  * frame length > jute.maxbuffer (1048575) or < 0, after the handshake or as
+    the first packet: connection closed, nothing sent back;
+  * garbage / HTTP / truncated first packet: connection closed, nothing sent;
+  * unknown opcode after the handshake: a reply header {xid, zxid=-1,
+    err=UNIMPLEMENTED(-6)} and then the connection is closed;
+  * malformed request body: reply with MARSHALLINGERROR(-5) (see probe);
+  * invalid paths in create: BADARGUMENTS(-8) or NONODE(-101) depending on
+    whether the parent exists (parent lookup happens before validation);
+  * a four-letter word not in the whitelist: "<cmd> is not executed because it
+    is not in the whitelist.\\n", then close.
+"""
+
+import socket
+import time
+
+import pytest
+from kazoo.client import KazooClient
+
+from conftest import candidate_kind, require_keel
+from harness import make_server, four_letter_word
+from harness import zkproto as P
+
+MAX = 1048575  # jute.maxbuffer default
+
+
+def zxid_class(z):
+    return z if z in (-1, 0) else ("positive" if z > 0 else "negative")
+
+
+def decode_frames(data):
+    """Split bytes into frames and decode reply headers."""
+    out = []
+    pos = 0
+    while pos + 4 <= len(data):
+        n = int.from_bytes(data[pos:pos + 4], "big", signed=True)
+        body = data[pos + 4:pos + 4 + n]
+        if n < 16 or len(body) < n:
+            out.append({"raw": data[pos:].hex()[:200]})
+            return out
+        r = P.Reader(body)
+        out.append({"xid": r.i32(), "zxid": zxid_class(r.i64()), "err": P.error_name(r.i32()),
+                    "bodyLen": n - 16})
+        pos += 4 + n
+    if pos < len(data):
+        out.append({"trailing": data[pos:].hex()[:200]})
+    return out
+
+
+def still_open(conn):
+    """Ping on the same session: True if answered."""
+    try:
+        hdr = conn.ping()
+        return hdr["err"] == 0
+    except (P.Closed, OSError, socket.timeout):
+        return False
+
+
+def serves_fresh_client(server):
+    c = KazooClient(hosts=server.address, timeout=10)
+    try:
+        c.start(timeout=15)
+        path = c.create("/badinput-check-", b"ok", ephemeral=True, sequence=True)
+        data, _ = c.get(path)
+        c.delete(path)
+        return data == b"ok"
+    finally:
+        c.stop()
+        c.close()
+
+
+# ---------------------------------------------------------------- probes
+def probe_oversize_after_handshake(port):
+    with P.RawConnection(port) as c:
+        c.handshake()
+        c.send_raw(P.i32(MAX + 1) + b"\0" * 64)
+        closed, data = c.wait_closed(5)
+        return {"closed": closed, "reply": decode_frames(data)}
+
+
+def probe_oversize_by_much_after_handshake(port):
+    with P.RawConnection(port) as c:
+        c.handshake()
+        c.send_raw(P.i32(0x7FFFFFFF) + b"\0" * 64)
+        closed, data = c.wait_closed(5)
+        return {"closed": closed, "reply": decode_frames(data)}
+
+
+def probe_negative_length_after_handshake(port):
+    with P.RawConnection(port) as c:
+        c.handshake()
+        c.send_raw(P.i32(-5))
+        closed, data = c.wait_closed(5)
+        return {"closed": closed, "reply": decode_frames(data)}
+
+
+def probe_max_length_frame_accepted(port):
+    """A create whose frame is exactly jute.maxbuffer bytes long."""
+    with P.RawConnection(port, timeout=15) as c:
+        c.handshake()
+        path = "/badinput-big-%d" % int(time.time() * 1000 % 1000000)
+        overhead = len(P.i32(1) + P.i32(P.CREATE) + P.create_body(path, b""))
+        data = b"x" * (MAX - overhead)
+        payload = P.i32(1) + P.i32(P.CREATE) + P.create_body(path, data)
+        assert len(payload) == MAX
+        c.send_frame(payload)
+        try:
+            frame = c.read_frame(15)
+            r = P.Reader(frame)
+            res = {"xid": r.i32(), "zxid": zxid_class(r.i64()), "err": P.error_name(r.i32())}
+        except (P.Closed, OSError) as e:
+            res = {"closed": type(e).__name__}
+        res["open_after"] = still_open(c)
+        if res.get("err") == "OK":
+            hdr, rd = c.request(P.GET_DATA, P.path_watch_body(path))
+            got = rd.buf() if hdr["err"] == 0 else None
+            res["get_len"] = len(got) if got is not None else None
+            c.request(P.DELETE, P.delete_body(path))
+        return res
+
+
+def probe_oversize_first_packet(port):
+    with P.RawConnection(port) as c:
+        c.send_raw(P.i32(MAX + 1) + b"\0" * 64)
+        closed, data = c.wait_closed(5)
+        return {"closed": closed, "reply": decode_frames(data)}
+
+
+def probe_garbage_first_packet(port):
+    with P.RawConnection(port) as c:
+        c.send_raw(b"\x00\x00\x00\x2c" + bytes(range(200, 244)))  # 44 bytes of junk as a "ConnectRequest"
+        closed, data = c.wait_closed(5)
+        return {"closed": closed, "reply": decode_frames(data)}
+
+
+def probe_random_bytes_first_packet(port):
+    with P.RawConnection(port) as c:
+        c.send_raw(b"\xde\xad\xbe\xef" * 16)
+        closed, data = c.wait_closed(5)
+        return {"closed": closed, "reply": decode_frames(data)}
+
+
+def probe_http_first_packet(port):
+    with P.RawConnection(port) as c:
+        c.send_raw(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        closed, data = c.wait_closed(5)
+        return {"closed": closed, "reply": decode_frames(data)}
+
+
+def probe_connect_short_passwd_length(port):
+    """ConnectRequest whose passwd length field points past the frame."""
+    with P.RawConnection(port) as c:
+        body = P.i32(0) + P.i64(0) + P.i32(10000) + P.i64(0) + P.i32(1000) + b"\0" * 16 + b"\0"
+        c.send_frame(body)
+        closed, data = c.wait_closed(5)
+        return {"closed": closed, "reply": decode_frames(data)}
+
+
+def probe_connect_without_readonly_flag(port):
+    """Pre-3.4 ConnectRequest (no trailing readOnly byte) must still work."""
+    with P.RawConnection(port) as c:
+        body = P.i32(0) + P.i64(0) + P.i32(10000) + P.i64(0) + P.buf(b"\0" * 16)
+        c.send_frame(body)
+        frame = c.read_frame(5)
+        r = P.Reader(frame)
+        res = {"protocolVersion": r.i32(), "timeOut": r.i32(), "sessionIdNonZero": r.i64() != 0,
+               "passwdLen": len(r.buf() or b""), "remaining": r.remaining()}
+        c.xid = 0
+        res["open_after"] = still_open(c)
+        return res
+
+
+def probe_request_as_first_packet(port):
+    """A getData request where the ConnectRequest should be."""
+    with P.RawConnection(port) as c:
+        c.send_frame(P.i32(1) + P.i32(P.GET_DATA) + P.path_watch_body("/"))
+        closed, data = c.wait_closed(5)
+        return {"closed": closed, "reply": decode_frames(data)}
+
+
+def probe_truncated_first_packet_then_close(port):
+    with P.RawConnection(port) as c:
+        c.send_raw(P.i32(44) + b"\0" * 10)
+        c.sock.shutdown(socket.SHUT_WR)
+        closed, data = c.wait_closed(5)
+        return {"closed": closed, "reply": decode_frames(data)}
+
+
+def probe_truncated_frame_after_handshake_then_close(port):
+    with P.RawConnection(port) as c:
+        c.handshake()
+        c.send_raw(P.i32(100) + P.i32(1) + P.i32(P.GET_DATA))
+        c.sock.shutdown(socket.SHUT_WR)
+        closed, data = c.wait_closed(5)
+        return {"closed": closed, "reply": decode_frames(data)}
+
+
+def probe_unknown_opcode(port):
+    with P.RawConnection(port) as c:
+        c.handshake()
+        c.send_frame(P.i32(77) + P.i32(999) + b"abc")
+        closed, data = c.wait_closed(5)
+        return {"closed": closed, "reply": decode_frames(data)}
+
+
+def probe_unknown_opcode_50(port):
+    with P.RawConnection(port) as c:
+        c.handshake()
+        c.send_frame(P.i32(3) + P.i32(50))
+        closed, data = c.wait_closed(5)
+        return {"closed": closed, "reply": decode_frames(data)}
+
+
+def probe_header_only_4_bytes(port):
+    with P.RawConnection(port) as c:
+        c.handshake()
+        c.send_frame(P.i32(5))
+        closed, data = c.wait_closed(5)
+        return {"closed": closed, "reply": decode_frames(data)}
+
+
+def probe_malformed_create_body(port):
+    with P.RawConnection(port) as c:
+        c.handshake()
+        c.send_frame(P.i32(5) + P.i32(P.CREATE) + b"\0\0")
+        closed, data = c.wait_closed(3)
+        return {"closed": closed, "reply": decode_frames(data)}
+
+
+def probe_create_path_length_past_frame(port):
+    with P.RawConnection(port) as c:
+        c.handshake()
+        c.send_frame(P.i32(6) + P.i32(P.CREATE) + P.i32(5000) + b"/abc")
+        closed, data = c.wait_closed(3)
+        return {"closed": closed, "reply": decode_frames(data)}
+
+
+def probe_invalid_paths_in_create(port):
+    out = {}
+    with P.RawConnection(port) as c:
+        c.handshake()
+        c.create("/badinput-parent")
+        for path in ["a/b", "/a//b", "/a/", "/badinput-parent/", "/badinput-parent//x",
+                     "/badinput-parent/.", "/badinput-parent/..", "", "/badinput-parent/a\x00b",
+                     "/badinput-parent/\x01"]:
+            hdr, _ = c.request(P.CREATE, P.create_body(path))
+            out[repr(path)] = P.error_name(hdr["err"])
+        out["open_after"] = still_open(c)
+        c.request(P.DELETE, P.delete_body("/badinput-parent"))
+    return out
+
+
+def probe_pipelined_requests(port):
+    with P.RawConnection(port) as c:
+        c.handshake()
+        frames = b"".join(P.frame(P.i32(x) + P.i32(P.EXISTS) + P.path_watch_body("/")) for x in (10, 11, 12))
+        c.send_raw(frames)
+        got = []
+        for _ in range(3):
+            r = P.Reader(c.read_frame(5))
+            got.append({"xid": r.i32(), "err": P.error_name((r.i64(), r.i32())[1])})
+        return {"replies": got, "open_after": still_open(c)}
+
+
+def probe_request_in_one_byte_writes(port):
+    with P.RawConnection(port) as c:
+        c.handshake()
+        data = P.frame(P.i32(21) + P.i32(P.EXISTS) + P.path_watch_body("/zookeeper"))
+        for i in range(len(data)):
+            c.send_raw(data[i:i + 1])
+            time.sleep(0.002)
+        r = P.Reader(c.read_frame(5))
+        return {"xid": r.i32(), "zxid": zxid_class(r.i64()), "err": P.error_name(r.i32()),
+                "stat_numChildren": r.stat()["numChildren"]}
+
+
+def probe_close_session_twice(port):
+    with P.RawConnection(port) as c:
+        c.handshake()
+        first = P.error_name(c.close_session())
+        closed, data = c.wait_closed(3)
+        return {"first": first, "closed": closed, "reply": decode_frames(data)}
+
+
+def probe_request_after_close_session(port):
+    """closeSession and an exists pipelined behind it. ZooKeeper answers the
+    close, then either drops the exists or answers it SESSIONEXPIRED (racy in
+    ZooKeeper itself), then closes the connection."""
+    with P.RawConnection(port) as c:
+        c.handshake()
+        c.send_frame(P.i32(1) + P.i32(P.CLOSE_SESSION))
+        c.send_frame(P.i32(2) + P.i32(P.EXISTS) + P.path_watch_body("/"))
+        closed, data = c.wait_closed(3)
+        frames = decode_frames(data)
+        rest = frames[1:]
+        ok_rest = all(f.get("xid") == 2 and f.get("err") == "SESSIONEXPIRED" for f in rest) and len(rest) <= 1
+        return {"closed": closed, "first": frames[:1],
+                "after": "nothing or SESSIONEXPIRED for xid 2" if ok_rest else rest}
+
+
+def probe_connect_twice(port):
+    with P.RawConnection(port) as c:
+        c.handshake()
+        c.send_frame(P.connect_request())
+        closed, data = c.wait_closed(3)
+        return {"closed": closed, "reply": decode_frames(data)}
+
+
+def probe_non_ascii_4lw(port):
+    return {"answer": four_letter_word(port, b"\xff\xfe\xfd\xfc").decode("latin-1")}
+
+
+PROBES = [
+    probe_oversize_after_handshake, probe_oversize_by_much_after_handshake,
+    probe_negative_length_after_handshake, probe_max_length_frame_accepted,
+    probe_oversize_first_packet, probe_garbage_first_packet, probe_random_bytes_first_packet,
+    probe_http_first_packet, probe_connect_short_passwd_length, probe_connect_without_readonly_flag,
+    probe_request_as_first_packet, probe_truncated_first_packet_then_close,
+    probe_truncated_frame_after_handshake_then_close, probe_unknown_opcode, probe_unknown_opcode_50,
+    probe_header_only_4_bytes, probe_malformed_create_body, probe_create_path_length_past_frame,
+    probe_invalid_paths_in_create, probe_pipelined_requests, probe_request_in_one_byte_writes,
+    probe_close_session_twice, probe_request_after_close_session, probe_connect_twice,
+    probe_non_ascii_4lw,
+]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    kind = candidate_kind()
+    if kind == "keel":
+        require_keel()
+    started = []
+    try:
+        for k, name in (("zookeeper", "zk-badinput"), (kind, kind + "-badinput")):
+            s = make_server(k, name=name)
+            started.append(s)
+            s.start()
+        yield started[0], started[1]
+    finally:
+        for s in started:
+            s.kill()
+
+
+def run_probe(probe, server):
+    try:
+        return probe(server.port)
+    except Exception as e:  # an exception is an outcome too
+        return {"exception": type(e).__name__, "msg": str(e)[:200]}
+
+
+@pytest.mark.parametrize("probe", PROBES, ids=[p.__name__[len("probe_"):] for p in PROBES])
+def test_bad_input(pair, probe):
+    zk, other = pair
+    want = run_probe(probe, zk)
+    got = run_probe(probe, other)
+    zk_ok = serves_fresh_client(zk)
+    assert zk_ok, "ZooKeeper itself stopped serving after %s" % probe.__name__
+    try:
+        other_ok = serves_fresh_client(other)
+    except Exception as e:
+        other_ok = "fresh kazoo client failed: %r (server running: %s)" % (e, other.running())
+    problems = []
+    if got != want:
+        problems.append("outcome differs:\n  zookeeper: %r\n  %s: %r" % (want, other.kind, got))
+    if other_ok is not True:
+        problems.append("%s no longer serves a fresh client: %s\n%s" % (other.kind, other_ok, other.log_tail(60)))
+    assert not problems, "\n".join(problems)
+
+
+def test_four_letter_word_not_in_whitelist(servers):
+    kind = candidate_kind()
+    settings = {"four_letter_words": ["ruok", "srvr"]}
+    zk = servers("zookeeper", name="zk-4lw", settings=settings)
+    other = servers(kind, name=kind + "-4lw", settings=settings)
+    for word in (b"stat", b"mntr", b"envi", b"conf", b"cons", b"ruok", b"isro"):
+        want = four_letter_word(zk.port, word)
+        got = four_letter_word(other.port, word)
+        assert got == want, "4lw %r with whitelist ruok,srvr: zookeeper %r, %s %r" % (word, want, kind, got)
+    assert four_letter_word(other.port, b"srvr").startswith(b"Zookeeper version:")
+    assert serves_fresh_client(other)
