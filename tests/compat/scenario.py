@@ -406,9 +406,23 @@ def run_scenario(make_client, trace):
     rec("reconnect with expired session", resp)
     rec("connection closed after expired reconnect", raw.wait_closed(3.0)[0])
     raw.close()
+    victim = make_client("Victim")
+    call("Victim exists base", victim.exists, B + "/nope")
     raw = P.RawConnection(make_client.port)
-    resp = raw.handshake(timeout_ms=30000, session_id=b.client_id[0], passwd=b"\x00" * 16)
+    resp = raw.handshake(timeout_ms=30000, session_id=victim.client_id[0], passwd=b"\x00" * 16)
     rec("reconnect live session with wrong password", resp)
+    raw.close()
+    # ZooKeeper closes the live connection of that session before it checks the
+    # password, so the victim is disconnected (and reconnects).
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not (len(victim.states) >= 3 and victim.states[-1] == "CONNECTED"):
+        time.sleep(0.05)
+    time.sleep(0.2)
+    rec("Victim states after its session id was used with a wrong password", list(victim.states))
+    call("Victim still works", victim.exists, B + "/nope")
+    victim.stop()
+    victim.close()
+
     raw.close()
     raw = P.RawConnection(make_client.port)
     r = raw.handshake(timeout_ms=100)
@@ -426,6 +440,7 @@ def run_scenario(make_client, trace):
 
     # a kazoo session expires while its client is cut off (TCP proxy), then
     # the client reconnects with the old session id and learns it expired
+    rec("B states so far", list(b.states))
     proxy = TcpProxy(make_client.port).start()
     try:
         k = make_client("Cut", hosts=proxy.address, timeout=1.0,

@@ -231,7 +231,7 @@ class RecordingClient(KazooClient):
         with self._lock:
             self._wire_seen = len(self.wire_events)
             # kazoo keeps watchers in a set: their call order is client-side noise
-            cbs = sorted(self.callback_events[self._cb_seen:], key=lambda e: (e["path"], e["watcher"], e["type"]))
+            cbs = sorted(self.callback_events[self._cb_seen:], key=lambda e: (str(e["path"]), e["watcher"], str(e["type"])))
             self._cb_seen = len(self.callback_events)
         out = {"wire": wire, "callbacks": cbs}
         if late:

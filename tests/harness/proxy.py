@@ -67,8 +67,15 @@ class TcpProxy:
         """Stop listening and drop every proxied connection (clients then get
         'connection refused' until resume())."""
         if self._lsock:
+            try:
+                self._lsock.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+            except OSError:
+                pass
             self._lsock.close()
             self._lsock = None
+        if self._accept_thread:
+            self._accept_thread.join(5)
+            self._accept_thread = None
         with self._lock:
             conns, self._conns = self._conns, []
         for x in conns:

@@ -153,10 +153,7 @@ pub async fn run_cli_script<R: AsyncBufRead + Unpin>(
     err: Option<&mut dyn Write>,
 ) -> Result<i32, ClientError> {
     // Re-borrow so both writers can share one (shorter) lifetime.
-    let err = match err {
-        Some(e) => Some(e as &mut dyn Write),
-        None => None,
-    };
+    let err = err.map(|e| e as &mut dyn Write);
     run_lines(server, input, Io { out, err }).await
 }
 
@@ -217,12 +214,10 @@ async fn run_lines<R: AsyncBufRead + Unpin>(
 
 async fn run_tty(server: &str, io: Io<'_>) -> Result<i32, ClientError> {
     use rustyline::error::ReadlineError;
-    use rustyline::ExternalPrinter as _;
 
     let mut rl = rustyline::DefaultEditor::new()
         .map_err(|e| ClientError::Io(std::io::Error::other(e.to_string())))?;
     let mut sh = start_interactive(server, io, true).await?;
-    let mut printer = rl.create_external_printer().ok();
     loop {
         sh.drain_events();
         let prompt = sh.prompt();
@@ -230,16 +225,16 @@ async fn run_tty(server: &str, io: Io<'_>) -> Result<i32, ClientError> {
             let r = rl.readline(&prompt);
             (r, rl)
         });
-        // Print watch events while the user sits at the prompt.
+        // Watch events that arrive while the user sits at the prompt are
+        // printed right away, over the prompt line, as zkCli does.
+        // (rustyline's ExternalPrinter would redraw the prompt, but in
+        // rustyline 14 it stalls pasted input until the next key press.)
         let joined = loop {
             tokio::select! {
                 r = &mut read => break r,
-                Some(ev) = next_event(&mut sh.events), if printer.is_some() => {
-                    if sh.print_watches {
-                        if let Some(p) = printer.as_mut() {
-                            let _ = p.print(format!("\nWATCHER::\n\n{ev}\n"));
-                        }
-                    }
+                Some(ev) = next_event(&mut sh.events) => {
+                    sh.print_event(&ev);
+                    sh.io.flush();
                 }
             }
         };

@@ -459,7 +459,14 @@ impl<S: StateMachine> Driver<S> {
         self.last_snapshot_index = index;
         self.status.snapshots_taken.fetch_add(1, Ordering::Relaxed);
         self.status.snapshot_index.store(index, Ordering::Release);
-        let compact_index = index.saturating_sub(LOG_KEPT_BEHIND_SNAPSHOT);
+        // Keep the log from the OLDEST kept snapshot on: if the newest one
+        // turns out corrupt at restart, the fallback still has its tail.
+        let oldest_kept = snapfile::list(&self.config.data_dir.join("snapshots"))
+            .ok()
+            .and_then(|snapshots| snapshots.last().map(|(oldest, _, _)| *oldest))
+            .unwrap_or(0)
+            .min(index);
+        let compact_index = oldest_kept.saturating_sub(LOG_KEPT_BEHIND_SNAPSHOT);
         if compact_index > 1 {
             if let Err(error) = self.store.compact_to(compact_index) {
                 tracing::error!(%error, "log compaction failed");

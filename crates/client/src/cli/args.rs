@@ -161,8 +161,7 @@ pub fn parse_options(tokens: &[String], flags: &str, with_arg: &str) -> Result<O
             } else {
                 // Concatenated options ("-sw", "-v5").
                 let mut pending = Vec::new();
-                let mut chars = body.char_indices();
-                while let Some((idx, c)) = chars.next() {
+                for (idx, c) in body.char_indices() {
                     if !is_known(c) {
                         return Err(unrecognized(t));
                     }

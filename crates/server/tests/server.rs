@@ -1,0 +1,163 @@
+//! The server through its testable entry point `run(listener, config,
+//! shutdown)`, driven by Keel's own client over loopback.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use keel_client::{open_acl_unsafe, Client, ClientError, CreateMode, ErrorCode};
+use keel_server::ServerConfig;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+
+struct Running {
+    address: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.await.unwrap();
+    }
+}
+
+async fn start(data_dir: &Path, snapshot_every_entries: u64) -> Running {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let config = ServerConfig {
+        client_port: address.port(),
+        data_dir: data_dir.to_path_buf(),
+        tick_time_ms: 200,
+        snapshot_every_entries,
+        four_letter_words: vec!["*".into()],
+        ..ServerConfig::default()
+    };
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        keel_server::run(listener, config, async move {
+            let _ = stopped.await;
+        })
+        .await
+        .expect("server runs cleanly");
+    });
+    for _ in 0..200 {
+        if four_letter_word(address, "ruok").await.as_deref() == Some("imok") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Running { address, stop: Some(stop), task }
+}
+
+async fn four_letter_word(address: SocketAddr, word: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(address).await.ok()?;
+    stream.write_all(word.as_bytes()).await.ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.ok()?;
+    Some(answer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), 100_000).await;
+    let client = Client::connect(&server.address.to_string(), 4_000).await.unwrap();
+    client.create("/kept", b"v1", &open_acl_unsafe(), CreateMode::Persistent).await.unwrap();
+    client.set_data("/kept", b"v2", -1).await.unwrap();
+    let sequential = client.create("/kept/s-", b"", &open_acl_unsafe(), CreateMode::PersistentSequential).await.unwrap();
+    assert_eq!(sequential, "/kept/s-0000000000");
+    drop(client);
+    server.stop().await;
+
+    let server = start(dir.path(), 100_000).await;
+    let client = Client::connect(&server.address.to_string(), 4_000).await.unwrap();
+    let (data, stat) = client.get_data("/kept", false).await.unwrap();
+    assert_eq!(data.as_deref(), Some(&b"v2"[..]));
+    assert_eq!((stat.version, stat.num_children), (1, 1));
+    // The parent's cversion survived too, so sequence numbers go on.
+    let next = client.create("/kept/s-", b"", &open_acl_unsafe(), CreateMode::PersistentSequential).await.unwrap();
+    assert_eq!(next, "/kept/s-0000000001");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_are_taken_and_restart_loads_them_with_the_log_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), 20).await;
+    let client = Client::connect(&server.address.to_string(), 4_000).await.unwrap();
+    for i in 0..120 {
+        client.create(&format!("/n{i}"), format!("{i}").as_bytes(), &open_acl_unsafe(), CreateMode::Persistent).await.unwrap();
+    }
+    // Snapshots run in the background: wait until one covers most writes.
+    let mut snapshots = Vec::new();
+    for _ in 0..200 {
+        snapshots = keel_consensus::snapfile::list(&dir.path().join("snapshots")).unwrap();
+        if snapshots.first().is_some_and(|(index, _, _)| *index >= 100) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!snapshots.is_empty(), "no snapshot written");
+    assert!(snapshots.len() <= keel_consensus::snapfile::SNAPSHOTS_KEPT);
+    drop(client);
+    server.stop().await;
+
+    let server = start(dir.path(), 20).await;
+    let client = Client::connect(&server.address.to_string(), 4_000).await.unwrap();
+    let children = client.get_children("/", false).await.unwrap();
+    assert_eq!(children.len(), 121, "120 nodes + /zookeeper");
+    let (data, _) = client.get_data("/n119", false).await.unwrap();
+    assert_eq!(data.as_deref(), Some(&b"119"[..]));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_newest_snapshot_falls_back_to_the_previous_one_and_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), 10).await;
+    let client = Client::connect(&server.address.to_string(), 4_000).await.unwrap();
+    for i in 0..60 {
+        client.create(&format!("/c{i}"), b"x", &open_acl_unsafe(), CreateMode::Persistent).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(client);
+    server.stop().await;
+    let snapshots = keel_consensus::snapfile::list(&dir.path().join("snapshots")).unwrap();
+    assert_eq!(snapshots.len(), 2, "newest plus one fallback");
+    let newest = &snapshots[0].2;
+    let mut bytes = std::fs::read(newest).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(newest, bytes).unwrap();
+
+    let server = start(dir.path(), 10).await;
+    let client = Client::connect(&server.address.to_string(), 4_000).await.unwrap();
+    assert_eq!(client.get_children("/", false).await.unwrap().len(), 61);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_session_loses_its_ephemerals_and_an_oversized_frame_closes_only_its_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), 100_000).await;
+    let address = server.address.to_string();
+    let owner = Client::connect(&address, 4_000).await.unwrap();
+    owner.create("/e", b"", &open_acl_unsafe(), CreateMode::Ephemeral).await.unwrap();
+    let observer = Client::connect(&address, 4_000).await.unwrap();
+    assert!(observer.exists("/e", false).await.unwrap().is_some());
+    owner.close().await.unwrap();
+    assert!(observer.exists("/e", false).await.unwrap().is_none());
+
+    // A frame claiming 2 GiB: the server closes that connection only.
+    let mut rogue = TcpStream::connect(server.address).await.unwrap();
+    rogue.write_all(&0x7fff_ffffi32.to_be_bytes()).await.unwrap();
+    let mut sink = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), rogue.read_to_end(&mut sink)).await;
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "rogue connection closed");
+    let error = observer.create("/e/child", b"", &open_acl_unsafe(), CreateMode::Persistent).await.unwrap_err();
+    assert!(matches!(error, ClientError::Zk(ErrorCode::NoNode)), "{error:?}");
+    server.stop().await;
+}
