@@ -52,7 +52,7 @@ class Normaliser:
 # ---------------------------------------------------------------- C client
 CLI_MT_COMMANDS = [
     "create /cc", "create +e /cc/e", "create +s /cc/s-", "create +s /cc/s-", "create2 /cc/c2",
-    "create +c /cc/cont", "create +t=2000 /cc/ttl", "create +e /cc/e", "create /cc/e/child",
+    "create +c /cc/cont", "create +t=600000 /cc/ttl", "create +e /cc/e", "create /cc/e/child",
     "set /cc hello", "get /cc", "ls /cc", "ls2 /cc", "exists /cc/e", "exists /cc/nope",
     "wexists /cc/w", "create /cc/w", "create /nope/x", "delete /cc", "delete /cc/c2",
     "delete /cc/missing", "sync /cc", "get /missing", "get /zookeeper/config", "ls /zookeeper",
@@ -181,8 +181,12 @@ def run_zkcli(server):
     for args in ZKCLI_COMMANDS:
         p = subprocess.run([ZKCLI, "-server", server.address] + args, capture_output=True, text=True,
                            errors="replace", timeout=60, env=env, start_new_session=True)
+        # The connection event ("WATCHER::" / "WatchedEvent state:SyncConnected
+        # type:None path:null") is printed by the event thread and races with
+        # the command's own output: drop it.
         lines = [ln for ln in (p.stdout + "\n" + p.stderr).splitlines()
-                 if ln.strip() and "SLF4J" not in ln and not ln.startswith("Connecting to")]
+                 if ln.strip() and "SLF4J" not in ln and not ln.startswith("Connecting to")
+                 and ln.strip() != "WATCHER::" and "type:None path:null" not in ln]
         out.append((" ".join(args), [n.line(ln) for ln in lines] + ["exit=%d" % p.returncode]))
     return out
 

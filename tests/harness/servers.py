@@ -367,6 +367,7 @@ class KeelServer(BaseServer):
         env = dict(os.environ)
         env.setdefault("RUST_LOG", "info")
         env.setdefault("RUST_BACKTRACE", "1")
+        env.setdefault("NO_COLOR", "1")
         return env
 
     def _command(self):

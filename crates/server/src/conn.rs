@@ -266,6 +266,13 @@ impl Connection {
     ) -> bool {
         let shared = self.shared.clone();
         let session_id = request.session_id;
+        // ZooKeeper closes the session's current connection on ANY resume
+        // attempt, before it checks the password; clients reconnect.
+        if let Some(route) = shared.routes.lock().get(&session_id) {
+            let _ = route.sender.send(Outbound::Close {
+                reason: "another connection resumed this session",
+            });
+        }
         let password = keel_session::session_password(session_id, crate::shared::SESSION_SECRET);
         if request.passwd != password || shared.tree.read().session_timeout_ms(session_id).is_none()
         {
@@ -461,6 +468,9 @@ impl Connection {
                 ),
                 None,
             ),
+            Request::AddWatch(add) if !(0..=1).contains(&add.mode) => {
+                (Err(ErrorCode::MarshallingError), None)
+            }
             Request::AddWatch(add) => {
                 let kind = if add.mode == 1 {
                     WatchKind::PersistentRecursive

@@ -122,6 +122,7 @@ fn mntr(shared: &Shared) -> String {
             "zk_version",
             format!("{ZOOKEEPER_VERSION}, built on {BUILT_ON}"),
         ),
+        ("zk_uptime", shared.now_ms().to_string()),
         ("zk_server_state", mode().into()),
         ("zk_avg_latency", format!("{avg:.4}")),
         ("zk_max_latency", max.to_string()),
@@ -201,30 +202,48 @@ fn open_fds() -> usize {
 
 fn conf(shared: &Shared) -> String {
     let c = &shared.config;
+    let size = |dir: std::path::PathBuf| -> u64 {
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.metadata().ok())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0)
+    };
     format!(
-        "clientPort={}\nclientPortAddress={}\ndataDir={}\ndataLogDir={}\ntickTime={}\nmaxClientCnxns={}\nminSessionTimeout={}\nmaxSessionTimeout={}\nserverId={}\nsnapCount={}\njute.maxbuffer={}\n",
+        "clientPort={}\nsecureClientPort=-1\ndataDir={}\ndataDirSize={}\ndataLogDir={}\ndataLogSize={}\ntickTime={}\nmaxClientCnxns={}\nminSessionTimeout={}\nmaxSessionTimeout={}\nclientPortListenBacklog=-1\nserverId={}\n",
         c.client_port,
-        c.client_address,
-        c.data_dir.display(),
+        c.data_dir.join("snapshots").display(),
+        size(c.data_dir.join("snapshots")),
         c.data_dir.join("raft").display(),
+        size(c.data_dir.join("raft")),
         c.tick_time_ms,
         c.max_client_connections_per_ip,
         c.min_session_timeout(),
         c.max_session_timeout(),
         c.server_id,
-        c.snapshot_every_entries,
-        c.jute_max_buffer_bytes
     )
 }
 
+/// ZooKeeper's Environment keys (kazoo and tools parse zookeeper.version);
+/// the java.* keys describe Keel's process, which has no JVM.
 fn envi(shared: &Shared) -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let os_version = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let user = std::env::var("USER").unwrap_or_else(|_| "root".into());
+    let home = std::env::var("HOME").unwrap_or_default();
+    let executable = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
     format!(
-        "Environment:\nzookeeper.version={ZOOKEEPER_VERSION}, built on {BUILT_ON}\nhost.name={}\nkeel.version={}\nos.name={}\nos.arch={}\nuser.dir={}\n",
+        "Environment:\nzookeeper.version={ZOOKEEPER_VERSION}, built on {BUILT_ON}\nhost.name={}\njava.version=none (keel {})\njava.vendor=none\njava.home=none\njava.class.path={executable}\njava.library.path=none\njava.io.tmpdir={}\njava.compiler=<NA>\nos.name={}\nos.arch={}\nos.version={}\nuser.name={user}\nuser.home={home}\nuser.dir={}\nos.memory.free=0MB\nos.memory.max=0MB\nos.memory.total=0MB\n",
         host.trim(),
         env!("CARGO_PKG_VERSION"),
+        std::env::temp_dir().display(),
         std::env::consts::OS,
         std::env::consts::ARCH,
+        os_version.trim(),
         shared.config.data_dir.display()
     )
 }

@@ -49,7 +49,11 @@ async fn start(data_dir: &Path, snapshot_every_entries: u64) -> Running {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    Running { address, stop: Some(stop), task }
+    Running {
+        address,
+        stop: Some(stop),
+        task,
+    }
 }
 
 async fn four_letter_word(address: SocketAddr, word: &str) -> Option<String> {
@@ -64,21 +68,44 @@ async fn four_letter_word(address: SocketAddr, word: &str) -> Option<String> {
 async fn acknowledged_writes_survive_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let server = start(dir.path(), 100_000).await;
-    let client = Client::connect(&server.address.to_string(), 4_000).await.unwrap();
-    client.create("/kept", b"v1", &open_acl_unsafe(), CreateMode::Persistent).await.unwrap();
+    let client = Client::connect(&server.address.to_string(), 4_000)
+        .await
+        .unwrap();
+    client
+        .create("/kept", b"v1", &open_acl_unsafe(), CreateMode::Persistent)
+        .await
+        .unwrap();
     client.set_data("/kept", b"v2", -1).await.unwrap();
-    let sequential = client.create("/kept/s-", b"", &open_acl_unsafe(), CreateMode::PersistentSequential).await.unwrap();
+    let sequential = client
+        .create(
+            "/kept/s-",
+            b"",
+            &open_acl_unsafe(),
+            CreateMode::PersistentSequential,
+        )
+        .await
+        .unwrap();
     assert_eq!(sequential, "/kept/s-0000000000");
     drop(client);
     server.stop().await;
 
     let server = start(dir.path(), 100_000).await;
-    let client = Client::connect(&server.address.to_string(), 4_000).await.unwrap();
+    let client = Client::connect(&server.address.to_string(), 4_000)
+        .await
+        .unwrap();
     let (data, stat) = client.get_data("/kept", false).await.unwrap();
     assert_eq!(data.as_deref(), Some(&b"v2"[..]));
     assert_eq!((stat.version, stat.num_children), (1, 1));
     // The parent's cversion survived too, so sequence numbers go on.
-    let next = client.create("/kept/s-", b"", &open_acl_unsafe(), CreateMode::PersistentSequential).await.unwrap();
+    let next = client
+        .create(
+            "/kept/s-",
+            b"",
+            &open_acl_unsafe(),
+            CreateMode::PersistentSequential,
+        )
+        .await
+        .unwrap();
     assert_eq!(next, "/kept/s-0000000001");
     server.stop().await;
 }
@@ -87,9 +114,19 @@ async fn acknowledged_writes_survive_a_restart() {
 async fn snapshots_are_taken_and_restart_loads_them_with_the_log_tail() {
     let dir = tempfile::tempdir().unwrap();
     let server = start(dir.path(), 20).await;
-    let client = Client::connect(&server.address.to_string(), 4_000).await.unwrap();
+    let client = Client::connect(&server.address.to_string(), 4_000)
+        .await
+        .unwrap();
     for i in 0..120 {
-        client.create(&format!("/n{i}"), format!("{i}").as_bytes(), &open_acl_unsafe(), CreateMode::Persistent).await.unwrap();
+        client
+            .create(
+                &format!("/n{i}"),
+                format!("{i}").as_bytes(),
+                &open_acl_unsafe(),
+                CreateMode::Persistent,
+            )
+            .await
+            .unwrap();
     }
     // Snapshots run in the background: wait until one covers most writes.
     let mut snapshots = Vec::new();
@@ -106,7 +143,9 @@ async fn snapshots_are_taken_and_restart_loads_them_with_the_log_tail() {
     server.stop().await;
 
     let server = start(dir.path(), 20).await;
-    let client = Client::connect(&server.address.to_string(), 4_000).await.unwrap();
+    let client = Client::connect(&server.address.to_string(), 4_000)
+        .await
+        .unwrap();
     let children = client.get_children("/", false).await.unwrap();
     assert_eq!(children.len(), 121, "120 nodes + /zookeeper");
     let (data, _) = client.get_data("/n119", false).await.unwrap();
@@ -118,9 +157,19 @@ async fn snapshots_are_taken_and_restart_loads_them_with_the_log_tail() {
 async fn a_corrupt_newest_snapshot_falls_back_to_the_previous_one_and_the_log() {
     let dir = tempfile::tempdir().unwrap();
     let server = start(dir.path(), 10).await;
-    let client = Client::connect(&server.address.to_string(), 4_000).await.unwrap();
+    let client = Client::connect(&server.address.to_string(), 4_000)
+        .await
+        .unwrap();
     for i in 0..60 {
-        client.create(&format!("/c{i}"), b"x", &open_acl_unsafe(), CreateMode::Persistent).await.unwrap();
+        client
+            .create(
+                &format!("/c{i}"),
+                b"x",
+                &open_acl_unsafe(),
+                CreateMode::Persistent,
+            )
+            .await
+            .unwrap();
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     drop(client);
@@ -134,7 +183,9 @@ async fn a_corrupt_newest_snapshot_falls_back_to_the_previous_one_and_the_log() 
     std::fs::write(newest, bytes).unwrap();
 
     let server = start(dir.path(), 10).await;
-    let client = Client::connect(&server.address.to_string(), 4_000).await.unwrap();
+    let client = Client::connect(&server.address.to_string(), 4_000)
+        .await
+        .unwrap();
     assert_eq!(client.get_children("/", false).await.unwrap().len(), 61);
     server.stop().await;
 }
@@ -145,7 +196,10 @@ async fn a_closed_session_loses_its_ephemerals_and_an_oversized_frame_closes_onl
     let server = start(dir.path(), 100_000).await;
     let address = server.address.to_string();
     let owner = Client::connect(&address, 4_000).await.unwrap();
-    owner.create("/e", b"", &open_acl_unsafe(), CreateMode::Ephemeral).await.unwrap();
+    owner
+        .create("/e", b"", &open_acl_unsafe(), CreateMode::Ephemeral)
+        .await
+        .unwrap();
     let observer = Client::connect(&address, 4_000).await.unwrap();
     assert!(observer.exists("/e", false).await.unwrap().is_some());
     owner.close().await.unwrap();
@@ -153,11 +207,23 @@ async fn a_closed_session_loses_its_ephemerals_and_an_oversized_frame_closes_onl
 
     // A frame claiming 2 GiB: the server closes that connection only.
     let mut rogue = TcpStream::connect(server.address).await.unwrap();
-    rogue.write_all(&0x7fff_ffffi32.to_be_bytes()).await.unwrap();
+    rogue
+        .write_all(&0x7fff_ffffi32.to_be_bytes())
+        .await
+        .unwrap();
     let mut sink = Vec::new();
     let read = tokio::time::timeout(Duration::from_secs(5), rogue.read_to_end(&mut sink)).await;
-    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "rogue connection closed");
-    let error = observer.create("/e/child", b"", &open_acl_unsafe(), CreateMode::Persistent).await.unwrap_err();
-    assert!(matches!(error, ClientError::Zk(ErrorCode::NoNode)), "{error:?}");
+    assert!(
+        matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+        "rogue connection closed"
+    );
+    let error = observer
+        .create("/e/child", b"", &open_acl_unsafe(), CreateMode::Persistent)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ClientError::Zk(ErrorCode::NoNode)),
+        "{error:?}"
+    );
     server.stop().await;
 }

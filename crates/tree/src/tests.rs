@@ -146,8 +146,10 @@ fn sequential_names_use_the_parent_cversion_with_10_digits() {
     }))
     .result
     .unwrap();
-    // Deletes leave cversion alone in 3.8, so the counter keeps going.
+    // The stored cversion counts creates only, so the counter goes on...
     assert_eq!(h.create("/q/n-", 2).unwrap(), "/q/n-0000000002");
+    // ...while clients see ZooKeeper's v3 cversion: 2 × creates − children.
+    assert_eq!(h.stat("/q").cversion, 2 * 3 - 2);
 }
 
 #[test]

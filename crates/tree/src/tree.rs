@@ -113,9 +113,21 @@ impl DataTree {
         };
         let open: Arc<[Acl]> = crate::acl::open_acl_unsafe().into();
         tree.put_node("/".into(), empty_node(open.clone()));
-        for child in ["/zookeeper", "/zookeeper/quota", "/zookeeper/config"] {
-            tree.insert_child(child, empty_node(open.clone()));
-        }
+        // ZooKeeper 3.8's quirk, as its clients see it: /zookeeper/config is
+        // read-only with aversion -1.
+        tree.insert_child("/zookeeper", empty_node(open.clone()));
+        tree.insert_child("/zookeeper/quota", empty_node(open));
+        let read_only: Arc<[Acl]> = vec![Acl {
+            perms: keel_jute::perms::READ,
+            id: keel_jute::Id {
+                scheme: "world".into(),
+                id: "anyone".into(),
+            },
+        }]
+        .into();
+        let mut config = empty_node(read_only);
+        config.stat.aversion = -1;
+        tree.insert_child("/zookeeper/config", config);
         tree
     }
 
@@ -275,10 +287,16 @@ impl DataTree {
         }
     }
 
-    /// The client-visible Stat of a node: containers and TTL nodes show
-    /// ephemeralOwner 0, as ZooKeeper's DataNode.copyStat reports them.
+    /// The client-visible Stat of a node, as ZooKeeper's DataNode.copyStat
+    /// reports it: the stored cversion counts child creates, clients see
+    /// creates + deletes = 2 × creates − children; containers and TTL nodes
+    /// show ephemeralOwner 0.
     pub fn stat_of(node: &Node) -> Stat {
         let mut stat = node.stat.clone();
+        stat.cversion = stat
+            .cversion
+            .wrapping_mul(2)
+            .wrapping_sub(stat.num_children);
         if !matches!(owner_kind(stat.ephemeral_owner), OwnerKind::Ephemeral(_)) {
             stat.ephemeral_owner = 0;
         }
