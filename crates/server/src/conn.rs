@@ -392,7 +392,8 @@ impl Connection {
             Ok(request) => request,
             Err(JuteError::UnknownOpCode(op)) => {
                 tracing::warn!(peer = %self.peer, op, "unknown opcode: answering Unimplemented and closing");
-                self.reply(header.xid, self.last_zxid(), Err(ErrorCode::Unimplemented));
+                // ZooKeeper's UnimplementedRequestProcessor answers zxid -1.
+                self.reply(header.xid, -1, Err(ErrorCode::Unimplemented));
                 self.closing = Some("unknown opcode");
                 return Ok(());
             }
