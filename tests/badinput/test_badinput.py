@@ -311,6 +311,34 @@ def probe_connect_twice(port):
         return {"closed": closed, "reply": decode_frames(data)}
 
 
+def probe_check_outside_multi(port):
+    """opcode 13 (check) sent on its own, not inside a multi."""
+    with P.RawConnection(port) as c:
+        c.handshake()
+        c.send_frame(P.i32(9) + P.i32(P.CHECK) + P.ustr("/") + P.i32(-1))
+        closed, data = c.wait_closed(3)
+        res = {"closed": closed, "reply": decode_frames(data)}
+        if not closed:
+            res["open_after"] = still_open(c)
+        return res
+
+
+def probe_multi_read_mixed_with_write(port):
+    """opcode 22 (multiRead) containing a setData op."""
+    with P.RawConnection(port) as c:
+        c.handshake()
+        # MultiHeader(type, done, err) + op body, terminated by MultiHeader(-1, true, -1)
+        ops = (P.i32(P.GET_DATA) + P.boolean(False) + P.i32(-1) + P.path_watch_body("/")
+               + P.i32(P.SET_DATA) + P.boolean(False) + P.i32(-1) + P.set_data_body("/", b"x")
+               + P.i32(-1) + P.boolean(True) + P.i32(-1))
+        c.send_frame(P.i32(10) + P.i32(P.MULTI_READ) + ops)
+        closed, data = c.wait_closed(3)
+        res = {"closed": closed, "reply": decode_frames(data)}
+        if not closed:
+            res["open_after"] = still_open(c)
+        return res
+
+
 def probe_non_ascii_4lw(port):
     return {"answer": four_letter_word(port, b"\xff\xfe\xfd\xfc").decode("latin-1")}
 
@@ -325,7 +353,7 @@ PROBES = [
     probe_header_only_4_bytes, probe_malformed_create_body, probe_create_path_length_past_frame,
     probe_invalid_paths_in_create, probe_pipelined_requests, probe_request_in_one_byte_writes,
     probe_close_session_twice, probe_request_after_close_session, probe_connect_twice,
-    probe_non_ascii_4lw,
+    probe_check_outside_multi, probe_multi_read_mixed_with_write, probe_non_ascii_4lw,
 ]
 
 

@@ -281,6 +281,32 @@ def run_scenario(make_client, trace):
         ("set_data", m, b"z"), ("delete", m + "/nope")])
     call("get m after failures", a.get, m)
 
+    # watch events produced by one multi, in wire order
+    call("B exists watch on m3", b.exists, B + "/m3", watch=b.watcher("m3"))
+    call("B exists watch on m3/y", b.exists, B + "/m3/y", watch=b.watcher("m3y"))
+    call("B child watch on base before multi", lambda: sorted(b.get_children(B, watch=b.watcher("base-multi"))))
+    call("multi creating m3 and m3/y", multi, a, [("create", m + "3", b""), ("create", m + "3/y", b""),
+                                                  ("set_data", m + "3", b"z")])
+    rec("B events after multi (order on the wire)", b.take_events(expect=3))
+    call("B data watch on m3 and child watch on m3", lambda: (b.get(m + "3", watch=b.watcher("m3d"))[0],
+                                                            sorted(b.get_children(m + "3", watch=b.watcher("m3c")))))
+    call("multi deleting m3/y then m3", multi, a, [("delete", m + "3/y"), ("delete", m + "3")])
+    rec("B events after multi delete", b.take_events(expect=2))
+
+    # several ephemerals of one session: deletion events when it closes
+    e3 = make_client("E3")
+    for i in range(4):
+        call("E3 creates ephemeral %d" % i, e3.create, B + "/e3-%d" % i, b"", ephemeral=True)
+        call("B watches ephemeral %d" % i, b.exists, B + "/e3-%d" % i, watch=b.watcher("e3-%d" % i))
+    call("B child watch on base before E3 closes", lambda: sorted(b.get_children(B, watch=b.watcher("base-e3"))))
+    e3.stop()
+    e3.close()
+    rec("B events after E3 closed (order on the wire)", b.take_events(expect=5))
+
+    # reconfig is disabled on a standalone server
+    call("reconfig (ReconfigDisabled)", a.reconfig, joining=None, leaving=None,
+         new_members="server.1=127.0.0.1:2888:3888:participant;127.0.0.1:2181")
+
     # ------------------------------------------------------------ ACLs
     alice = make_digest_acl("alice", "secret", all=True)
     auth = make_client("Auth", auth_data=[("digest", "alice:secret")])
@@ -534,6 +560,69 @@ def run_scenario(make_client, trace):
     hdr, _ = raw.request(P.EXISTS, P.path_watch_body(B), xid=7)
     rec("raw lower xid echoed", hdr["xid"])
     rec("raw close", raw.close_session())
+    raw.close()
+
+    # reply-header zxids: which replies carry a new zxid (writes, failed
+    # writes) and which repeat the last one (reads, pings)
+    raw = P.RawConnection(make_client.port)
+    r = raw.handshake(timeout_ms=10000)
+    trace.register_session("RawZxid", r["sessionId"])
+    zx = []
+    for label, op, body in [
+        ("create ok", P.CREATE, P.create_body(B + "/zx", b"1")),
+        ("exists", P.EXISTS, P.path_watch_body(B + "/zx")),
+        ("create NodeExists", P.CREATE, P.create_body(B + "/zx", b"1")),
+        ("getData", P.GET_DATA, P.path_watch_body(B + "/zx")),
+        ("setData BadVersion", P.SET_DATA, P.set_data_body(B + "/zx", b"2", 9)),
+        ("setData ok", P.SET_DATA, P.set_data_body(B + "/zx", b"2", 0)),
+        ("getChildren2", P.GET_CHILDREN2, P.path_watch_body(B + "/zx")),
+        ("delete NoNode", P.DELETE, P.delete_body(B + "/zx-missing")),
+        ("exists missing", P.EXISTS, P.path_watch_body(B + "/zx-missing")),
+        ("sync", P.SYNC, P.ustr(B + "/zx")),
+        ("getACL", P.GET_ACL, P.ustr(B + "/zx")),
+        ("setACL ok", P.SET_ACL, P.ustr(B + "/zx") + P.acl_vec(P.WORLD_ALL) + P.i32(-1)),
+        ("delete ok", P.DELETE, P.delete_body(B + "/zx")),
+    ]:
+        hdr, rd = raw.request(op, body)
+        zx.append([label, P.error_name(hdr["err"]), {"zxid": hdr["zxid"]}])
+    zx.append(["ping", P.error_name(raw.ping()["err"]), {"zxid": raw.ping()["zxid"]}])
+    rec("raw reply zxids", zx)
+
+    # SetWatches (what a client sends after reconnecting): watches whose node
+    # changed after relativeZxid fire at once, the others stay armed
+    hdr, _ = raw.request(P.CREATE, P.create_body(B + "/sw-data", b"0"))
+    hdr, _ = raw.request(P.CREATE, P.create_body(B + "/sw-parent", b""))
+    hdr, _ = raw.request(P.CREATE, P.create_body(B + "/sw-quiet", b""))
+    hdr, _ = raw.request(P.EXISTS, P.path_watch_body(B + "/sw-quiet"))
+    rel = hdr["zxid"]
+    raw.request(P.SET_DATA, P.set_data_body(B + "/sw-data", b"1"))
+    raw.request(P.CREATE, P.create_body(B + "/sw-created", b""))
+    raw.request(P.CREATE, P.create_body(B + "/sw-parent/c", b""))
+    w = P.RawConnection(make_client.port)
+    r = w.handshake(timeout_ms=10000)
+    trace.register_session("RawWatcher", r["sessionId"])
+
+    def vec(paths):
+        return P.i32(len(paths)) + b"".join(P.ustr(x) for x in paths)
+
+    body = (P.i64(rel) + vec([B + "/sw-data", B + "/sw-quiet", B + "/sw-nonexistent-data"])
+            + vec([B + "/sw-created", B + "/sw-missing"]) + vec([B + "/sw-parent", B + "/sw-quiet"]))
+    hdr, _ = w.request(P.SET_WATCHES, body, xid=P.XID_SET_WATCHES)
+    rec("setWatches reply", {"xid": hdr["xid"], "err": P.error_name(hdr["err"])})
+    w.ping()
+    rec("setWatches immediate events", sorted(w.notifications, key=lambda n: (n["path"], n["type"])))
+    del w.notifications[:]
+    raw.request(P.SET_DATA, P.set_data_body(B + "/sw-quiet", b"x"))
+    raw.request(P.CREATE, P.create_body(B + "/sw-missing", b""))
+    raw.request(P.CREATE, P.create_body(B + "/sw-quiet/c", b""))
+    raw.request(P.SET_DATA, P.set_data_body(B + "/sw-data", b"2"))
+    w.ping()
+    rec("events on re-armed watches", w.notifications)
+    rec("raw watcher close", w.close_session())
+    w.close()
+    for pth in ("/sw-parent/c", "/sw-parent", "/sw-quiet/c", "/sw-quiet", "/sw-data", "/sw-created", "/sw-missing"):
+        raw.request(P.DELETE, P.delete_body(B + pth))
+    rec("raw zxid close", raw.close_session())
     raw.close()
 
     # ------------------------------------------------------------ /zookeeper, 4lw, version

@@ -33,7 +33,7 @@ pub fn list(dir: &Path) -> Result<Vec<(u64, u64, PathBuf)>, ConsensusError> {
             found.push((index, term, entry.path()));
         }
     }
-    found.sort_by(|a, b| b.0.cmp(&a.0));
+    found.sort_by_key(|snapshot| std::cmp::Reverse(snapshot.0));
     Ok(found)
 }
 

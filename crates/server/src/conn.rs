@@ -208,7 +208,7 @@ impl Connection {
                 timeout_ms,
                 received: 1,
                 sent: 0,
-                last_zxid: last_zxid,
+                last_zxid,
             },
         );
         self.flush().await

@@ -25,23 +25,17 @@ pub fn validate(path: &str) -> bool {
     for i in 1..units.len() {
         let c = units[i];
         let next_ends = i + 1 == units.len() || units[i + 1] == b'/' as u16;
-        if c == 0 {
-            return false;
-        } else if c == b'/' as u16 && last == b'/' as u16 {
-            return false;
-        } else if c == b'.' as u16 && last == b'.' as u16 {
-            if units[i - 2] == b'/' as u16 && next_ends {
-                return false;
-            }
-        } else if c == b'.' as u16 {
-            if units[i - 1] == b'/' as u16 && next_ends {
-                return false;
-            }
-        } else if (c > 0 && c <= 0x1f)
+        let slash = b'/' as u16;
+        let dot = b'.' as u16;
+        // "." and ".." are rejected only as whole segments.
+        let relative = (c == dot && last == dot && units[i - 2] == slash && next_ends)
+            || (c == dot && last == slash && next_ends);
+        let forbidden = c == 0
+            || (0x01..=0x1f).contains(&c)
             || (0x7f..=0x9f).contains(&c)
             || (0xd800..=0xf8ff).contains(&c)
-            || c >= 0xfff0
-        {
+            || c >= 0xfff0;
+        if forbidden || (c == slash && last == slash) || relative {
             return false;
         }
         last = c;

@@ -192,7 +192,7 @@ impl DataTree {
         data: &[String],
         exist: &[String],
         child: &[String],
-    ) -> (Vec<(String, EventType)>, Vec<(String, WatchKind)>) {
+    ) -> MissedEvents {
         let mut fired = Vec::new();
         let mut watches = Vec::new();
         for path in data {
@@ -227,6 +227,9 @@ impl DataTree {
         self.nodes.get(path).map(DataTree::stat_of)
     }
 }
+
+/// setWatches' outcome: events to fire now, watches to register again.
+pub type MissedEvents = (Vec<(String, EventType)>, Vec<(String, WatchKind)>);
 
 fn watch_if(watch: bool, path: &str, kind: WatchKind) -> Vec<(String, WatchKind)> {
     if watch {
