@@ -151,8 +151,8 @@ fn client(args: CliArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let code = runtime.block_on(async move {
-        let mut stdout = std::io::stdout();
-        keel_client::cli::run_cli(&args.server, args.command, &mut stdout).await
+        let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
+        keel_client::cli::run_cli_split(&args.server, args.command, &mut stdout, &mut stderr).await
     })?;
     std::process::exit(code);
 }
