@@ -33,6 +33,8 @@ pub const PROPOSAL_QUEUE_MAX: usize = 64 * 1024;
 /// Entries kept in the log behind a snapshot, so a slightly lagging
 /// follower catches up from the log rather than by snapshot install.
 pub const LOG_KEPT_BEHIND_SNAPSHOT: u64 = 1_000;
+/// How long a clean stop waits for a snapshot being written.
+pub const SNAPSHOT_SHUTDOWN_WAIT_MS: u64 = 30_000;
 /// Raft ticks per election timeout and per heartbeat.
 pub const ELECTION_TICKS: usize = 10;
 pub const HEARTBEAT_TICKS: usize = 2;
@@ -268,13 +270,19 @@ impl<S: StateMachine> Driver<S> {
         loop {
             let timeout = next_tick.saturating_duration_since(Instant::now());
             match self.inputs.recv_timeout(timeout) {
-                Ok(Input::Shutdown) | Err(RecvTimeoutError::Disconnected) => return Ok(()),
+                Ok(Input::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
+                    self.await_snapshot();
+                    return Ok(());
+                }
                 Ok(input) => self.take(input),
                 Err(RecvTimeoutError::Timeout) => {}
             }
             while self.pending.len() < BATCH_TXNS_MAX && self.pending_bytes < BATCH_BYTES_MAX {
                 match self.inputs.try_recv() {
-                    Ok(Input::Shutdown) => return Ok(()),
+                    Ok(Input::Shutdown) => {
+                        self.await_snapshot();
+                        return Ok(());
+                    }
                     Ok(input) => self.take(input),
                     Err(_) => break,
                 }
@@ -286,6 +294,19 @@ impl<S: StateMachine> Driver<S> {
             }
             self.on_ready()?;
             self.maybe_snapshot(&loopback);
+        }
+    }
+
+    /// A clean stop lets a running snapshot finish (bounded), so no
+    /// half-written temp file or unpruned snapshot is left behind.
+    fn await_snapshot(&mut self) {
+        let deadline = Instant::now() + Duration::from_millis(SNAPSHOT_SHUTDOWN_WAIT_MS);
+        while self.snapshot_running {
+            match self.inputs.recv_deadline(deadline) {
+                Ok(Input::SnapshotDone { index, result }) => self.snapshot_done(index, result),
+                Ok(_) => {}
+                Err(_) => return tracing::warn!("stopping with a snapshot still being written"),
+            }
         }
     }
 
