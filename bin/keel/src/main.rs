@@ -58,6 +58,9 @@ struct ServerArgs {
     max_client_connections_per_ip: Option<usize>,
     #[arg(long = "id")]
     server_id: Option<u64>,
+    /// Cluster members: 1=HOST:PORT,2=HOST:PORT,3=HOST:PORT (peer ports).
+    #[arg(long)]
+    peers: Option<String>,
 }
 
 #[derive(Args)]
@@ -96,7 +99,8 @@ fn server_config(args: ServerArgs) -> anyhow::Result<ServerConfig> {
         snapshot_every_entries,
         jute_max_buffer_bytes,
         max_client_connections_per_ip,
-        server_id
+        server_id,
+        peers
     );
     if let Some(digest) = args.super_digest {
         config.super_digest = Some(digest);

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, Sender};
 use keel_tree::txn::{decode_batch, encode_batch, BATCH_TXNS_MAX};
 use keel_tree::{DataTree, Txn};
 use raft::eraftpb::{ConfState, Entry, EntryType, Snapshot};
@@ -24,6 +24,7 @@ use raft::storage::MemStorage;
 use raft::{Config, RawNode, StateRole};
 
 use crate::store::LogStore;
+use crate::transport::{PeerInput, Transport};
 use crate::{snapfile, ConsensusError};
 
 /// Bytes of encoded transactions one entry may carry.
@@ -52,6 +53,10 @@ pub trait StateMachine: Send + 'static {
     fn dropped(&mut self, txns: Vec<Txn>);
     /// This node became leader (true) or stopped being leader (false).
     fn role_changed(&mut self, leader: bool);
+    /// Followers saw activity from these sessions (leader only).
+    fn touched(&mut self, sessions: &[i64]);
+    /// A snapshot from the leader replaces the whole state.
+    fn restore(&mut self, tree: DataTree);
 }
 
 #[derive(Debug, Clone)]
@@ -60,11 +65,43 @@ pub struct RaftConfig {
     pub data_dir: PathBuf,
     pub tick_ms: u64,
     pub snapshot_every_entries: u64,
+    /// Every member's peer address, this node's included; empty = single node.
+    pub peers: Vec<(u64, std::net::SocketAddr)>,
+}
+
+impl RaftConfig {
+    /// Identifies the cluster by its membership, so a data dir or a peer
+    /// from another cluster is recognised and refused.
+    pub fn cluster_id(&self) -> u64 {
+        let mut members: Vec<String> = self
+            .peers
+            .iter()
+            .map(|(id, address)| format!("{id}={address}"))
+            .collect();
+        members.sort();
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in members.join(",").bytes() {
+            hash ^= byte as u64;
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        hash
+    }
+
+    fn voters(&self) -> Vec<u64> {
+        if self.peers.is_empty() {
+            return vec![self.node_id];
+        }
+        let mut ids: Vec<u64> = self.peers.iter().map(|(id, _)| *id).collect();
+        ids.sort_unstable();
+        ids
+    }
 }
 
 /// Counters other threads read (mntr, srvr, tests).
 #[derive(Default, Debug)]
 pub struct RaftStatus {
+    /// More than one member: roles are leader/follower, not standalone.
+    pub cluster: bool,
     pub is_leader: AtomicBool,
     pub term: AtomicU64,
     pub leader_id: AtomicU64,
@@ -80,6 +117,7 @@ pub struct RaftStatus {
 
 enum Input {
     Propose(Txn),
+    Touches(Vec<i64>),
     SnapshotDone {
         index: u64,
         result: Result<(), String>,
@@ -108,6 +146,15 @@ impl RaftHandle {
     pub fn is_leader(&self) -> bool {
         self.status.is_leader.load(Ordering::Acquire)
     }
+
+    /// Reports session activity seen here to the leader.
+    pub fn report_touches(&self, sessions: Vec<i64>) {
+        let _ = self.inputs.try_send(Input::Touches(sessions));
+    }
+
+    pub fn leader_id(&self) -> u64 {
+        self.status.leader_id.load(Ordering::Acquire)
+    }
 }
 
 /// What a node recovers from its data dir before it starts.
@@ -124,6 +171,7 @@ pub fn recover(config: RaftConfig) -> Result<Recovery, ConsensusError> {
     assert!(config.node_id > 0, "raft node ids start at 1");
     let snapshot_dir = config.data_dir.join("snapshots");
     std::fs::create_dir_all(&snapshot_dir)?;
+    check_identity(&config)?;
     let tree = snapfile::load_newest(&snapshot_dir)?.unwrap_or_default();
     let store = LogStore::open(&config.data_dir.join("raft"))?;
     let recovered = store.recover()?;
@@ -131,7 +179,7 @@ pub fn recover(config: RaftConfig) -> Result<Recovery, ConsensusError> {
         Some(cs) => cs,
         None => {
             let cs = ConfState {
-                voters: vec![config.node_id],
+                voters: config.voters(),
                 ..Default::default()
             };
             store.persist(&[], None, Some(&cs))?;
@@ -192,11 +240,47 @@ pub fn recover(config: RaftConfig) -> Result<Recovery, ConsensusError> {
     })
 }
 
+/// The data dir remembers which cluster and node it belongs to; starting
+/// it as another node or in another cluster is refused, never repaired.
+fn check_identity(config: &RaftConfig) -> Result<(), ConsensusError> {
+    let path = config.data_dir.join("IDENTITY");
+    let expected = format!(
+        "cluster_id={:#018x}\nnode_id={}\n",
+        config.cluster_id(),
+        config.node_id
+    );
+    match std::fs::read_to_string(&path) {
+        Ok(found) if found == expected => Ok(()),
+        Ok(found) => Err(ConsensusError::Identity {
+            path,
+            found: found.trim().replace('\n', " "),
+            expected: expected.trim().replace('\n', " "),
+        }),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            let nonempty = std::fs::read_dir(config.data_dir.join("raft"))
+                .map(|mut d| d.next().is_some())
+                .unwrap_or(false);
+            if nonempty {
+                return Err(ConsensusError::Identity {
+                    path,
+                    found: "no identity file but a raft log".into(),
+                    expected: expected.trim().replace('\n', " "),
+                });
+            }
+            std::fs::write(&path, expected)?;
+            Ok(())
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
 struct Driver<S: StateMachine> {
-    raw: RawNode<MemStorage>,
+    raw: RawNode<KeelStorage>,
     store: LogStore,
     machine: S,
     inputs: Receiver<Input>,
+    peer_inputs: Receiver<PeerInput>,
+    transport: Option<Transport>,
     status: Arc<RaftStatus>,
     config: RaftConfig,
     pending: Vec<Txn>,
@@ -204,6 +288,69 @@ struct Driver<S: StateMachine> {
     snapshot_running: bool,
     last_snapshot_index: u64,
     leader: bool,
+    leader_id: u64,
+}
+
+/// raft-rs storage: the in-memory log (MemStorage) for entries and state,
+/// plus the newest snapshot FILE for `snapshot()`, so a follower that fell
+/// behind the compacted log gets the real tree, not empty metadata.
+struct KeelStorage {
+    memory: MemStorage,
+    snapshot_dir: PathBuf,
+}
+
+impl KeelStorage {
+    fn wl(&self) -> std::sync::RwLockWriteGuard<'_, raft::storage::MemStorageCore> {
+        self.memory.wl()
+    }
+}
+
+impl raft::Storage for KeelStorage {
+    fn initial_state(&self) -> raft::Result<raft::RaftState> {
+        self.memory.initial_state()
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        context: raft::GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        self.memory.entries(low, high, max_size, context)
+    }
+
+    fn term(&self, index: u64) -> raft::Result<u64> {
+        self.memory.term(index)
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        self.memory.first_index()
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        self.memory.last_index()
+    }
+
+    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        let unavailable = || raft::Error::Store(raft::StorageError::SnapshotTemporarilyUnavailable);
+        let newest = snapfile::list(&self.snapshot_dir).map_err(|_| unavailable())?;
+        let Some((index, term, path)) = newest.into_iter().next() else {
+            return Err(unavailable());
+        };
+        if index < request_index {
+            return Err(unavailable());
+        }
+        let data = std::fs::read(path).map_err(|_| unavailable())?;
+        let mut snapshot = Snapshot::default();
+        snapshot.set_data(data.into());
+        snapshot.mut_metadata().index = index;
+        snapshot.mut_metadata().term = term;
+        snapshot
+            .mut_metadata()
+            .set_conf_state(self.memory.initial_state()?.conf_state);
+        Ok(snapshot)
+    }
 }
 
 /// Starts the driver thread; `machine` already holds `recovery.tree`.
@@ -231,14 +378,40 @@ pub fn start<S: StateMachine>(
     };
     raft_config.validate().map_err(ConsensusError::Raft)?;
     let logger = slog::Logger::root(slog::Discard, slog::o!());
-    let mut raw =
-        RawNode::new(&raft_config, recovery.storage, &logger).map_err(ConsensusError::Raft)?;
+    let storage = KeelStorage {
+        memory: recovery.storage,
+        snapshot_dir: recovery.config.data_dir.join("snapshots"),
+    };
+    let mut raw = RawNode::new(&raft_config, storage, &logger).map_err(ConsensusError::Raft)?;
     let voters = raw.raft.prs().conf().voters().ids().len();
     if voters == 1 {
         raw.campaign().map_err(ConsensusError::Raft)?;
     }
+    let (peer_sender, peer_inputs) = crossbeam_channel::bounded(PROPOSAL_QUEUE_MAX);
+    let transport = if recovery.config.peers.len() > 1 {
+        let peers: std::collections::HashMap<u64, std::net::SocketAddr> =
+            recovery.config.peers.iter().copied().collect();
+        let listen = *peers
+            .get(&recovery.config.node_id)
+            .ok_or(ConsensusError::WrongNode {
+                node_id: recovery.config.node_id,
+                members: recovery.config.voters(),
+            })?;
+        Some(Transport::start(
+            recovery.config.node_id,
+            recovery.config.cluster_id(),
+            listen,
+            &peers,
+            peer_sender,
+        )?)
+    } else {
+        None
+    };
     let (sender, inputs) = crossbeam_channel::bounded(PROPOSAL_QUEUE_MAX);
-    let status = Arc::new(RaftStatus::default());
+    let status = Arc::new(RaftStatus {
+        cluster: transport.is_some(),
+        ..RaftStatus::default()
+    });
     status.applied_index.store(applied, Ordering::Release);
     let handle = RaftHandle {
         inputs: sender.clone(),
@@ -249,6 +422,8 @@ pub fn start<S: StateMachine>(
         store: recovery.store,
         machine,
         inputs,
+        peer_inputs,
+        transport,
         status,
         config: recovery.config,
         pending: Vec::new(),
@@ -256,6 +431,7 @@ pub fn start<S: StateMachine>(
         snapshot_running: false,
         last_snapshot_index: applied,
         leader: false,
+        leader_id: 0,
     };
     let thread = std::thread::Builder::new()
         .name("keel-raft".into())
@@ -269,13 +445,20 @@ impl<S: StateMachine> Driver<S> {
         let mut next_tick = Instant::now() + tick;
         loop {
             let timeout = next_tick.saturating_duration_since(Instant::now());
-            match self.inputs.recv_timeout(timeout) {
-                Ok(Input::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
-                    self.await_snapshot();
-                    return Ok(());
-                }
-                Ok(input) => self.take(input),
-                Err(RecvTimeoutError::Timeout) => {}
+            crossbeam_channel::select! {
+                recv(self.inputs) -> input => match input {
+                    Ok(Input::Shutdown) | Err(_) => {
+                        self.await_snapshot();
+                        return Ok(());
+                    }
+                    Ok(input) => self.take(input),
+                },
+                recv(self.peer_inputs) -> input => {
+                    if let Ok(input) = input {
+                        self.take_peer(input)?;
+                    }
+                },
+                default(timeout) => {}
             }
             while self.pending.len() < BATCH_TXNS_MAX && self.pending_bytes < BATCH_BYTES_MAX {
                 match self.inputs.try_recv() {
@@ -286,6 +469,9 @@ impl<S: StateMachine> Driver<S> {
                     Ok(input) => self.take(input),
                     Err(_) => break,
                 }
+            }
+            while let Ok(input) = self.peer_inputs.try_recv() {
+                self.take_peer(input)?;
             }
             self.flush_proposals();
             if Instant::now() >= next_tick {
@@ -316,24 +502,58 @@ impl<S: StateMachine> Driver<S> {
                 self.pending_bytes += 64 + txn_body_bytes(&txn);
                 self.pending.push(txn);
             }
+            Input::Touches(sessions) => match (&self.transport, self.leader) {
+                (_, true) => self.machine.touched(&sessions),
+                (Some(transport), false) if self.leader_id != 0 => {
+                    transport.touch(self.leader_id, &sessions)
+                }
+                _ => {}
+            },
             Input::SnapshotDone { index, result } => self.snapshot_done(index, result),
             Input::Shutdown => unreachable!("handled by the loop"),
         }
     }
 
-    /// Group commit: everything queued becomes one entry.
+    fn take_peer(&mut self, input: PeerInput) -> Result<(), ConsensusError> {
+        match input {
+            PeerInput::Raft(message) => {
+                if let Err(error) = self.raw.step(*message) {
+                    tracing::debug!(%error, "raft message refused");
+                }
+            }
+            PeerInput::Forward(batch) => match decode_batch(&batch) {
+                Ok(txns) => {
+                    self.pending_bytes += batch.len();
+                    self.pending.extend(txns);
+                }
+                Err(error) => tracing::warn!(%error, "forwarded batch does not decode; dropped"),
+            },
+            PeerInput::Touch(sessions) => {
+                if self.leader {
+                    self.machine.touched(&sessions);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Group commit: everything queued becomes one entry; a follower sends
+    /// the batch to the leader, which proposes it in arrival order.
     fn flush_proposals(&mut self) {
         if self.pending.is_empty() {
             return;
         }
         let txns = std::mem::take(&mut self.pending);
         self.pending_bytes = 0;
-        if !self.leader {
-            self.machine.dropped(txns);
-            return;
-        }
         let mut data = Vec::with_capacity(txns.len() * 128);
         encode_batch(&txns, &mut data);
+        if !self.leader {
+            match &self.transport {
+                Some(transport) if self.leader_id != 0 => transport.forward(self.leader_id, &data),
+                _ => self.machine.dropped(txns),
+            }
+            return;
+        }
         self.status
             .proposals
             .fetch_add(txns.len() as u64, Ordering::Relaxed);
@@ -341,6 +561,13 @@ impl<S: StateMachine> Driver<S> {
         if let Err(error) = self.raw.propose(Vec::new(), data) {
             tracing::warn!(%error, count = txns.len(), "proposal dropped");
             self.machine.dropped(txns);
+        }
+    }
+
+    fn send(&self, messages: Vec<raft::eraftpb::Message>) {
+        match &self.transport {
+            Some(transport) => messages.iter().for_each(|m| transport.send_raft(m)),
+            None => assert!(messages.is_empty(), "a one-member group sends no messages"),
         }
     }
 
@@ -352,15 +579,11 @@ impl<S: StateMachine> Driver<S> {
         if let Some(soft) = ready.ss() {
             self.role(soft.raft_state == StateRole::Leader, soft.leader_id);
         }
-        // Single-group, no peers yet: messages would go to the transport.
-        assert!(
-            ready.messages().is_empty(),
-            "a one-member group sends no messages"
-        );
-        assert!(
-            ready.snapshot().get_metadata().index == 0,
-            "snapshot install needs peers"
-        );
+        // The leader sends appends before its own fsync (etcd's pipeline).
+        self.send(ready.take_messages());
+        if !ready.snapshot().is_empty() {
+            self.install_snapshot(ready.snapshot().clone())?;
+        }
         self.apply_entries(ready.take_committed_entries());
         let entries = ready.take_entries();
         let hard_state = ready.hs().cloned();
@@ -376,6 +599,7 @@ impl<S: StateMachine> Driver<S> {
         if let Some(last) = entries.last() {
             self.status.last_index.store(last.index, Ordering::Release);
         }
+        self.send(ready.take_persisted_messages());
         let mut light = self.raw.advance(ready);
         if let Some(commit) = light.commit_index() {
             self.raw
@@ -385,16 +609,48 @@ impl<S: StateMachine> Driver<S> {
                 .set_commit(commit);
             self.status.commit_index.store(commit, Ordering::Release);
         }
-        assert!(
-            light.messages().is_empty(),
-            "a one-member group sends no messages"
-        );
+        self.send(light.take_messages());
         self.apply_entries(light.take_committed_entries());
         self.raw.advance_apply();
         Ok(())
     }
 
+    /// A follower behind the leader's compacted log receives the tree:
+    /// verify it, keep it as our snapshot file, replace the state, drop the
+    /// log it covers.
+    fn install_snapshot(&mut self, snapshot: Snapshot) -> Result<(), ConsensusError> {
+        let index = snapshot.get_metadata().index;
+        let term = snapshot.get_metadata().term;
+        let tree = match keel_tree::snapshot::decode(&snapshot.data) {
+            Ok(tree) if tree.applied_index() == index => tree,
+            Ok(_) | Err(_) => {
+                tracing::error!(index, "snapshot from the leader fails its checks; ignored");
+                return Ok(());
+            }
+        };
+        snapfile::write(
+            &self.config.data_dir.join("snapshots"),
+            index,
+            term,
+            &snapshot.data,
+        )?;
+        self.store
+            .persist(&[], None, Some(snapshot.get_metadata().get_conf_state()))?;
+        self.store.compact_to(index + 1)?;
+        self.raw
+            .mut_store()
+            .wl()
+            .apply_snapshot(snapshot)
+            .map_err(ConsensusError::Raft)?;
+        self.machine.restore(tree);
+        self.status.applied_index.store(index, Ordering::Release);
+        self.last_snapshot_index = index;
+        tracing::info!(index, term, "installed snapshot from the leader");
+        Ok(())
+    }
+
     fn role(&mut self, leader: bool, leader_id: u64) {
+        self.leader_id = leader_id;
         self.status.leader_id.store(leader_id, Ordering::Release);
         self.status
             .term
@@ -426,7 +682,6 @@ impl<S: StateMachine> Driver<S> {
             self.status.applied_index.store(index, Ordering::Release);
         }
     }
-
     fn maybe_snapshot(&mut self, loopback: &Sender<Input>) {
         let applied = self.status.applied_index.load(Ordering::Acquire);
         if self.snapshot_running

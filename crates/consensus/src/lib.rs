@@ -5,6 +5,7 @@
 mod driver;
 pub mod snapfile;
 mod store;
+pub mod transport;
 
 pub use driver::{
     recover, start, RaftConfig, RaftHandle, RaftStatus, Recovery, StateMachine, BATCH_BYTES_MAX,
@@ -22,6 +23,12 @@ pub enum ConsensusError {
     Io(#[from] std::io::Error),
     #[error("node id {node_id} is not a member of the group stored in this data dir (members {members:?}): wrong --id or a data dir from another cluster")]
     WrongNode { node_id: u64, members: Vec<u64> },
+    #[error("{path}: this data dir belongs to {found}, but this node is {expected}: wrong --id or a data dir from another cluster")]
+    Identity {
+        path: std::path::PathBuf,
+        found: String,
+        expected: String,
+    },
     #[error("the log starts at {first_log_index} but the snapshot ends at {snapshot_index}: entries are missing")]
     Gap {
         snapshot_index: u64,

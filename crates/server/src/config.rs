@@ -42,6 +42,9 @@ pub struct ServerConfig {
     pub max_client_connections_per_ip: usize,
     /// This server's id (1..=255); a cluster gives each node its own.
     pub server_id: u64,
+    /// Cluster members' peer addresses, "1=HOST:PORT,2=HOST:PORT,..."; this
+    /// node's own entry is where it listens for peers. Empty = single node.
+    pub peers: String,
 }
 
 impl Default for ServerConfig {
@@ -71,6 +74,7 @@ impl Default for ServerConfig {
             jute_max_buffer_bytes: keel_jute::frame::DEFAULT_MAX_FRAME_BYTES,
             max_client_connections_per_ip: 0,
             server_id: 1,
+            peers: String::new(),
         }
     }
 }
@@ -158,12 +162,46 @@ impl ServerConfig {
                 return invalid(format!("super_digest {digest:?} is not user:base64hash"));
             }
         }
+        self.peer_list()?;
         for word in &self.four_letter_words {
             if word != "*" && !crate::fourlw::COMMANDS.contains(&word.as_str()) {
                 return invalid(format!("four_letter_words: unknown command {word:?}"));
             }
         }
         Ok(())
+    }
+
+    /// The parsed `peers` list, sorted by id.
+    pub fn peer_list(&self) -> Result<Vec<(u64, std::net::SocketAddr)>, ConfigError> {
+        let mut peers = Vec::new();
+        for item in self
+            .peers
+            .split(',')
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+        {
+            let invalid = || ConfigError::Invalid(format!("peers: {item:?} is not ID=HOST:PORT"));
+            let (id, address) = item.split_once('=').ok_or_else(invalid)?;
+            let id: u64 = id.trim().parse().map_err(|_| invalid())?;
+            let address = std::net::ToSocketAddrs::to_socket_addrs(address.trim())
+                .map_err(|_| invalid())?
+                .next()
+                .ok_or_else(invalid)?;
+            if !(1..=255).contains(&id) || peers.iter().any(|(other, _)| *other == id) {
+                return Err(ConfigError::Invalid(format!(
+                    "peers: id {id} out of 1..=255 or listed twice"
+                )));
+            }
+            peers.push((id, address));
+        }
+        peers.sort_unstable_by_key(|(id, _)| *id);
+        if !peers.is_empty() && !peers.iter().any(|(id, _)| *id == self.server_id) {
+            return Err(ConfigError::Invalid(format!(
+                "peers does not list this server's id {}",
+                self.server_id
+            )));
+        }
+        Ok(peers)
     }
 
     pub fn four_letter_word_enabled(&self, word: &str) -> bool {

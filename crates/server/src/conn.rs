@@ -367,6 +367,9 @@ impl Connection {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let now_ms = self.shared.now_ms();
         self.shared.sessions.lock().touch(self.session_id, now_ms);
+        if self.shared.raft().status.cluster {
+            self.shared.touched.lock().insert(self.session_id);
+        }
         let body = payload[8..].to_vec();
         // queue = InFlight* Waiting*: the first in_flight entries fly.
         let waiting = self.queue.len() > self.in_flight;

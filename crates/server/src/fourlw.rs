@@ -49,8 +49,15 @@ pub fn answer(shared: &Shared, word: &str) -> String {
     }
 }
 
-fn mode() -> &'static str {
-    "standalone"
+fn mode(shared: &Shared) -> &'static str {
+    let status = &shared.raft().status;
+    if !status.cluster {
+        "standalone"
+    } else if status.is_leader.load(Ordering::Relaxed) {
+        "leader"
+    } else {
+        "follower"
+    }
 }
 
 fn latency(shared: &Shared) -> (f64, u64, u64) {
@@ -86,7 +93,7 @@ fn srvr(shared: &Shared, with_clients: bool) -> String {
         shared.stats.packets_received.load(Ordering::Relaxed),
         shared.stats.packets_sent.load(Ordering::Relaxed),
         shared.connections.lock().len(),
-        mode(),
+        mode(shared),
     );
     text
 }
@@ -123,7 +130,7 @@ fn mntr(shared: &Shared) -> String {
             format!("{ZOOKEEPER_VERSION}, built on {BUILT_ON}"),
         ),
         ("zk_uptime", shared.now_ms().to_string()),
-        ("zk_server_state", mode().into()),
+        ("zk_server_state", mode(shared).into()),
         ("zk_avg_latency", format!("{avg:.4}")),
         ("zk_max_latency", max.to_string()),
         ("zk_min_latency", min.to_string()),
@@ -159,6 +166,18 @@ fn mntr(shared: &Shared) -> String {
             shared.sessions.lock().len().to_string(),
         ),
         ("zk_local_sessions", "0".into()),
+        (
+            "keel_tree_digest",
+            format!("{:#018x}", shared.tree.read().digest()),
+        ),
+        (
+            "keel_last_zxid",
+            format!("{:#x}", shared.tree.read().last_zxid()),
+        ),
+        (
+            "keel_raft_leader_id",
+            status.leader_id.load(Ordering::Relaxed).to_string(),
+        ),
         (
             "keel_raft_term",
             status.term.load(Ordering::Relaxed).to_string(),

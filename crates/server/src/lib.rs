@@ -46,6 +46,7 @@ pub async fn run(
         data_dir: config.data_dir.clone(),
         tick_ms: 100,
         snapshot_every_entries: config.snapshot_every_entries,
+        peers: config.peer_list()?,
     };
     let recovery = tokio::task::block_in_place(|| keel_consensus::recover(raft_config))?;
     let shared = Arc::new(Shared::new(config, recovery.tree.clone()));
@@ -78,7 +79,7 @@ pub async fn run(
 
 async fn wait_for_leadership(shared: &Shared) {
     let started = std::time::Instant::now();
-    while !shared.raft().is_leader() {
+    while shared.raft().leader_id() == 0 {
         if started.elapsed() > Duration::from_secs(5) && started.elapsed().as_millis() % 5000 < 20 {
             tracing::info!("waiting for a leader");
         }
@@ -147,8 +148,14 @@ async fn run_timers(shared: Arc<Shared>) {
     loop {
         tokio::time::sleep(expiry_every).await;
         if !shared.raft().is_leader() {
+            // Followers tell the leader which sessions are alive here.
+            let touched: Vec<i64> = shared.touched.lock().drain().collect();
+            if !touched.is_empty() {
+                shared.raft().report_touches(touched);
+            }
             continue;
         }
+        shared.touched.lock().clear();
         let now_ms = shared.now_ms();
         let expired = shared.sessions.lock().expired(now_ms);
         for session_id in expired {

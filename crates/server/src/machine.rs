@@ -45,6 +45,25 @@ impl StateMachine for Machine {
         }
     }
 
+    fn touched(&mut self, sessions: &[i64]) {
+        let now_ms = self.shared.now_ms();
+        let mut tracker = self.shared.sessions.lock();
+        for session_id in sessions {
+            tracker.touch(*session_id, now_ms);
+        }
+    }
+
+    fn restore(&mut self, tree: DataTree) {
+        let mut current = self.shared.tree.write();
+        let now_ms = self.shared.now_ms();
+        let mut tracker = keel_session::SessionTracker::new(self.shared.config.tick_time_ms as u64);
+        for (session_id, timeout_ms) in tree.sessions() {
+            tracker.add(session_id, timeout_ms, now_ms);
+        }
+        *self.shared.sessions.lock() = tracker;
+        *current = tree;
+    }
+
     fn role_changed(&mut self, leader: bool) {
         if leader {
             // A new leader must not expire sessions for the election's

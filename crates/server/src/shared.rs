@@ -113,6 +113,8 @@ pub struct Shared {
     pub connections_per_ip: Mutex<HashMap<std::net::IpAddr, usize>>,
     pub next_connection_id: AtomicU64,
     pub next_session_id: AtomicI64,
+    /// Sessions active here since the last report to the leader.
+    pub touched: Mutex<std::collections::HashSet<i64>>,
     started: Instant,
 }
 
@@ -137,6 +139,7 @@ impl Shared {
             connections_per_ip: Mutex::new(HashMap::new()),
             next_connection_id: AtomicU64::new(1),
             next_session_id: AtomicI64::new(first_session_id),
+            touched: Mutex::new(std::collections::HashSet::new()),
             started: Instant::now(),
             config,
         }
