@@ -702,7 +702,7 @@ async fn run_lane(
             OpKind::Create => {
                 let index = lane.next_node;
                 lane.next_node += 1;
-                if index > 0 && index % BUCKET_NODES == 0 {
+                if index > 0 && index.is_multiple_of(BUCKET_NODES) {
                     // A new bucket: untimed, like the tree setup.
                     let bucket = plan
                         .layout

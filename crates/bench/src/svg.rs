@@ -121,7 +121,7 @@ fn throughput_panel(s: &mut String, report: &BenchReport) {
     for t in &yticks {
         hgrid(s, a, y(*t), &fmt_count(*t));
     }
-    let (xticks, _) = linear_ticks(n as f64, 10);
+    let (xticks, _) = linear_ticks(n as f64, n.min(10));
     for t in xticks.iter().filter(|t| **t <= n as f64 + 1e-9) {
         vtick(s, a, x(*t), &trim(*t, 1));
     }
@@ -287,15 +287,14 @@ fn latency_panel(s: &mut String, hist: &Histogram<u64>) {
             s,
             "<circle cx=\"{px:.2}\" cy=\"{py:.2}\" r=\"4\" fill=\"#e15759\"/>"
         );
-        text(
-            s,
-            px - 6.0,
-            py - 8.0,
-            12.0,
-            "end",
-            "normal",
-            &format!("{name} {}", fmt_us(v)),
-        );
+        let label = format!("{name} {}", fmt_us(v));
+        // Left of the point unless that would run into the y axis labels.
+        let (lx, anchor) = if px - 7.0 * label.chars().count() as f64 - 6.0 < a.left + 4.0 {
+            (px + 6.0, "start")
+        } else {
+            (px - 6.0, "end")
+        };
+        text(s, lx, py - 8.0, 12.0, anchor, "normal", &label);
     }
     text(
         s,

@@ -329,8 +329,11 @@ impl DataTree {
         parent_node.children.insert(name.into());
         parent_node.stat.cversion = parent_node.stat.cversion.wrapping_add(1);
         parent_node.stat.pzxid = ctx.zxid;
+        let bytes = node.data.as_ref().map_or(0, |d| d.len() as i64);
         self.put_node(parent.into(), parent_node);
         self.put_node(node_path.as_str().into(), node);
+        self.quota_node_created(parent, name);
+        self.charge_quota(&node_path, bytes, 1);
         let stat = DataTree::stat_of(self.nodes.get(node_path.as_str()).expect("just created"));
         events.push(event(&node_path, EventType::NodeCreated));
         events.push(event(parent, EventType::NodeChildrenChanged));
@@ -396,6 +399,11 @@ impl DataTree {
             parent_node.stat.pzxid = zxid;
         }
         self.put_node(parent.into(), parent_node);
+        self.charge_quota(
+            path,
+            -(removed.data.as_ref().map_or(0, |d| d.len() as i64)),
+            -1,
+        );
         events.push(event(path, EventType::NodeDeleted));
         events.push(event(parent, EventType::NodeChildrenChanged));
         self.check_invariants_of(parent);
@@ -417,8 +425,11 @@ impl DataTree {
         node.stat.version = check_version(node.stat.version, version)?;
         node.stat.mtime = ctx.time_ms;
         node.stat.mzxid = ctx.zxid;
+        let old_bytes = node.data.as_ref().map_or(0, |d| d.len() as i64);
         node.data = data.as_deref().map(Arc::from);
+        let new_bytes = node.data.as_ref().map_or(0, |d| d.len() as i64);
         self.put_node(path.into(), node);
+        self.charge_quota(path, new_bytes - old_bytes, 0);
         events.push(event(path, EventType::NodeDataChanged));
         Ok(DataTree::stat_of(self.nodes.get(path).expect("just set")))
     }

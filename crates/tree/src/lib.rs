@@ -11,6 +11,7 @@
 pub mod acl;
 mod apply;
 pub mod path;
+mod quota;
 mod read;
 pub mod snapshot;
 mod tree;
