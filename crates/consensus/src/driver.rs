@@ -289,7 +289,16 @@ struct Driver<S: StateMachine> {
     last_snapshot_index: u64,
     leader: bool,
     leader_id: u64,
+    /// This node's next proposal sequence (see Txn::proposal_id).
+    next_sequence: u64,
+    /// This node's proposals not yet seen applied, oldest first: resent to
+    /// a new leader after a leader change (the tree drops duplicates).
+    unapplied: std::collections::VecDeque<Txn>,
 }
+
+/// Proposals of this node kept for resending after a leader change.
+pub const UNAPPLIED_PROPOSALS_MAX: usize = 64 * 1024;
+const SEQUENCE_MASK: u64 = (1 << keel_tree::PROPOSAL_SEQUENCE_BITS) - 1;
 
 /// raft-rs storage: the in-memory log (MemStorage) for entries and state,
 /// plus the newest snapshot FILE for `snapshot()`, so a follower that fell
@@ -365,6 +374,13 @@ pub fn start<S: StateMachine>(
     ConsensusError,
 > {
     let applied = recovery.tree.applied_index();
+    // Sequences must grow across restarts: start from the clock (ms << 12)
+    // or past the last applied one, whichever is higher.
+    let clock_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let next_sequence = ((clock_ms << 12) & SEQUENCE_MASK)
+        .max(recovery.tree.origin_applied(recovery.config.node_id) + 1);
     let raft_config = Config {
         id: recovery.config.node_id,
         election_tick: ELECTION_TICKS,
@@ -432,6 +448,8 @@ pub fn start<S: StateMachine>(
         last_snapshot_index: applied,
         leader: false,
         leader_id: 0,
+        next_sequence,
+        unapplied: std::collections::VecDeque::new(),
     };
     let thread = std::thread::Builder::new()
         .name("keel-raft".into())
@@ -498,7 +516,16 @@ impl<S: StateMachine> Driver<S> {
 
     fn take(&mut self, input: Input) {
         match input {
-            Input::Propose(txn) => {
+            Input::Propose(mut txn) => {
+                assert_eq!(txn.proposal_id, 0, "local proposals get their id here");
+                txn.proposal_id = (self.config.node_id << keel_tree::PROPOSAL_SEQUENCE_BITS)
+                    | (self.next_sequence & SEQUENCE_MASK);
+                self.next_sequence += 1;
+                if self.unapplied.len() >= UNAPPLIED_PROPOSALS_MAX {
+                    let oldest = self.unapplied.pop_front().expect("full");
+                    self.machine.dropped(vec![oldest]);
+                }
+                self.unapplied.push_back(txn.clone());
                 self.pending_bytes += 64 + txn_body_bytes(&txn);
                 self.pending.push(txn);
             }
@@ -548,9 +575,10 @@ impl<S: StateMachine> Driver<S> {
         let mut data = Vec::with_capacity(txns.len() * 128);
         encode_batch(&txns, &mut data);
         if !self.leader {
-            match &self.transport {
-                Some(transport) if self.leader_id != 0 => transport.forward(self.leader_id, &data),
-                _ => self.machine.dropped(txns),
+            // No leader known: the proposals wait in `unapplied` and go to
+            // the leader once one is elected.
+            if let (Some(transport), true) = (&self.transport, self.leader_id != 0) {
+                transport.forward(self.leader_id, &data);
             }
             return;
         }
@@ -650,6 +678,7 @@ impl<S: StateMachine> Driver<S> {
     }
 
     fn role(&mut self, leader: bool, leader_id: u64) {
+        let new_leader = leader_id != self.leader_id && leader_id != 0;
         self.leader_id = leader_id;
         self.status.leader_id.store(leader_id, Ordering::Release);
         self.status
@@ -661,6 +690,16 @@ impl<S: StateMachine> Driver<S> {
             tracing::info!(leader, term = self.raw.raft.term, "raft role changed");
             self.machine.role_changed(leader);
         }
+        if new_leader && !self.unapplied.is_empty() {
+            // Proposals sent to the old leader may be lost: resend them all,
+            // in order; the tree applies each proposal id once.
+            tracing::info!(
+                count = self.unapplied.len(),
+                leader_id,
+                "resending proposals to the new leader"
+            );
+            self.pending.extend(self.unapplied.iter().cloned());
+        }
     }
 
     fn apply_entries(&mut self, entries: Vec<Entry>) {
@@ -669,7 +708,10 @@ impl<S: StateMachine> Driver<S> {
             match entry.get_entry_type() {
                 EntryType::EntryNormal if !entry.data.is_empty() => match decode_batch(&entry.data)
                 {
-                    Ok(txns) => self.machine.apply(index, term, txns),
+                    Ok(txns) => {
+                        self.forget_applied(&txns);
+                        self.machine.apply(index, term, txns)
+                    }
                     Err(error) => {
                         // Every replica decodes the same bytes the same way, so
                         // skipping keeps them equal; it is still a bug to see.
@@ -682,6 +724,25 @@ impl<S: StateMachine> Driver<S> {
             self.status.applied_index.store(index, Ordering::Release);
         }
     }
+    /// Drops this node's proposals that an applied batch carried (or that
+    /// came before them: proposals of one origin apply in order).
+    fn forget_applied(&mut self, txns: &[Txn]) {
+        let own = txns
+            .iter()
+            .filter(|t| t.proposal_id >> keel_tree::PROPOSAL_SEQUENCE_BITS == self.config.node_id)
+            .map(|t| t.proposal_id)
+            .max();
+        if let Some(newest) = own {
+            while self
+                .unapplied
+                .front()
+                .is_some_and(|t| t.proposal_id <= newest)
+            {
+                self.unapplied.pop_front();
+            }
+        }
+    }
+
     fn maybe_snapshot(&mut self, loopback: &Sender<Input>) {
         let applied = self.status.applied_index.load(Ordering::Acquire);
         if self.snapshot_running

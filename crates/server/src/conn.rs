@@ -231,6 +231,7 @@ impl Connection {
             },
         );
         let txn = Txn {
+            proposal_id: 0,
             session_id: self.session_id,
             xid: 0,
             time_ms: wall_clock_ms(),
@@ -432,6 +433,7 @@ impl Connection {
             },
         };
         let txn = Txn {
+            proposal_id: 0,
             session_id: self.session_id,
             xid: header.xid,
             time_ms: wall_clock_ms(),

@@ -174,6 +174,7 @@ async fn run_timers(shared: Arc<Shared>) {
 
 fn propose_internal(shared: &Shared, session_id: i64, op: TxnOp) {
     let txn = Txn {
+        proposal_id: 0,
         session_id,
         xid: INTERNAL_XID,
         time_ms: wall_clock_ms(),

@@ -21,7 +21,9 @@ impl StateMachine for Machine {
         let mut tree = shared.tree.write();
         for txn in &txns {
             let applied = tree.apply(term, txn);
-            self.deliver(txn, &applied);
+            if !applied.duplicate {
+                self.deliver(txn, &applied);
+            }
         }
         tree.set_applied(index, term);
     }

@@ -11,7 +11,7 @@ use crate::path;
 use crate::tree::{DataTree, Node, NodeMap};
 
 const MAGIC: &[u8; 8] = b"KEELSNAP";
-const FORMAT_VERSION: i32 = 1;
+const FORMAT_VERSION: i32 = 2;
 /// Trailer: CRC32 of everything before it.
 const CRC_BYTES: usize = 4;
 /// Most nodes a snapshot may declare (a corrupt count must not allocate).
@@ -43,6 +43,11 @@ pub fn encode(tree: &DataTree, out: &mut Vec<u8>) {
     for (session_id, timeout_ms) in tree.sessions.iter() {
         keel_jute::write_i64(out, *session_id);
         keel_jute::write_i32(out, *timeout_ms as i32);
+    }
+    keel_jute::write_i32(out, tree.origins.len() as i32);
+    for (origin, sequence) in tree.origins.iter() {
+        keel_jute::write_i64(out, *origin as i64);
+        keel_jute::write_i64(out, *sequence as i64);
     }
     keel_jute::write_i64(out, tree.nodes.len() as i64);
     for (node_path, node) in tree.nodes.iter() {
@@ -80,6 +85,12 @@ pub fn decode(bytes: &[u8]) -> Result<DataTree, SnapshotError> {
     tree.last_zxid = r.read_i64()?;
     let digest = r.read_i64()? as u64;
     read_sessions(&mut r, &mut tree)?;
+    let origins = read_count(&mut r, 256)?;
+    for _ in 0..origins {
+        let origin = r.read_i64()? as u64;
+        let sequence = r.read_i64()? as u64;
+        tree.origins.insert(origin, sequence);
+    }
     tree.nodes = read_nodes(&mut r)?;
     if r.remaining() != 0 {
         return Err(SnapshotError::Inconsistent(format!(

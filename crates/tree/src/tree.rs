@@ -83,6 +83,9 @@ pub struct DataTree {
     pub(crate) containers: imbl::OrdSet<Arc<str>>,
     pub(crate) ttls: imbl::OrdSet<Arc<str>>,
     pub(crate) last_zxid: i64,
+    /// Per origin node, the highest proposal sequence applied: a proposal
+    /// resent after a leader change is recognised and applied once.
+    pub(crate) origins: imbl::OrdMap<u64, u64>,
     /// Raft index of the last applied entry (0 = none): a snapshot's position.
     pub(crate) applied_index: u64,
     pub(crate) applied_term: u64,
@@ -107,6 +110,7 @@ impl DataTree {
             containers: imbl::OrdSet::new(),
             ttls: imbl::OrdSet::new(),
             last_zxid: 0,
+            origins: imbl::OrdMap::new(),
             applied_index: 0,
             applied_term: 0,
             digest: 0,
@@ -164,6 +168,11 @@ impl DataTree {
         );
         self.applied_index = index;
         self.applied_term = term;
+    }
+
+    /// The highest proposal sequence applied from `origin` (0 = none).
+    pub fn origin_applied(&self, origin: u64) -> u64 {
+        self.origins.get(&origin).copied().unwrap_or(0)
     }
 
     pub fn digest(&self) -> u64 {

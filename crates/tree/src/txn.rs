@@ -36,6 +36,10 @@ pub enum TxnOp {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Txn {
+    /// (origin node << 56) | per-node sequence, assigned by the driver
+    /// that first received it; 0 = not deduplicated. A proposal resent
+    /// after a leader change is applied once (see DataTree::apply).
+    pub proposal_id: u64,
     pub session_id: i64,
     pub xid: i32,
     pub time_ms: i64,
@@ -52,6 +56,7 @@ const TAG_SYNC: i32 = 5;
 impl Txn {
     pub fn write(&self, out: &mut Vec<u8>) {
         assert!(self.auth.len() <= AUTH_IDS_MAX);
+        keel_jute::write_i64(out, self.proposal_id as i64);
         keel_jute::write_i64(out, self.session_id);
         keel_jute::write_i32(out, self.xid);
         keel_jute::write_i64(out, self.time_ms);
@@ -82,6 +87,7 @@ impl Txn {
     }
 
     pub fn read(r: &mut Reader<'_>) -> Result<Txn, JuteError> {
+        let proposal_id = r.read_i64()? as u64;
         let session_id = r.read_i64()?;
         let xid = r.read_i32()?;
         let time_ms = r.read_i64()?;
@@ -112,6 +118,7 @@ impl Txn {
             _ => return Err(JuteError::Malformed("txn tag")),
         };
         Ok(Txn {
+            proposal_id,
             session_id,
             xid,
             time_ms,
@@ -154,6 +161,7 @@ mod tests {
     fn batch_round_trip() {
         let txns = vec![
             Txn {
+                proposal_id: 0,
                 session_id: 7,
                 xid: 3,
                 time_ms: 1000,
@@ -167,6 +175,7 @@ mod tests {
                 },
             },
             Txn {
+                proposal_id: 0,
                 session_id: 7,
                 xid: 0,
                 time_ms: 0,
@@ -174,6 +183,7 @@ mod tests {
                 op: TxnOp::CreateSession { timeout_ms: 4000 },
             },
             Txn {
+                proposal_id: 0,
                 session_id: 7,
                 xid: 0,
                 time_ms: 0,
@@ -181,6 +191,7 @@ mod tests {
                 op: TxnOp::CloseSession,
             },
             Txn {
+                proposal_id: 0,
                 session_id: 0,
                 xid: 0,
                 time_ms: 5,
@@ -188,6 +199,7 @@ mod tests {
                 op: TxnOp::DeleteContainer { path: "/c".into() },
             },
             Txn {
+                proposal_id: 0,
                 session_id: 7,
                 xid: 9,
                 time_ms: 5,
