@@ -15,14 +15,17 @@ PY          := $(VENV)/bin/python
 KEEL        := target/release/keel
 PYTEST      := $(PY) -m pytest
 PYTEST_ARGS ?=
-SUITES      := tests/compat tests/badinput tests/crash
+SUITES      := tests/compat tests/badinput tests/crash tests/cluster
 
-.PHONY: all build run test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test
+.PHONY: all build run cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test
 
 all: build
 
 build:
 	$(CARGO) build --release -p keel
+
+cluster: build
+	bash scripts/cluster.sh 3
 
 run: build
 	$(KEEL) server --client-port 2181 --data-dir ./keel-data
