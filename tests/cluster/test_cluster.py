@@ -184,3 +184,75 @@ def test_kill_the_leader_under_load_loses_no_acknowledged_write(cluster):
     failovers.sort()
     report_summary("cluster kill -9: %d leader kills, %d acknowledged writes, 0 lost; writes resumed after "
                    "median %.2fs max %.2fs" % (KILLS, len(acked), failovers[len(failovers) // 2], failovers[-1]))
+
+
+class ProxiedCluster(Cluster):
+    """Every directed peer link i→j goes through its own TCP proxy, so a
+    test can cut a node off from the others in both directions."""
+
+    def __init__(self, size=3):
+        require_keel()
+        from harness.proxy import TcpProxy
+        listen = [free_port() for _ in range(size)]
+        self.links = {}
+        for i in range(size):
+            for j in range(size):
+                if i != j:
+                    self.links[(i, j)] = TcpProxy(listen[j]).start()
+        self.nodes = []
+        for i in range(size):
+            peers = ",".join("%d=127.0.0.1:%d" % (j + 1, listen[j] if j == i else self.links[(i, j)].port)
+                             for j in range(size))
+            self.nodes.append(make_server("keel", name="pnode%d" % (i + 1),
+                                          settings={"server_id": i + 1, "peers": peers, "tick_time_ms": 500}))
+        self.start_all(self.nodes)
+
+    def isolate(self, index):
+        for (i, j), link in self.links.items():
+            if index in (i, j):
+                link.cut()
+
+    def heal(self, index):
+        for (i, j), link in self.links.items():
+            if index in (i, j):
+                link.resume()
+
+    def stop(self):
+        super().stop()
+        for link in self.links.values():
+            link.close()
+
+
+def test_a_partitioned_node_takes_no_writes_and_converges_after_healing():
+    cluster = ProxiedCluster()
+    try:
+        leader = cluster.leader()
+        victim_index = next(i for i, n in enumerate(cluster.nodes) if n is not leader)
+        victim = cluster.nodes[victim_index]
+        majority = [n for n in cluster.nodes if n is not victim]
+        on_victim = client("127.0.0.1:%d" % victim.port)
+        on_majority = client(",".join("127.0.0.1:%d" % n.port for n in majority))
+        on_victim.create("/before", b"1")
+        cluster.isolate(victim_index)
+        # The minority side acknowledges no write...
+        result = on_victim.create_async("/minority", b"x")
+        time.sleep(3.0)
+        assert not (result.ready() and result.successful()), "the isolated node acknowledged a write"
+        # ...while the majority keeps going.
+        for i in range(50):
+            on_majority.create("/majority%d" % i, b"y")
+        cluster.heal(victim_index)
+        digest = cluster.wait_converged(deadline_s=30)
+        victim_view = client("127.0.0.1:%d" % victim.port)
+        victim_view.sync("/")
+        names = set(victim_view.get_children("/"))
+        assert {"majority%d" % i for i in range(50)} <= names and "before" in names
+        report_summary("partition: isolated follower acknowledged no write; after healing all 3 replicas "
+                       "converged to digest %s" % digest[0])
+        for c in (on_victim, on_majority, victim_view):
+            try:
+                c.stop()
+            except Exception:
+                pass
+    finally:
+        cluster.stop()

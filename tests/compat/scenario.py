@@ -140,6 +140,12 @@ def run_scenario(make_client, trace):
     call("create seq u", a.create, s + "/u", b"", sequence=True)
     call("get_children seq", sorted_children, a, s, include_data=True)
     call("create seq under missing parent", a.create, B + "/noparent/x-", b"", sequence=True)
+    # kazoo validates some paths itself (never sent): same on both sides
+    call("kazoo relative path (client-side ValueError)", a.create, B + "/a/../b", b"")
+    call("kazoo double slash is normalised client-side", a.create, B + "//dbl", b"")
+    call("exists normalised double-slash node", a.exists, B + "/dbl")
+    call("long path (1000 chars)", a.create, B + "/" + "x" * 1000, b"")
+    call("delete long path", a.delete, B + "/" + "x" * 1000)
 
     # ------------------------------------------------------------ ephemerals
     e = B + "/eph"
@@ -293,6 +299,12 @@ def run_scenario(make_client, trace):
     call("multi deleting m3/y then m3", multi, a, [("delete", m + "3/y"), ("delete", m + "3")])
     rec("B events after multi delete", b.take_events(expect=2))
 
+    call("create read-only node for multi", a.create, B + "/ro-multi", b"", acl=READ_ACL_UNSAFE)
+    call("multi with a NoAuth op", multi, a, [("create", m + "/ok", b""), ("create", B + "/ro-multi/x", b""),
+                                             ("set_data", m, b"q")])
+    call("multi setData on read-only node", multi, a, [("set_data", B + "/ro-multi", b"x")])
+    call("m/ok absent after NoAuth multi", a.exists, m + "/ok")
+
     # several ephemerals of one session: deletion events when it closes
     e3 = make_client("E3")
     for i in range(4):
@@ -369,13 +381,24 @@ def run_scenario(make_client, trace):
     call("delete child under create-only (NoAuth, no DELETE)", a.delete, B + "/acl-c/k")
     call("get_children under create-only (NoAuth)", a.get_children, B + "/acl-c")
 
-    # bad auth: ZooKeeper answers AUTHFAILED and closes the session's connection
-    bad = make_client("BadAuth")
-    call("add_auth bogus scheme", bad.add_auth, "bogus", "x")
-    call("request after failed auth", bad.exists, B)
-    rec("BadAuth first states", bad.states[:2])  # kazoo may reconnect after that
-    bad.stop()
-    bad.close()
+    # bad auth (raw, so no client library reconnects behind our back): the
+    # server answers AUTHFAILED on xid -4 and closes the connection; the
+    # session itself lives on until it expires
+    raw = P.RawConnection(make_client.port)
+    r = raw.handshake(timeout_ms=1000)
+    trace.register_session("BadAuth", r["sessionId"])
+    rec("BadAuth creates ephemeral", raw.create(B + "/badauth-eph", b"", flags=P.EPHEMERAL))
+    raw.send_frame(P.i32(P.XID_AUTH) + P.i32(P.AUTH) + P.i32(0) + P.ustr("bogus") + P.buf(b"x"))
+    closed, data = raw.wait_closed(3.0)
+    frames = []
+    rd = P.Reader(data)
+    while rd.remaining() >= 20:
+        n = rd.i32()
+        frames.append({"xid": rd.i32(), "zxid": rd.i64(), "err": P.error_name(rd.i32())})
+        rd.pos += n - 16
+    rec("auth with unknown scheme: replies, then closed", [frames, closed])
+    raw.close()
+    call("BadAuth session expires (its ephemeral goes)", poll_gone, a, B + "/badauth-eph", 8.0)
 
     # ------------------------------------------------------------ container & TTL
     cont = B + "/cont"
@@ -386,8 +409,16 @@ def run_scenario(make_client, trace):
     call("create ephemeral child in container", a.create, cont + "/echild", b"", ephemeral=True)
     call("delete ephemeral child", a.delete, cont + "/echild")
     call("container still there with one child", poll_still_there, a, cont, 0.6)
+    call("B watches container", b.exists, cont, watch=b.watcher("cont"))
     call("delete last child", a.delete, cont + "/child")
     call("container deleted after last child removed", poll_gone, a, cont)
+    rec("B events after container removal", b.take_events(expect=1))
+    e4 = make_client("E4")
+    call("E4 creates container cont3", call_ext, e4, CreateContainer(cont + "3", b"", OPEN_ACL_UNSAFE))
+    call("E4 creates ephemeral in cont3", e4.create, cont + "3/e", b"", ephemeral=True)
+    e4.stop()
+    e4.close()
+    call("container with only an ephemeral child goes when its session closes", poll_gone, a, cont + "3")
     call("create unused container", call_ext, a, CreateContainer(cont + "2", b"", OPEN_ACL_UNSAFE))
     call("never-used container is kept", poll_still_there, a, cont + "2", 1.0)
     call("container under missing parent", call_ext, a, CreateContainer(B + "/nope/c", b"", OPEN_ACL_UNSAFE))
@@ -395,6 +426,7 @@ def run_scenario(make_client, trace):
     ttl = B + "/ttl"
     call("create TTL 800ms", call_ext, a, CreateTTL(ttl, b"t", OPEN_ACL_UNSAFE, TTL_FLAG, 800))
     call("stat TTL node (ephemeralOwner encodes TTL)", a.exists, ttl)
+    call("B watches TTL node", b.exists, ttl, watch=b.watcher("ttl"))
     call("create TTL ttl=0 (BadArguments)", call_ext, a, CreateTTL(ttl + "0", b"", OPEN_ACL_UNSAFE, TTL_FLAG, 0))
     call("create TTL ttl=-1 (BadArguments)", call_ext, a, CreateTTL(ttl + "n", b"", OPEN_ACL_UNSAFE, TTL_FLAG, -1))
     call("create TTL ttl too large (BadArguments)", call_ext, a,
@@ -406,11 +438,19 @@ def run_scenario(make_client, trace):
     call("create TTL with child", call_ext, a, CreateTTL(ttl + "p", b"", OPEN_ACL_UNSAFE, TTL_FLAG, 1000))
     call("child of TTL", a.create, ttl + "p/c", b"")
     call("TTL node expires", poll_gone, a, ttl)
+    rec("B events after TTL expiry", b.take_events(expect=1))
     if r:
         call("TTL sequential node expires", poll_gone, a, r[0])
     call("TTL node with child is kept", poll_still_there, a, ttl + "p", 1.0)
     call("delete child of TTL", a.delete, ttl + "p/c")
     call("TTL parent expires after child removed", poll_gone, a, ttl + "p")
+    # setData restarts the TTL clock (expiry is measured from mtime)
+    call("create TTL 2000ms", call_ext, a, CreateTTL(ttl + "m", b"", OPEN_ACL_UNSAFE, TTL_FLAG, 2000))
+    time.sleep(1.2)
+    call("touch TTL node after 1.2s", a.set, ttl + "m", b"touched")
+    time.sleep(1.2)
+    call("TTL node still there 2.4s after create, 1.2s after set", a.exists, ttl + "m")
+    call("TTL node expires after the set", poll_gone, a, ttl + "m")
     call("children of base after TTL expiry", sorted_children, a, B)
 
     # ------------------------------------------------------------ session expiry (raw session stops pinging)

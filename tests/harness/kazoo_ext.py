@@ -10,12 +10,10 @@ import time
 from collections import namedtuple
 
 from kazoo.client import KazooClient
-from kazoo.handlers.utils import create_tcp_socket  # noqa: F401  (import check)
 from kazoo.protocol.serialization import (
-    Create, Watch, int_struct, read_buffer, read_string, write_buffer, write_string, ZnodeStat,
+    Watch, int_struct, read_buffer, read_string, write_buffer, write_string, ZnodeStat,
     stat_struct,
 )
-from kazoo.handlers.threading import AsyncResult  # noqa: F401
 from kazoo.protocol.states import Callback
 
 logging.getLogger("kazoo").setLevel(logging.CRITICAL)
@@ -149,10 +147,6 @@ class WhoAmI(namedtuple("WhoAmI", "")):
             user, offset = read_string(bytes_, offset)
             out.append([scheme, user])
         return out
-
-
-class CreateRaw(Create):
-    """kazoo's Create but with arbitrary flags (kazoo only builds 0..3)."""
 
 
 def call_ext(client, request, timeout=10.0):

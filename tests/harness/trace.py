@@ -163,10 +163,25 @@ def _fmt(v):
     return json.dumps(v, sort_keys=True)
 
 
+def _mask_zxids(v):
+    if isinstance(v, dict):
+        return {k: ("Z*" if k in ZXID_KEYS and isinstance(x, str) and x.startswith("Z") else _mask_zxids(x))
+                for k, x in v.items()}
+    if isinstance(v, list):
+        return [_mask_zxids(x) for x in v]
+    return v
+
+
 def diff(expected, actual, expected_name="zookeeper", actual_name="keel", limit=60):
     """Human-readable list of differences between two normalised traces
-    (lists of [label, value]). Empty list means equal."""
+    (lists of [label, value]). Empty list means equal.
+
+    Steps that differ only in zxid numbering after an earlier zxid difference
+    are summarised in one line (one extra or missing zxid renumbers every
+    later one), but they still count as differences."""
     out = []
+    zxid_only = []
+    seen_zxid_diff = False
     n = max(len(expected), len(actual))
     for i in range(n):
         e = expected[i] if i < len(expected) else None
@@ -182,9 +197,20 @@ def diff(expected, actual, expected_name="zookeeper", actual_name="keel", limit=
                        % (i, expected_name, e[0], actual_name, a[0]))
             break
         else:
-            out.append("#%d %s\n    %s: %s\n    %s: %s"
-                       % (i, e[0], expected_name, _fmt(e[1]), actual_name, _fmt(a[1])))
+            zonly = _mask_zxids(e[1]) == _mask_zxids(a[1])
+            if zonly and seen_zxid_diff:
+                zxid_only.append("#%d %s" % (i, e[0]))
+                continue
+            seen_zxid_diff = (seen_zxid_diff or zonly or _mask_zxids(e[1]) != e[1]
+                              or _mask_zxids(a[1]) != a[1])
+            out.append("#%d %s%s\n    %s: %s\n    %s: %s"
+                       % (i, e[0], " (zxid numbering only)" if zonly else "",
+                          expected_name, _fmt(e[1]), actual_name, _fmt(a[1])))
         if len(out) >= limit:
             out.append("... (more differences not shown)")
             break
+    if zxid_only:
+        out.append("%d later step(s) differ only in zxid numbering (most likely a consequence of an earlier "
+                   "extra/missing zxid): %s" % (len(zxid_only), ", ".join(zxid_only[:40])
+                                                + (" ..." if len(zxid_only) > 40 else "")))
     return out

@@ -23,6 +23,8 @@ enum Command {
     Server(ServerArgs),
     /// zkCli-compatible client: one command, or interactive without one.
     Cli(CliArgs),
+    /// Load generator for ZooKeeper-compatible servers (Keel or ZooKeeper).
+    Bench(BenchArgs),
 }
 
 /// Every flag overrides the config file key of the same name.
@@ -61,6 +63,8 @@ struct ServerArgs {
     /// Cluster members: 1=HOST:PORT,2=HOST:PORT,3=HOST:PORT (peer ports).
     #[arg(long)]
     peers: Option<String>,
+    #[arg(long)]
+    cluster_name: Option<String>,
 }
 
 #[derive(Args)]
@@ -72,11 +76,44 @@ struct CliArgs {
     command: Vec<String>,
 }
 
+/// Each client is one session issuing requests in a closed loop; the tree a
+/// workload needs is built under a fresh root before timing and deleted
+/// after. Progress goes to stderr once a second, the summary to stdout.
+#[derive(Args)]
+struct BenchArgs {
+    /// Comma-separated HOST:PORT list; clients are spread over it round-robin.
+    #[arg(long, value_name = "HOST:PORT[,...]")]
+    servers: String,
+    /// create | mix | get | list | set (mix: 1% create, 8% set, 45% get,
+    /// 45% getChildren of a 100-child node, 1% delete).
+    #[arg(long)]
+    workload: String,
+    /// Number of sessions (1..=10000).
+    #[arg(long, value_name = "N")]
+    clients: usize,
+    /// Length of the timed phase in seconds.
+    #[arg(long, value_name = "SECONDS")]
+    duration: u64,
+    /// Bytes written by create and set, and held by the nodes get reads.
+    #[arg(long, value_name = "BYTES", default_value_t = keel_bench::DEFAULT_VALUE_SIZE)]
+    value_size: usize,
+    /// Append one result row to this CSV file (header if new or empty).
+    #[arg(long, value_name = "FILE")]
+    csv: Option<PathBuf>,
+    /// Write an SVG with throughput over time and the latency percentiles.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// Requests each client keeps in flight (1 = synchronous client).
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    in_flight: usize,
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Server(args) => server(args),
         Command::Cli(args) => client(args),
+        Command::Bench(args) => bench(args),
     }
 }
 
@@ -100,7 +137,8 @@ fn server_config(args: ServerArgs) -> anyhow::Result<ServerConfig> {
         jute_max_buffer_bytes,
         max_client_connections_per_ip,
         server_id,
-        peers
+        peers,
+        cluster_name
     );
     if let Some(digest) = args.super_digest {
         config.super_digest = Some(digest);
@@ -159,4 +197,36 @@ fn client(args: CliArgs) -> anyhow::Result<()> {
         keel_client::cli::run_cli_split(&args.server, args.command, &mut stdout, &mut stderr).await
     })?;
     std::process::exit(code);
+}
+
+fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("KEEL_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let workload: keel_bench::Workload = args.workload.parse()?;
+    let mut config = keel_bench::BenchConfig::new(
+        &args.servers,
+        workload,
+        args.clients,
+        std::time::Duration::from_secs(args.duration),
+    )?;
+    config.value_size = args.value_size;
+    config.in_flight = args.in_flight;
+    config.validate()?;
+    let report = keel_bench::run(config, |line| eprintln!("{line}"))?;
+    println!("{report}");
+    if let Some(path) = &args.csv {
+        report.append_csv(path)?;
+    }
+    if let Some(path) = &args.plot {
+        report.write_svg(path)?;
+    }
+    if let Some(error) = &report.cleanup_error {
+        anyhow::bail!("the bench tree {} was not removed: {error}", report.root);
+    }
+    Ok(())
 }

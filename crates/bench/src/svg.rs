@@ -172,13 +172,11 @@ fn throughput_panel(s: &mut String, report: &BenchReport) {
              stroke-width=\"1.5\" stroke-dasharray=\"6 4\"/>",
             a.left, a.right
         );
-        text(
+        label(
             s,
             a.right - 4.0,
             ym - 5.0,
-            12.0,
             "end",
-            "normal",
             &format!("mean {} ops/s", fmt_count(report.tps)),
         );
     }
@@ -287,14 +285,14 @@ fn latency_panel(s: &mut String, hist: &Histogram<u64>) {
             s,
             "<circle cx=\"{px:.2}\" cy=\"{py:.2}\" r=\"4\" fill=\"#e15759\"/>"
         );
-        let label = format!("{name} {}", fmt_us(v));
+        let tag = format!("{name} {}", fmt_us(v));
         // Left of the point unless that would run into the y axis labels.
-        let (lx, anchor) = if px - 7.0 * label.chars().count() as f64 - 6.0 < a.left + 4.0 {
+        let (lx, anchor) = if px - 7.0 * tag.chars().count() as f64 - 6.0 < a.left + 4.0 {
             (px + 6.0, "start")
         } else {
             (px - 6.0, "end")
         };
-        text(s, lx, py - 8.0, 12.0, anchor, "normal", &label);
+        label(s, lx, py - 8.0, anchor, &tag);
     }
     text(
         s,
@@ -381,6 +379,17 @@ fn polyline(s: &mut String, pts: &[(f64, f64)], color: &str, width: f64) {
         "<polyline points=\"{}\" fill=\"none\" stroke=\"{color}\" stroke-width=\"{width}\" \
          stroke-linejoin=\"round\"/>",
         points.trim_end()
+    );
+}
+
+/// Text with a white outline, readable on top of bars and grid lines.
+fn label(s: &mut String, x: f64, y: f64, anchor: &str, body: &str) {
+    let _ = writeln!(
+        s,
+        "<text x=\"{x:.2}\" y=\"{y:.2}\" font-size=\"12\" text-anchor=\"{anchor}\" \
+         stroke=\"white\" stroke-width=\"3\" stroke-linejoin=\"round\" \
+         paint-order=\"stroke\">{}</text>",
+        escape(body)
     );
 }
 

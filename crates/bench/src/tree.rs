@@ -181,74 +181,94 @@ pub(crate) async fn create_levels(
 /// Progress of [`delete_tree`], read by the coordinator.
 #[derive(Debug, Default)]
 pub(crate) struct DeleteProgress {
-    /// Nodes found so far (the total once listing is done).
+    /// Nodes found so far (the root plus every child listed).
     pub found: AtomicU64,
     pub deleted: AtomicU64,
 }
 
-/// Deletes `root` and everything under it: lists the tree level by level
-/// (getChildren, pipelined), then deletes from the deepest level up.
-/// A node that is already gone is fine. Returns how many were deleted.
+/// Deletes `root` and everything under it, a level at a time: every node
+/// of the level is deleted (pipelined); one that is not empty is listed,
+/// its children form the next level, and it is deleted again once they
+/// are gone. Leaves, nearly all nodes of a bench tree, so cost one request
+/// each. A node that is already gone is fine. Returns how many were
+/// deleted.
 pub(crate) async fn delete_tree(
     client: &Client,
     root: &str,
     progress: &Arc<DeleteProgress>,
 ) -> Result<u64, BenchError> {
-    let fail = |path: &str, source: ClientError| BenchError::Cleanup {
+    let fail = |(path, source): (String, ClientError)| BenchError::Cleanup {
         root: root.to_string(),
-        path: path.to_string(),
+        path,
         source,
     };
+    tracing::debug!(root, "deleting the bench tree");
     match client.exists(root, false).await {
         Ok(Some(_)) => {}
         Ok(None) => return Ok(0),
-        Err(e) => return Err(fail(root, e)),
+        Err(e) => return Err(fail((root.to_string(), e))),
     }
     progress.found.fetch_add(1, Ordering::Relaxed);
-    let mut levels: Vec<Vec<String>> = vec![vec![root.to_string()]];
-    loop {
-        let parents = levels.last().expect("at least the root").clone();
-        let listed = parallel(parents, SETUP_CONCURRENCY, |parent| {
+    // Nodes that had children, by depth.
+    let mut parents: Vec<Vec<String>> = Vec::new();
+    let mut level = vec![root.to_string()];
+    while !level.is_empty() {
+        let outcomes = parallel(level, SETUP_CONCURRENCY, |path| {
             let (client, progress) = (client.clone(), progress.clone());
             async move {
-                match client.get_children(&parent, false).await {
+                match client.delete(&path, -1).await {
+                    Ok(()) => {
+                        progress.deleted.fetch_add(1, Ordering::Relaxed);
+                        return Ok(None);
+                    }
+                    Err(ClientError::Zk(ErrorCode::NoNode)) => return Ok(None),
+                    Err(ClientError::Zk(ErrorCode::NotEmpty)) => {}
+                    Err(e) => return Err((path, e)),
+                }
+                match client.get_children(&path, false).await {
                     Ok(names) => {
                         progress
                             .found
                             .fetch_add(names.len() as u64, Ordering::Relaxed);
-                        Ok(names
-                            .into_iter()
-                            .map(|n| format!("{parent}/{n}"))
-                            .collect::<Vec<_>>())
+                        Ok(Some((path, names)))
                     }
-                    Err(ClientError::Zk(ErrorCode::NoNode)) => Ok(Vec::new()),
-                    Err(e) => Err((parent, e)),
-                }
-            }
-        })
-        .await
-        .map_err(|(path, e)| fail(&path, e))?;
-        let next: Vec<String> = listed.into_iter().flatten().collect();
-        if next.is_empty() {
-            break;
-        }
-        levels.push(next);
-    }
-    for level in levels.into_iter().rev() {
-        parallel(level, SETUP_CONCURRENCY, |path| {
-            let (client, progress) = (client.clone(), progress.clone());
-            async move {
-                match client.delete(&path, -1).await {
-                    Ok(()) | Err(ClientError::Zk(ErrorCode::NoNode)) => {
-                        progress.deleted.fetch_add(1, Ordering::Relaxed);
-                        Ok(())
-                    }
+                    Err(ClientError::Zk(ErrorCode::NoNode)) => Ok(None),
                     Err(e) => Err((path, e)),
                 }
             }
         })
         .await
-        .map_err(|(path, e)| fail(&path, e))?;
+        .map_err(fail)?;
+        let mut next = Vec::new();
+        let mut listed = Vec::new();
+        for (path, names) in outcomes.into_iter().flatten() {
+            next.extend(names.into_iter().map(|n| format!("{path}/{n}")));
+            listed.push(path);
+        }
+        tracing::debug!(
+            parents = listed.len(),
+            children = next.len(),
+            "bench tree level"
+        );
+        parents.push(listed);
+        level = next;
+    }
+    for level in parents.into_iter().rev() {
+        parallel(level, SETUP_CONCURRENCY, |path| {
+            let (client, progress) = (client.clone(), progress.clone());
+            async move {
+                match client.delete(&path, -1).await {
+                    Ok(()) => {
+                        progress.deleted.fetch_add(1, Ordering::Relaxed);
+                        Ok(())
+                    }
+                    Err(ClientError::Zk(ErrorCode::NoNode)) => Ok(()),
+                    Err(e) => Err((path, e)),
+                }
+            }
+        })
+        .await
+        .map_err(fail)?;
     }
     Ok(progress.deleted.load(Ordering::Relaxed))
 }

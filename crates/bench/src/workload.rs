@@ -226,6 +226,24 @@ mod tests {
         }
     }
 
+    /// The integration test relies on this: with the default seed each of
+    /// lanes 0..4 draws every kind of the mix within its first 151 ops.
+    #[test]
+    fn default_seed_lanes_draw_every_kind_early() {
+        for lane in 0..4 {
+            let mut rng = SplitMix64::for_lane(DEFAULT_SEED, lane);
+            let mut seen = [false; 5];
+            for _ in 0..151 {
+                let kind = Workload::Mix.draw(&mut rng);
+                if matches!(kind, OpKind::Get | OpKind::Set) {
+                    rng.below(crate::DATA_NODES as u64); // the lane picks a node
+                }
+                seen[kind.index()] = true;
+            }
+            assert_eq!(seen, [true; 5], "lane {lane}");
+        }
+    }
+
     #[test]
     fn single_op_workloads_do_not_vary() {
         let mut rng = SplitMix64::new(3);

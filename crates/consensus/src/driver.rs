@@ -65,22 +65,21 @@ pub struct RaftConfig {
     pub data_dir: PathBuf,
     pub tick_ms: u64,
     pub snapshot_every_entries: u64,
-    /// Every member's peer address, this node's included; empty = single node.
+    /// Every member's peer address as THIS node reaches it, this node's own
+    /// entry being its listen address; empty = single node.
     pub peers: Vec<(u64, std::net::SocketAddr)>,
+    /// Names the cluster; with the member ids it makes the cluster id.
+    pub cluster_name: String,
 }
 
 impl RaftConfig {
-    /// Identifies the cluster by its membership, so a data dir or a peer
-    /// from another cluster is recognised and refused.
+    /// Identifies the cluster by its name and member ids (not addresses:
+    /// each node may reach a peer through its own address or proxy), so a
+    /// data dir or a peer from another cluster is recognised and refused.
     pub fn cluster_id(&self) -> u64 {
-        let mut members: Vec<String> = self
-            .peers
-            .iter()
-            .map(|(id, address)| format!("{id}={address}"))
-            .collect();
-        members.sort();
+        let members: Vec<String> = self.voters().iter().map(|id| id.to_string()).collect();
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-        for byte in members.join(",").bytes() {
+        for byte in format!("{}/{}", self.cluster_name, members.join(",")).bytes() {
             hash ^= byte as u64;
             hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
         }

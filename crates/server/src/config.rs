@@ -45,6 +45,8 @@ pub struct ServerConfig {
     /// Cluster members' peer addresses, "1=HOST:PORT,2=HOST:PORT,..."; this
     /// node's own entry is where it listens for peers. Empty = single node.
     pub peers: String,
+    /// Name of the cluster (part of its identity; members must agree).
+    pub cluster_name: String,
 }
 
 impl Default for ServerConfig {
@@ -75,6 +77,7 @@ impl Default for ServerConfig {
             max_client_connections_per_ip: 0,
             server_id: 1,
             peers: String::new(),
+            cluster_name: "keel".into(),
         }
     }
 }

@@ -595,11 +595,12 @@ impl Connection {
                         self.auth.push(id);
                     }
                 }
-                self.reply(xid::AUTH, zxid, Ok(Response::Empty));
+                // ZooKeeper answers auth with zxid 0, echoing the xid.
+                self.reply(request_xid, 0, Ok(Response::Empty));
             }
             Err(code) => {
                 tracing::info!(peer = %self.peer, scheme = packet.scheme, "authentication failed; closing");
-                self.reply(xid::AUTH, zxid, Err(code));
+                self.reply(request_xid, 0, Err(code));
                 self.closing = Some("authentication failed");
             }
         }
@@ -625,7 +626,11 @@ impl Connection {
                     }
                 }
                 self.in_flight -= 1;
-                self.reply(reply_xid, zxid, result);
+                // ZooKeeper 3.8.0 never answers a check sent outside a multi
+                // (serializing its null Stat fails); Keel matches that.
+                if op_code != opcode::CHECK {
+                    self.reply(reply_xid, zxid, result);
+                }
                 if op_code == opcode::CLOSE_SESSION {
                     self.closing = Some("session closed by client");
                     return;

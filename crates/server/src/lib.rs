@@ -47,6 +47,7 @@ pub async fn run(
         tick_ms: 100,
         snapshot_every_entries: config.snapshot_every_entries,
         peers: config.peer_list()?,
+        cluster_name: config.cluster_name.clone(),
     };
     let recovery = tokio::task::block_in_place(|| keel_consensus::recover(raft_config))?;
     let shared = Arc::new(Shared::new(config, recovery.tree.clone()));

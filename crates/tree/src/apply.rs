@@ -481,7 +481,7 @@ impl DataTree {
     /// Ends a session: its ephemerals go (sorted order), then the session.
     fn close_session(&mut self, ctx: &Context<'_>) -> Applied {
         let mut events = Vec::new();
-        for path in self.ephemerals_of(ctx.session_id) {
+        for path in self.ephemerals_in_java_order(ctx.session_id) {
             let childless = self
                 .nodes
                 .get(path.as_str())
@@ -495,6 +495,34 @@ impl DataTree {
         applied.session_closed = existed.then_some(ctx.session_id);
         applied
     }
+}
+
+impl DataTree {
+    /// The order ZooKeeper deletes a closing session's ephemerals in, which
+    /// clients see as the order of NodeDeleted events (all share one zxid):
+    /// iteration order of a java.util.HashSet copy of the session's set
+    /// (PrepRequestProcessor clones it; the clone is sized for its count).
+    /// Ties inside a bucket follow creation order.
+    fn ephemerals_in_java_order(&self, session_id: i64) -> Vec<String> {
+        let mut paths = self.ephemerals_of(session_id);
+        paths.sort_by_key(|p| self.nodes.get(p.as_str()).map_or(0, |n| n.stat.czxid));
+        let count = paths.len();
+        let original_capacity = (count.saturating_mul(4).div_ceil(3))
+            .next_power_of_two()
+            .max(16);
+        let clone_capacity = ((count as f32 / 0.75 + 1.0) as usize).next_power_of_two();
+        paths.sort_by_key(|p| java_hash_spread(p) as usize & (original_capacity - 1));
+        paths.sort_by_key(|p| java_hash_spread(p) as usize & (clone_capacity - 1));
+        paths
+    }
+}
+
+/// java.lang.String.hashCode over UTF-16 units, spread as HashMap.hash does.
+fn java_hash_spread(text: &str) -> u32 {
+    let hash = text
+        .encode_utf16()
+        .fold(0i32, |h, unit| h.wrapping_mul(31).wrapping_add(unit as i32)) as u32;
+    hash ^ (hash >> 16)
 }
 
 fn create_args(op: CreateOp, r: &keel_jute::CreateRequest) -> CreateArgs<'_> {

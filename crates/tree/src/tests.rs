@@ -520,3 +520,29 @@ fn a_resent_proposal_is_applied_once() {
     assert_eq!(h.tree.last_zxid(), zxid, "a duplicate takes no zxid");
     assert_eq!(h.tree.origin_applied(2), 7);
 }
+
+#[test]
+fn a_closing_session_deletes_its_ephemerals_in_zookeepers_hashset_order() {
+    let mut h = Harness::new();
+    h.create("/compat", 0).unwrap();
+    for i in 0..4 {
+        h.create(&format!("/compat/e3-{i}"), 1).unwrap();
+    }
+    let applied = h.txn(SESSION, TxnOp::CloseSession);
+    let deleted: Vec<&str> = applied
+        .events
+        .iter()
+        .filter(|e| e.event_type == EventType::NodeDeleted)
+        .map(|e| e.path.as_str())
+        .collect();
+    // What a real ZooKeeper 3.8.0 sent on the wire for the same four nodes.
+    assert_eq!(
+        deleted,
+        vec![
+            "/compat/e3-2",
+            "/compat/e3-1",
+            "/compat/e3-3",
+            "/compat/e3-0"
+        ]
+    );
+}
