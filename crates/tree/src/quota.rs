@@ -16,10 +16,10 @@ const STAT_NODE: &str = "zookeeper_stats";
 impl DataTree {
     /// The deepest quota root containing `path` (never "/"), if any.
     pub(crate) fn quota_prefix(&self, path: &str) -> Option<String> {
-        if !self
+        if self
             .nodes
             .get(QUOTA_ROOT)
-            .is_some_and(|n| !n.children.is_empty())
+            .is_none_or(|n| n.children.is_empty())
         {
             return None;
         }
