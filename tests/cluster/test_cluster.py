@@ -29,12 +29,13 @@ def mntr(port):
 
 
 class Cluster:
-    def __init__(self, size=3):
+    def __init__(self, size=3, preferred_leader=0):
         require_keel()
         peer_ports = [free_port() for _ in range(size)]
         peers = ",".join("%d=127.0.0.1:%d" % (i + 1, p) for i, p in enumerate(peer_ports))
         self.nodes = [make_server("keel", name="node%d" % (i + 1),
-                                  settings={"server_id": i + 1, "peers": peers, "tick_time_ms": 500})
+                                  settings={"server_id": i + 1, "peers": peers, "tick_time_ms": 500,
+                                            "preferred_leader": preferred_leader})
                       for i in range(size)]
         self.start_all(self.nodes)
 
@@ -254,5 +255,31 @@ def test_a_partitioned_node_takes_no_writes_and_converges_after_healing():
                 c.stop()
             except Exception:
                 pass
+    finally:
+        cluster.stop()
+
+
+def test_the_preferred_member_leads_whenever_it_is_healthy():
+    cluster = Cluster(preferred_leader=2)
+    try:
+        preferred = cluster.nodes[1]
+
+        def leads_within(seconds):
+            end = time.time() + seconds
+            while time.time() < end:
+                if mntr(preferred.port).get("zk_server_state") == "leader":
+                    return True
+                time.sleep(0.05)
+            return False
+
+        assert leads_within(10), "node 2 never took the lead"
+        preferred.kill()
+        other = cluster.leader(deadline_s=10)  # an election is not blocked by its absence
+        assert other is not preferred
+        c = client(",".join("127.0.0.1:%d" % n.port for n in cluster.nodes if n is not preferred))
+        c.create("/while-away", b"x")
+        preferred.restart()
+        assert leads_within(15), "node 2 did not take the lead back after catching up"
+        c.stop()
     finally:
         cluster.stop()

@@ -65,6 +65,9 @@ struct ServerArgs {
     peers: Option<String>,
     #[arg(long)]
     cluster_name: Option<String>,
+    /// Leader affinity: id of the member that should lead when healthy.
+    #[arg(long)]
+    preferred_leader: Option<u64>,
 }
 
 #[derive(Args)]
@@ -138,7 +141,8 @@ fn server_config(args: ServerArgs) -> anyhow::Result<ServerConfig> {
         max_client_connections_per_ip,
         server_id,
         peers,
-        cluster_name
+        cluster_name,
+        preferred_leader
     );
     if let Some(digest) = args.super_digest {
         config.super_digest = Some(digest);

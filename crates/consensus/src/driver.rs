@@ -70,6 +70,9 @@ pub struct RaftConfig {
     pub peers: Vec<(u64, std::net::SocketAddr)>,
     /// Names the cluster; with the member ids it makes the cluster id.
     pub cluster_name: String,
+    /// Leader affinity: the member that should lead whenever it is healthy
+    /// and caught up (elections stay plain Raft; the leader transfers).
+    pub preferred_leader: Option<u64>,
 }
 
 impl RaftConfig {
@@ -290,6 +293,9 @@ struct Driver<S: StateMachine> {
     leader_id: u64,
     /// This node's next proposal sequence (see Txn::proposal_id).
     next_sequence: u64,
+    /// Ticks since start: paces leadership transfers.
+    ticks: u64,
+    last_transfer_tick: u64,
     /// This node's proposals not yet seen applied, oldest first: resent to
     /// a new leader after a leader change (the tree drops duplicates).
     unapplied: std::collections::VecDeque<Txn>,
@@ -448,6 +454,8 @@ pub fn start<S: StateMachine>(
         leader: false,
         leader_id: 0,
         next_sequence,
+        ticks: 0,
+        last_transfer_tick: 0,
         unapplied: std::collections::VecDeque::new(),
     };
     let thread = std::thread::Builder::new()
@@ -493,6 +501,8 @@ impl<S: StateMachine> Driver<S> {
             self.flush_proposals();
             if Instant::now() >= next_tick {
                 self.raw.tick();
+                self.ticks += 1;
+                self.maybe_transfer_to_preferred();
                 next_tick = Instant::now() + tick;
             }
             self.on_ready()?;
@@ -723,6 +733,34 @@ impl<S: StateMachine> Driver<S> {
             self.status.applied_index.store(index, Ordering::Release);
         }
     }
+    /// Leader affinity (ZNBase's idea, done with raft-rs's leader transfer):
+    /// a leader that is not the preferred member hands leadership over once
+    /// the preferred one is active and has every entry. Elections are never
+    /// delayed, so a dead preferred node costs nothing.
+    fn maybe_transfer_to_preferred(&mut self) {
+        let Some(preferred) = self.config.preferred_leader else {
+            return;
+        };
+        if !self.leader
+            || preferred == self.config.node_id
+            || self.ticks < self.last_transfer_tick + ELECTION_TICKS as u64
+        {
+            return;
+        }
+        let last_index = self.raw.raft.raft_log.last_index();
+        let ready = self
+            .raw
+            .raft
+            .prs()
+            .get(preferred)
+            .is_some_and(|p| p.recent_active && p.matched >= last_index);
+        if ready {
+            tracing::info!(preferred, "transferring leadership to the preferred member");
+            self.last_transfer_tick = self.ticks;
+            self.raw.transfer_leader(preferred);
+        }
+    }
+
     /// Drops this node's proposals that an applied batch carried (or that
     /// came before them: proposals of one origin apply in order).
     fn forget_applied(&mut self, txns: &[Txn]) {

@@ -47,6 +47,8 @@ pub struct ServerConfig {
     pub peers: String,
     /// Name of the cluster (part of its identity; members must agree).
     pub cluster_name: String,
+    /// Leader affinity: id of the member that should lead when healthy (0 = none).
+    pub preferred_leader: u64,
 }
 
 impl Default for ServerConfig {
@@ -78,6 +80,7 @@ impl Default for ServerConfig {
             server_id: 1,
             peers: String::new(),
             cluster_name: "keel".into(),
+            preferred_leader: 0,
         }
     }
 }
@@ -165,7 +168,13 @@ impl ServerConfig {
                 return invalid(format!("super_digest {digest:?} is not user:base64hash"));
             }
         }
-        self.peer_list()?;
+        let peers = self.peer_list()?;
+        if self.preferred_leader != 0 && !peers.iter().any(|(id, _)| *id == self.preferred_leader) {
+            return invalid(format!(
+                "preferred_leader {} is not in peers",
+                self.preferred_leader
+            ));
+        }
         for word in &self.four_letter_words {
             if word != "*" && !crate::fourlw::COMMANDS.contains(&word.as_str()) {
                 return invalid(format!("four_letter_words: unknown command {word:?}"));

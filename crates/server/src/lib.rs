@@ -48,6 +48,7 @@ pub async fn run(
         snapshot_every_entries: config.snapshot_every_entries,
         peers: config.peer_list()?,
         cluster_name: config.cluster_name.clone(),
+        preferred_leader: (config.preferred_leader != 0).then_some(config.preferred_leader),
     };
     let recovery = tokio::task::block_in_place(|| keel_consensus::recover(raft_config))?;
     let shared = Arc::new(Shared::new(config, recovery.tree.clone()));
