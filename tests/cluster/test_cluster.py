@@ -29,13 +29,14 @@ def mntr(port):
 
 
 class Cluster:
-    def __init__(self, size=3, preferred_leader=0):
+    def __init__(self, size=3, preferred_leader=0, observers=()):
         require_keel()
         peer_ports = [free_port() for _ in range(size)]
         peers = ",".join("%d=127.0.0.1:%d" % (i + 1, p) for i, p in enumerate(peer_ports))
         self.nodes = [make_server("keel", name="node%d" % (i + 1),
                                   settings={"server_id": i + 1, "peers": peers, "tick_time_ms": 500,
-                                            "preferred_leader": preferred_leader})
+                                            "preferred_leader": preferred_leader,
+                                            "observers": list(observers)})
                       for i in range(size)]
         self.start_all(self.nodes)
 
@@ -281,5 +282,35 @@ def test_the_preferred_member_leads_whenever_it_is_healthy():
         preferred.restart()
         assert leads_within(15), "node 2 did not take the lead back after catching up"
         c.stop()
+    finally:
+        cluster.stop()
+
+
+def test_an_observer_serves_reads_forwards_writes_and_does_not_vote():
+    cluster = Cluster(size=4, observers=(4,))
+    try:
+        observer = cluster.nodes[3]
+        mode = four_letter_word(observer.port, "srvr").decode().split("Mode: ")[1].split("\n")[0]
+        assert mode == "observer"
+        c = client("127.0.0.1:%d" % observer.port)
+        c.create("/via-observer", b"o")
+        assert c.get("/via-observer")[0] == b"o"
+        # Three voters: losing one voter and the observer keeps a quorum...
+        leader = cluster.leader()
+        follower = next(n for n in cluster.nodes[:3] if n is not leader)
+        follower.kill()
+        observer.kill()
+        survivor = client(",".join("127.0.0.1:%d" % n.port for n in cluster.nodes[:3] if n.running()))
+        survivor.create("/quorum-of-two", b"")
+        # ...and the observer catches up when it comes back.
+        observer.restart()
+        back = client("127.0.0.1:%d" % observer.port)
+        back.sync("/")
+        assert back.exists("/quorum-of-two") is not None
+        for k in (c, survivor, back):
+            try:
+                k.stop()
+            except Exception:
+                pass
     finally:
         cluster.stop()

@@ -68,6 +68,9 @@ struct ServerArgs {
     /// Leader affinity: id of the member that should lead when healthy.
     #[arg(long)]
     preferred_leader: Option<u64>,
+    /// Comma-separated ids (listed in --peers) of non-voting observers.
+    #[arg(long, value_delimiter = ',')]
+    observers: Option<Vec<u64>>,
 }
 
 #[derive(Args)]
@@ -142,7 +145,8 @@ fn server_config(args: ServerArgs) -> anyhow::Result<ServerConfig> {
         server_id,
         peers,
         cluster_name,
-        preferred_leader
+        preferred_leader,
+        observers
     );
     if let Some(digest) = args.super_digest {
         config.super_digest = Some(digest);

@@ -73,6 +73,8 @@ pub struct RaftConfig {
     /// Leader affinity: the member that should lead whenever it is healthy
     /// and caught up (elections stay plain Raft; the leader transfers).
     pub preferred_leader: Option<u64>,
+    /// Members (listed in `peers`) that are observers: non-voting learners.
+    pub observers: Vec<u64>,
 }
 
 impl RaftConfig {
@@ -80,9 +82,17 @@ impl RaftConfig {
     /// each node may reach a peer through its own address or proxy), so a
     /// data dir or a peer from another cluster is recognised and refused.
     pub fn cluster_id(&self) -> u64 {
-        let members: Vec<String> = self.voters().iter().map(|id| id.to_string()).collect();
+        let voters: Vec<String> = self.voters().iter().map(|id| id.to_string()).collect();
+        let learners: Vec<String> = self.learners().iter().map(|id| id.to_string()).collect();
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-        for byte in format!("{}/{}", self.cluster_name, members.join(",")).bytes() {
+        for byte in format!(
+            "{}/{}/{}",
+            self.cluster_name,
+            voters.join(","),
+            learners.join(",")
+        )
+        .bytes()
+        {
             hash ^= byte as u64;
             hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
         }
@@ -93,7 +103,19 @@ impl RaftConfig {
         if self.peers.is_empty() {
             return vec![self.node_id];
         }
-        let mut ids: Vec<u64> = self.peers.iter().map(|(id, _)| *id).collect();
+        let mut ids: Vec<u64> = self
+            .peers
+            .iter()
+            .map(|(id, _)| *id)
+            .filter(|id| !self.observers.contains(id))
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Observers are raft-rs learners: they replicate and serve, never vote.
+    fn learners(&self) -> Vec<u64> {
+        let mut ids = self.observers.clone();
         ids.sort_unstable();
         ids
     }
@@ -104,6 +126,8 @@ impl RaftConfig {
 pub struct RaftStatus {
     /// More than one member: roles are leader/follower, not standalone.
     pub cluster: bool,
+    /// This node is an observer (a non-voting learner).
+    pub observer: bool,
     pub is_leader: AtomicBool,
     pub term: AtomicU64,
     pub leader_id: AtomicU64,
@@ -182,6 +206,7 @@ pub fn recover(config: RaftConfig) -> Result<Recovery, ConsensusError> {
         None => {
             let cs = ConfState {
                 voters: config.voters(),
+                learners: config.learners(),
                 ..Default::default()
             };
             store.persist(&[], None, Some(&cs))?;
@@ -431,6 +456,7 @@ pub fn start<S: StateMachine>(
     let (sender, inputs) = crossbeam_channel::bounded(PROPOSAL_QUEUE_MAX);
     let status = Arc::new(RaftStatus {
         cluster: transport.is_some(),
+        observer: recovery.config.observers.contains(&recovery.config.node_id),
         ..RaftStatus::default()
     });
     status.applied_index.store(applied, Ordering::Release);

@@ -49,6 +49,9 @@ pub struct ServerConfig {
     pub cluster_name: String,
     /// Leader affinity: id of the member that should lead when healthy (0 = none).
     pub preferred_leader: u64,
+    /// Ids (listed in `peers`) of observers: members that serve reads and
+    /// forward writes but do not vote (read scaling).
+    pub observers: Vec<u64>,
 }
 
 impl Default for ServerConfig {
@@ -81,6 +84,7 @@ impl Default for ServerConfig {
             peers: String::new(),
             cluster_name: "keel".into(),
             preferred_leader: 0,
+            observers: Vec::new(),
         }
     }
 }
@@ -169,6 +173,16 @@ impl ServerConfig {
             }
         }
         let peers = self.peer_list()?;
+        for observer in &self.observers {
+            if !peers.iter().any(|(id, _)| id == observer) || *observer == self.preferred_leader {
+                return invalid(format!(
+                    "observer {observer} is not in peers or is the preferred leader"
+                ));
+            }
+        }
+        if !peers.is_empty() && peers.len() - self.observers.len() < 1 {
+            return invalid("a cluster needs at least one voting member".into());
+        }
         if self.preferred_leader != 0 && !peers.iter().any(|(id, _)| *id == self.preferred_leader) {
             return invalid(format!(
                 "preferred_leader {} is not in peers",

@@ -53,6 +53,8 @@ fn mode(shared: &Shared) -> &'static str {
     let status = &shared.raft().status;
     if !status.cluster {
         "standalone"
+    } else if status.observer {
+        "observer"
     } else if status.is_leader.load(Ordering::Relaxed) {
         "leader"
     } else {

@@ -49,6 +49,7 @@ pub async fn run(
         peers: config.peer_list()?,
         cluster_name: config.cluster_name.clone(),
         preferred_leader: (config.preferred_leader != 0).then_some(config.preferred_leader),
+        observers: config.observers.clone(),
     };
     let recovery = tokio::task::block_in_place(|| keel_consensus::recover(raft_config))?;
     let shared = Arc::new(Shared::new(config, recovery.tree.clone()));
