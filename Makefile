@@ -19,7 +19,7 @@ SUITES      := tests/compat tests/badinput tests/crash tests/cluster
 # suites that compare against ZooKeeper (the cluster suite is Keel-only)
 SELFCHECK_SUITES := tests/compat tests/badinput tests/crash
 
-.PHONY: all build run cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test
+.PHONY: all build run cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare
 
 all: build
 
@@ -59,3 +59,7 @@ test-crash: test-deps build clean-test
 # ZooKeeper vs ZooKeeper: needs no Keel binary; every comparison must pass.
 test-selfcheck: test-deps clean-test
 	KEEL_COMPAT_AGAINST=zookeeper $(PYTEST) $(SELFCHECK_SUITES) $(PYTEST_ARGS)
+
+# Side-by-side benchmark vs a 3-node ZooKeeper 3.8 ensemble (COMPARE_DURATION=S per run).
+compare: build
+	python3 bench/compare.py
