@@ -61,5 +61,5 @@ test-selfcheck: test-deps clean-test
 	KEEL_COMPAT_AGAINST=zookeeper $(PYTEST) $(SELFCHECK_SUITES) $(PYTEST_ARGS)
 
 # Side-by-side benchmark vs a 3-node ZooKeeper 3.8 ensemble (COMPARE_DURATION=S per run).
-compare: build
+compare: test-deps build
 	python3 bench/compare.py
