@@ -41,7 +41,7 @@ type Closed = &'static str;
 /// A request not yet answered, in arrival order.
 enum Queued {
     /// A write sent to the log: its reply comes back through the channel.
-    InFlight { xid: i32 },
+    InFlight { xid: i32, since: Instant },
     /// A request that must wait for the writes in flight ahead of it.
     Waiting {
         header: RequestHeader,
@@ -64,7 +64,6 @@ struct Connection {
     in_flight: usize,
     out: Vec<u8>,
     closing: Option<Closed>,
-    started: Instant,
 }
 
 /// Serves one accepted socket until it closes. Never panics on input.
@@ -111,7 +110,6 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
         in_flight: 0,
         out: Vec::with_capacity(READ_CHUNK_BYTES),
         closing: None,
-        started: Instant::now(),
     };
     let payload = buf[4..first].to_vec();
     buf.drain(..first);
@@ -443,13 +441,19 @@ impl Connection {
         if !self.shared.raft().propose(txn) {
             return Err("proposal queue full or raft stopped");
         }
-        self.queue
-            .insert(self.in_flight, Queued::InFlight { xid: header.xid });
+        self.queue.insert(
+            self.in_flight,
+            Queued::InFlight {
+                xid: header.xid,
+                since: Instant::now(),
+            },
+        );
         self.in_flight += 1;
         Ok(())
     }
 
     fn read(&mut self, request_xid: i32, request: Request) {
+        let started = Instant::now();
         let shared = self.shared.clone();
         let (result, zxid) = match &request {
             Request::SetWatches(w) => (
@@ -513,6 +517,9 @@ impl Connection {
         let zxid = zxid.unwrap_or_else(|| self.last_zxid());
         self.send_events_up_to(zxid);
         self.reply(request_xid, zxid, result);
+        self.shared
+            .stats
+            .record_latency_us(started.elapsed().as_micros() as u64);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -618,7 +625,15 @@ impl Connection {
                 result,
             } => {
                 match self.queue.pop_front() {
-                    Some(Queued::InFlight { xid: expected }) if expected == reply_xid => {}
+                    Some(Queued::InFlight {
+                        xid: expected,
+                        since,
+                    }) if expected == reply_xid => {
+                        // A write's latency: proposal to applied reply.
+                        self.shared
+                            .stats
+                            .record_latency_us(since.elapsed().as_micros() as u64);
+                    }
                     _ => {
                         tracing::error!(peer = %self.peer, reply_xid, "reply out of order; closing connection");
                         self.closing = Some("internal: reply out of order");
@@ -713,10 +728,6 @@ impl Connection {
             info.received += 1;
             info.last_zxid = zxid;
         }
-        self.shared
-            .stats
-            .record_latency_us(self.started.elapsed().as_micros() as u64 % 1_000_000);
-        self.started = Instant::now();
     }
 
     fn count_sent(&mut self) {
