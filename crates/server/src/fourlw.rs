@@ -223,15 +223,6 @@ fn open_fds() -> usize {
 
 fn conf(shared: &Shared) -> String {
     let c = &shared.config;
-    let size = |dir: std::path::PathBuf| -> u64 {
-        std::fs::read_dir(dir)
-            .map(|d| {
-                d.filter_map(|e| e.ok()?.metadata().ok())
-                    .map(|m| m.len())
-                    .sum()
-            })
-            .unwrap_or(0)
-    };
     format!(
         "clientPort={}\nsecureClientPort=-1\ndataDir={}\ndataDirSize={}\ndataLogDir={}\ndataLogSize={}\ntickTime={}\nmaxClientCnxns={}\nminSessionTimeout={}\nmaxSessionTimeout={}\nclientPortListenBacklog=-1\nserverId={}\n",
         c.client_port,
@@ -329,16 +320,18 @@ fn dump(shared: &Shared) -> String {
     text
 }
 
+/// Bytes of the files directly in `dir` (conf's and dirs' sizes).
+fn size(dir: std::path::PathBuf) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
 fn dirs(shared: &Shared) -> String {
-    let size = |dir: std::path::PathBuf| -> u64 {
-        std::fs::read_dir(dir)
-            .map(|d| {
-                d.filter_map(|e| e.ok()?.metadata().ok())
-                    .map(|m| m.len())
-                    .sum()
-            })
-            .unwrap_or(0)
-    };
     format!(
         "datadir_size: {}\nlogdir_size: {}\n",
         size(shared.config.data_dir.join("snapshots")),
