@@ -171,18 +171,9 @@ impl DataTree {
             Request::CreateContainer(r) => self
                 .create(&create_args(CreateOp::Container, r), ctx, events)
                 .map(|(p, s)| Response::Create2(p, s)),
-            Request::CreateTtl(r) => {
-                let args = CreateArgs {
-                    op: CreateOp::Ttl,
-                    path: &r.path,
-                    data: &r.data,
-                    acl: &r.acl,
-                    flags: r.flags,
-                    ttl_ms: r.ttl,
-                };
-                self.create(&args, ctx, events)
-                    .map(|(p, s)| Response::Create2(p, s))
-            }
+            Request::CreateTtl(r) => self
+                .create(&ttl_args(r), ctx, events)
+                .map(|(p, s)| Response::Create2(p, s)),
             Request::Delete(r) => self
                 .delete(&r.path, r.version, ctx, events)
                 .map(|()| Response::Empty),
@@ -260,18 +251,9 @@ impl DataTree {
             MultiOp::CreateContainer(r) => self
                 .create(&create_args(CreateOp::Container, r), ctx, events)
                 .map(|(p, s)| MultiResult::Create2(p, s)),
-            MultiOp::CreateTtl(r) => {
-                let args = CreateArgs {
-                    op: CreateOp::Ttl,
-                    path: &r.path,
-                    data: &r.data,
-                    acl: &r.acl,
-                    flags: r.flags,
-                    ttl_ms: r.ttl,
-                };
-                self.create(&args, ctx, events)
-                    .map(|(p, s)| MultiResult::Create2(p, s))
-            }
+            MultiOp::CreateTtl(r) => self
+                .create(&ttl_args(r), ctx, events)
+                .map(|(p, s)| MultiResult::Create2(p, s)),
             MultiOp::Delete(r) => self
                 .delete(&r.path, r.version, ctx, events)
                 .map(|()| MultiResult::Delete),
@@ -523,6 +505,17 @@ fn java_hash_spread(text: &str) -> u32 {
         .encode_utf16()
         .fold(0i32, |h, unit| h.wrapping_mul(31).wrapping_add(unit as i32)) as u32;
     hash ^ (hash >> 16)
+}
+
+fn ttl_args(r: &keel_jute::CreateTtlRequest) -> CreateArgs<'_> {
+    CreateArgs {
+        op: CreateOp::Ttl,
+        path: &r.path,
+        data: &r.data,
+        acl: &r.acl,
+        flags: r.flags,
+        ttl_ms: r.ttl,
+    }
 }
 
 fn create_args(op: CreateOp, r: &keel_jute::CreateRequest) -> CreateArgs<'_> {
