@@ -139,6 +139,8 @@ pub struct RaftStatus {
     pub fsyncs: AtomicU64,
     pub proposals: AtomicU64,
     pub batches: AtomicU64,
+    /// Heartbeat round trips measured by the peer transport.
+    pub heartbeat: Arc<crate::transport::HeartbeatStats>,
 }
 
 enum Input {
@@ -457,6 +459,10 @@ pub fn start<S: StateMachine>(
     let status = Arc::new(RaftStatus {
         cluster: transport.is_some(),
         observer: recovery.config.observers.contains(&recovery.config.node_id),
+        heartbeat: transport
+            .as_ref()
+            .map(|t| t.heartbeat_stats())
+            .unwrap_or_default(),
         ..RaftStatus::default()
     });
     status.applied_index.store(applied, Ordering::Release);

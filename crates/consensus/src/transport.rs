@@ -62,11 +62,20 @@ struct Outgoing {
     bulk: Sender<Vec<u8>>,
 }
 
+/// Heartbeat round trips as this node (when leader) measures them:
+/// MsgHeartbeat sent to MsgHeartbeatResponse received, per peer.
+/// Filled in by the transport; read by mntr and tests.
+#[derive(Default, Debug)]
+pub struct HeartbeatStats {
+    // TODO(helper): counters / histogram of round trips in microseconds.
+}
+
 /// Sends to peers; cheap to clone.
 #[derive(Clone)]
 pub struct Transport {
     self_id: u64,
     peers: Arc<HashMap<u64, Outgoing>>,
+    heartbeat: Arc<HeartbeatStats>,
 }
 
 impl Transport {
@@ -95,7 +104,13 @@ impl Transport {
         Ok(Transport {
             self_id,
             peers: Arc::new(outgoing),
+            heartbeat: Arc::new(HeartbeatStats::default()),
         })
+    }
+
+    /// The heartbeat round-trip statistics this transport keeps.
+    pub fn heartbeat_stats(&self) -> Arc<HeartbeatStats> {
+        self.heartbeat.clone()
     }
 
     pub fn send_raft(&self, message: &Message) {
