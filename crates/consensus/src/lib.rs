@@ -2,14 +2,19 @@
 //! raft-engine stores the log, this crate drives them in the documented
 //! order and hands committed transactions to the state machine.
 
+pub mod core;
 mod driver;
 pub mod snapfile;
 mod store;
 pub mod transport;
 
+pub use crate::core::{
+    Core, CoreConfig, Durable, Io, Outbound, PlantedBug, SnapshotSource, BATCH_BYTES_MAX, ELECTION_TICKS,
+    LOG_KEPT_BEHIND_SNAPSHOT,
+};
 pub use driver::{
-    recover, start, RaftConfig, RaftHandle, RaftStatus, Recovery, StateMachine, BATCH_BYTES_MAX,
-    ELECTION_TICKS, LOG_KEPT_BEHIND_SNAPSHOT, PROPOSAL_QUEUE_MAX,
+    recover, start, RaftConfig, RaftHandle, RaftStatus, Recovery, StateMachine,
+    PROPOSAL_QUEUE_MAX,
 };
 pub use store::LogStore;
 

@@ -10,29 +10,70 @@
 //! The first frame on a connection is a hello carrying the cluster id; a
 //! peer of another cluster, an unknown sender or a frame that fails to
 //! decode closes that connection with a logged reason, never the process.
+//!
+//! A snapshot (raft-rs puts the whole encoded tree in one MsgSnapshot) and
+//! any other bulk message above `CHUNKED_ABOVE_BYTES` travel as a transfer:
+//! `KIND_CHUNK` frames of at most `SNAPSHOT_CHUNK_BYTES`, each carrying the
+//! transfer id, the inner frame kind, the chunk number, the chunk count,
+//! the total size and the CRC32 of the whole. The bulk sender thread
+//! encodes and slices a snapshot as it writes, so the queue never holds the
+//! chunks. The receiver reassembles one transfer per peer at a time
+//! (bounded by `SNAPSHOT_BYTES_MAX`); a chunk out of order, a header that
+//! disagrees, a wrong size or CRC closes that connection and drops the
+//! transfer whole. A transfer cut by a lost connection is sent again whole
+//! on the next connection (up to `SNAPSHOT_SEND_ATTEMPTS` times).
+//!
+//! Sender threads block on a mutex + condvar queue (no spinning, no
+//! timeout polling): a write load used to cost them `sched_yield` loops in
+//! crossbeam's receive backoff.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_channel::Sender;
 use protobuf::Message as _;
 use raft::eraftpb::{Message, MessageType};
 
-/// Largest frame accepted from a peer (snapshot chunks stay far below).
-pub const PEER_FRAME_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Largest frame accepted from a peer. Plain frames stay at or below
+/// `CHUNKED_ABOVE_BYTES` (+ header), chunks at `SNAPSHOT_CHUNK_BYTES`.
+pub const PEER_FRAME_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// Frames queued per peer and lane before new ones are dropped (Raft
-/// retransmits; dropping beats blocking the driver).
+/// retransmits; dropping beats blocking the driver). A queued snapshot is
+/// not counted: there is at most one per peer and it is never dropped for
+/// lack of room.
 pub const PEER_QUEUE_FRAMES_MAX: usize = 4096;
+/// Bytes of a snapshot (or other large message) one chunk frame carries.
+pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
+/// Largest transfer a receiver reassembles.
+pub const SNAPSHOT_BYTES_MAX: u64 = 1024 * 1024 * 1024;
+/// Bulk payloads above this size (a huge append, a huge forwarded batch)
+/// are sent chunked like a snapshot instead of as one frame.
+pub const CHUNKED_ABOVE_BYTES: usize = 8 * 1024 * 1024;
+/// Connections a snapshot transfer may be started on before it is given up
+/// (raft-rs then needs `report_snapshot`, see `take_snapshot_reports`).
+pub const SNAPSHOT_SEND_ATTEMPTS: u32 = 3;
+/// A heartbeat unanswered this long no longer waits for its response: the
+/// next heartbeat's send time replaces it.
+pub const HEARTBEAT_UNANSWERED_MS: u64 = 5_000;
 const CONNECT_RETRY_MS: u64 = 100;
 const CONNECT_TIMEOUT_MS: u64 = 1_000;
+/// A connection that breaks sooner than this is retried after
+/// `CONNECT_RETRY_MS`, not at once (a peer that accepts and closes).
+const SHORT_CONNECTION_MS: u64 = 1_000;
+const SNAPSHOT_REPORTS_MAX: usize = 64;
 
 const KIND_HELLO: u8 = 0;
 const KIND_RAFT: u8 = 1;
 const KIND_FORWARD: u8 = 2;
 const KIND_TOUCH: u8 = 3;
+const KIND_CHUNK: u8 = 4;
+
+/// transfer id u64 | inner kind u8 | chunk u32 | chunks u32 | total u64 | crc32 u32
+const CHUNK_HEADER_BYTES: usize = 8 + 1 + 4 + 4 + 8 + 4;
 
 /// What arrives from peers, for the driver.
 #[derive(Debug)]
@@ -57,18 +98,297 @@ fn lane_of(message: &Message) -> Lane {
     }
 }
 
-struct Outgoing {
-    control: Sender<Vec<u8>>,
-    bulk: Sender<Vec<u8>>,
+// ---------------------------------------------------------------------------
+// Heartbeat round trips
+
+/// Buckets of the round-trip histogram: values below 8 µs exactly, then 8
+/// buckets per power of two (≤ 12.5% error) up to 2^36 µs.
+const HISTOGRAM_BUCKETS: usize = 8 + (36 - 3) * 8;
+const HISTOGRAM_MAX_US: u64 = (1 << 36) - 1;
+
+fn bucket_of(us: u64) -> usize {
+    let us = us.min(HISTOGRAM_MAX_US);
+    if us < 8 {
+        return us as usize;
+    }
+    let exponent = 63 - us.leading_zeros() as usize; // ≥ 3
+    let sub = (us >> (exponent - 3)) as usize - 8; // 0..8
+    8 + (exponent - 3) * 8 + sub
+}
+
+/// The largest value that falls in `bucket`.
+fn bucket_upper(bucket: usize) -> u64 {
+    if bucket < 8 {
+        return bucket as u64;
+    }
+    let exponent = (bucket - 8) / 8 + 3;
+    let sub = ((bucket - 8) % 8) as u64;
+    ((9 + sub) << (exponent - 3)) - 1
 }
 
 /// Heartbeat round trips as this node (when leader) measures them:
-/// MsgHeartbeat sent to MsgHeartbeatResponse received, per peer.
-/// Filled in by the transport; read by mntr and tests.
-#[derive(Default, Debug)]
+/// MsgHeartbeat handed to the transport until the peer's
+/// MsgHeartbeatResponse is read off its connection, per peer. Heartbeats
+/// carry no id, so the oldest unanswered heartbeat to a peer is matched
+/// with the next response from it (a lost heartbeat can only make a round
+/// trip look longer, never shorter). Cumulative, lock-free.
 pub struct HeartbeatStats {
-    // TODO(helper): counters / histogram of round trips in microseconds.
+    epoch: Instant,
+    /// Per peer: µs since `epoch` (+1) at which the oldest unanswered
+    /// heartbeat was sent; 0 = none.
+    pending: HashMap<u64, AtomicU64>,
+    count: AtomicU64,
+    max_us: AtomicU64,
+    buckets: [AtomicU64; HISTOGRAM_BUCKETS],
 }
+
+/// Round-trip summary for mntr and tests (µs; a percentile is the upper
+/// edge of its histogram bucket, never more than the max).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeartbeatSummary {
+    pub count: u64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub max_us: u64,
+}
+
+impl Default for HeartbeatStats {
+    fn default() -> Self {
+        HeartbeatStats::new([])
+    }
+}
+
+impl std::fmt::Debug for HeartbeatStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HeartbeatStats({:?})", self.summary())
+    }
+}
+
+impl HeartbeatStats {
+    pub fn new(peers: impl IntoIterator<Item = u64>) -> Self {
+        HeartbeatStats {
+            epoch: Instant::now(),
+            pending: peers.into_iter().map(|p| (p, AtomicU64::new(0))).collect(),
+            count: AtomicU64::new(0),
+            max_us: AtomicU64::new(0),
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    fn now_us(&self) -> u64 {
+        self.epoch.elapsed().as_micros() as u64 + 1
+    }
+
+    /// A heartbeat to `peer` is being sent now.
+    pub fn sent(&self, peer: u64) {
+        let Some(slot) = self.pending.get(&peer) else {
+            return;
+        };
+        let now = self.now_us();
+        let old = slot.load(Ordering::Acquire);
+        if old == 0 || now.saturating_sub(old) > HEARTBEAT_UNANSWERED_MS * 1000 {
+            let _ = slot.compare_exchange(old, now, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+
+    /// A heartbeat response from `peer` arrived now.
+    pub fn answered(&self, peer: u64) {
+        let Some(slot) = self.pending.get(&peer) else {
+            return;
+        };
+        let sent = slot.swap(0, Ordering::AcqRel);
+        if sent != 0 {
+            self.record(self.now_us().saturating_sub(sent));
+        }
+    }
+
+    /// Heartbeats to `peer` were dropped (its connection is down): none is
+    /// waiting for a response any more.
+    pub fn forget(&self, peer: u64) {
+        if let Some(slot) = self.pending.get(&peer) {
+            slot.store(0, Ordering::Release);
+        }
+    }
+
+    /// Adds one round trip.
+    pub fn record(&self, rtt_us: u64) {
+        self.buckets[bucket_of(rtt_us)].fetch_add(1, Ordering::Relaxed);
+        self.max_us.fetch_max(rtt_us, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn summary(&self) -> HeartbeatSummary {
+        let buckets: Vec<u64> = self
+            .buckets
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed))
+            .collect();
+        let total: u64 = buckets.iter().sum();
+        let max_us = self.max_us.load(Ordering::Relaxed);
+        let percentile = |q: f64| -> u64 {
+            if total == 0 {
+                return 0;
+            }
+            let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
+            let mut seen = 0;
+            for (bucket, n) in buckets.iter().enumerate() {
+                seen += n;
+                if seen >= rank {
+                    return bucket_upper(bucket).min(max_us);
+                }
+            }
+            max_us
+        };
+        HeartbeatSummary {
+            count: self.count.load(Ordering::Relaxed),
+            p50_us: percentile(0.50),
+            p99_us: percentile(0.99),
+            max_us,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Sending
+
+/// What a sender thread writes.
+enum Item {
+    /// An encoded frame.
+    Frame(Vec<u8>),
+    /// A bulk payload too big for one frame: written as a chunked transfer.
+    Large { kind: u8, payload: Vec<u8> },
+    /// A MsgSnapshot: encoded and sliced into chunks by the sender thread.
+    Snapshot {
+        message: Box<Message>,
+        attempt: u32,
+    },
+}
+
+/// One lane's queue: bounded, woken by a condvar (no polling).
+struct Queue {
+    state: Mutex<QueueState>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct QueueState {
+    items: VecDeque<Item>,
+    /// Items other than snapshots (bounded by PEER_QUEUE_FRAMES_MAX).
+    frames: usize,
+    closed: bool,
+}
+
+impl Queue {
+    fn new() -> Queue {
+        Queue {
+            state: Mutex::new(QueueState::default()),
+            wake: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// False if the queue is full and the item was dropped. A snapshot
+    /// always goes in, replacing one still queued (one transfer per peer).
+    fn push(&self, item: Item) -> bool {
+        let mut state = self.lock();
+        let was_empty = state.items.is_empty();
+        if matches!(item, Item::Snapshot { .. }) {
+            state
+                .items
+                .retain(|queued| !matches!(queued, Item::Snapshot { .. }));
+        } else if state.frames >= PEER_QUEUE_FRAMES_MAX {
+            return false;
+        } else {
+            state.frames += 1;
+        }
+        state.items.push_back(item);
+        drop(state);
+        if was_empty {
+            // The sender only waits on an empty queue.
+            self.wake.notify_one();
+        }
+        true
+    }
+
+    /// Waits for items and moves them all into `batch`; false once closed.
+    fn take_all(&self, batch: &mut VecDeque<Item>) -> bool {
+        let mut state = self.lock();
+        loop {
+            if !state.items.is_empty() {
+                std::mem::swap(batch, &mut state.items);
+                state.frames = 0;
+                return true;
+            }
+            if state.closed {
+                return false;
+            }
+            state = self.wake.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Frames queued while disconnected are stale for Raft: dropped. A
+    /// snapshot stays (raft-rs waits for it before it sends that peer
+    /// anything else), and `retry` goes first unless a newer one is queued.
+    fn drop_stale(&self, retry: Option<Item>) {
+        let mut state = self.lock();
+        state
+            .items
+            .retain(|queued| matches!(queued, Item::Snapshot { .. }));
+        state.frames = 0;
+        if let Some(item) = retry {
+            if state.items.is_empty() {
+                state.items.push_back(item);
+            }
+        }
+    }
+
+    fn close(&self) {
+        self.lock().closed = true;
+        self.wake.notify_all();
+    }
+
+    fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
+    /// Sleeps up to `timeout` unless the queue gets closed; true if closed.
+    fn wait_closed(&self, timeout: Duration) -> bool {
+        let state = self.lock();
+        let (state, _) = self
+            .wake
+            .wait_timeout_while(state, timeout, |s| !s.closed)
+            .unwrap_or_else(|e| e.into_inner());
+        state.closed
+    }
+}
+
+struct Outgoing {
+    control: Arc<Queue>,
+    bulk: Arc<Queue>,
+}
+
+impl Drop for Outgoing {
+    /// The last Transport clone is gone: the sender threads end.
+    fn drop(&mut self) {
+        self.control.close();
+        self.bulk.close();
+    }
+}
+
+/// How a snapshot transfer to a peer ended, for raft-rs's
+/// `report_snapshot` (Finish when `sent`, Failure otherwise).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapshotReport {
+    pub to: u64,
+    pub index: u64,
+    /// Every chunk was written to the peer's connection.
+    pub sent: bool,
+}
+
+type Reports = Arc<Mutex<Vec<SnapshotReport>>>;
 
 /// Sends to peers; cheap to clone.
 #[derive(Clone)]
@@ -76,6 +396,7 @@ pub struct Transport {
     self_id: u64,
     peers: Arc<HashMap<u64, Outgoing>>,
     heartbeat: Arc<HeartbeatStats>,
+    reports: Reports,
 }
 
 impl Transport {
@@ -88,23 +409,42 @@ impl Transport {
         inbox: Sender<PeerInput>,
     ) -> std::io::Result<Transport> {
         let listener = TcpListener::bind(listen)?;
-        let known: Vec<u64> = peers.keys().copied().collect();
+        let heartbeat = Arc::new(HeartbeatStats::new(
+            peers.keys().copied().filter(|&p| p != self_id),
+        ));
+        let reports: Reports = Arc::default();
+        let reader = ReaderContext {
+            cluster_id,
+            known: peers.keys().copied().collect(),
+            inbox,
+            heartbeat: heartbeat.clone(),
+            transfers: Arc::default(),
+        };
         std::thread::Builder::new()
             .name("keel-peer-accept".into())
-            .spawn(move || accept_loop(listener, cluster_id, known, inbox))?;
+            .spawn(move || accept_loop(listener, reader))?;
         let mut outgoing = HashMap::new();
         for (&peer_id, &address) in peers {
             if peer_id == self_id {
                 continue;
             }
-            let control = spawn_sender(self_id, cluster_id, peer_id, address, "control")?;
-            let bulk = spawn_sender(self_id, cluster_id, peer_id, address, "bulk")?;
+            let link = Link {
+                self_id,
+                cluster_id,
+                peer_id,
+                address,
+                heartbeat: heartbeat.clone(),
+                reports: reports.clone(),
+            };
+            let control = spawn_sender(link.clone(), Lane::Control)?;
+            let bulk = spawn_sender(link, Lane::Bulk)?;
             outgoing.insert(peer_id, Outgoing { control, bulk });
         }
         Ok(Transport {
             self_id,
             peers: Arc::new(outgoing),
-            heartbeat: Arc::new(HeartbeatStats::default()),
+            heartbeat,
+            reports,
         })
     }
 
@@ -113,16 +453,35 @@ impl Transport {
         self.heartbeat.clone()
     }
 
+    /// Snapshot transfers that ended since the last call (at most
+    /// `SNAPSHOT_REPORTS_MAX` kept), for `RawNode::report_snapshot`:
+    /// without it a leader whose snapshot was lost keeps that follower in
+    /// raft-rs's Snapshot state (sends it nothing) until a leader change.
+    pub fn take_snapshot_reports(&self) -> Vec<SnapshotReport> {
+        std::mem::take(&mut *self.reports.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
     pub fn send_raft(&self, message: &Message) {
+        match message.get_msg_type() {
+            MessageType::MsgSnapshot => {
+                let item = Item::Snapshot {
+                    message: Box::new(message.clone()), // the tree is a `Bytes`: no copy
+                    attempt: 0,
+                };
+                return self.push(message.to, Lane::Bulk, item);
+            }
+            MessageType::MsgHeartbeat => self.heartbeat.sent(message.to),
+            _ => {}
+        }
         let payload = match message.write_to_bytes() {
             Ok(bytes) => bytes,
             Err(error) => return tracing::error!(%error, "cannot encode raft message"),
         };
-        self.enqueue(message.to, lane_of(message), KIND_RAFT, &payload);
+        self.enqueue(message.to, lane_of(message), KIND_RAFT, payload);
     }
 
     pub fn forward(&self, leader_id: u64, batch: &[u8]) {
-        self.enqueue(leader_id, Lane::Bulk, KIND_FORWARD, batch);
+        self.enqueue(leader_id, Lane::Bulk, KIND_FORWARD, batch.to_vec());
     }
 
     pub fn touch(&self, leader_id: u64, sessions: &[i64]) {
@@ -130,20 +489,29 @@ impl Transport {
         for session in sessions {
             payload.extend_from_slice(&session.to_be_bytes());
         }
-        self.enqueue(leader_id, Lane::Control, KIND_TOUCH, &payload);
+        self.enqueue(leader_id, Lane::Control, KIND_TOUCH, payload);
     }
 
-    fn enqueue(&self, to: u64, lane: Lane, kind: u8, payload: &[u8]) {
+    fn enqueue(&self, to: u64, lane: Lane, kind: u8, payload: Vec<u8>) {
+        let item = if payload.len() <= CHUNKED_ABOVE_BYTES {
+            Item::Frame(encode_frame(kind, self.self_id, &payload))
+        } else if lane == Lane::Bulk {
+            Item::Large { kind, payload }
+        } else {
+            return tracing::error!(to, bytes = payload.len(), "control message too large; dropped");
+        };
+        self.push(to, lane, item);
+    }
+
+    fn push(&self, to: u64, lane: Lane, item: Item) {
         let Some(outgoing) = self.peers.get(&to) else {
             return tracing::warn!(to, "message for an unknown peer dropped");
         };
-        let frame = encode_frame(kind, self.self_id, payload);
-        let queue = if lane == Lane::Control {
-            &outgoing.control
-        } else {
-            &outgoing.bulk
+        let queue = match lane {
+            Lane::Control => &outgoing.control,
+            Lane::Bulk => &outgoing.bulk,
         };
-        if let Err(TrySendError::Full(_)) = queue.try_send(frame) {
+        if !queue.push(item) {
             tracing::debug!(to, ?lane, "peer queue full; frame dropped");
         }
     }
@@ -163,67 +531,390 @@ fn encode_frame(kind: u8, from: u64, payload: &[u8]) -> Vec<u8> {
     frame
 }
 
-fn spawn_sender(
+fn chunk_count(total: usize) -> u32 {
+    total.div_ceil(SNAPSHOT_CHUNK_BYTES).max(1) as u32
+}
+
+/// Writes `payload` as one chunked transfer; returns the number of chunks.
+fn write_chunked(
+    writer: &mut impl Write,
+    from: u64,
+    transfer: u64,
+    kind: u8,
+    payload: &[u8],
+) -> std::io::Result<u32> {
+    let chunks = chunk_count(payload.len());
+    let crc = crc32fast::hash(payload);
+    let mut pieces = payload.chunks(SNAPSHOT_CHUNK_BYTES);
+    for chunk in 0..chunks {
+        let data = pieces.next().unwrap_or(&[]);
+        let length = 1 + 8 + CHUNK_HEADER_BYTES + data.len();
+        let mut head = Vec::with_capacity(4 + 1 + 8 + CHUNK_HEADER_BYTES);
+        head.extend_from_slice(&(length as u32).to_be_bytes());
+        head.push(KIND_CHUNK);
+        head.extend_from_slice(&from.to_be_bytes());
+        head.extend_from_slice(&transfer.to_be_bytes());
+        head.push(kind);
+        head.extend_from_slice(&chunk.to_be_bytes());
+        head.extend_from_slice(&chunks.to_be_bytes());
+        head.extend_from_slice(&(payload.len() as u64).to_be_bytes());
+        head.extend_from_slice(&crc.to_be_bytes());
+        writer.write_all(&head)?;
+        writer.write_all(data)?;
+    }
+    Ok(chunks)
+}
+
+static NEXT_TRANSFER: AtomicU64 = AtomicU64::new(1);
+
+/// One directed link to a peer, as its sender threads see it.
+#[derive(Clone)]
+struct Link {
     self_id: u64,
     cluster_id: u64,
     peer_id: u64,
     address: SocketAddr,
-    lane: &'static str,
-) -> std::io::Result<Sender<Vec<u8>>> {
-    let (sender, frames) = crossbeam_channel::bounded::<Vec<u8>>(PEER_QUEUE_FRAMES_MAX);
-    std::thread::Builder::new()
-        .name(format!("keel-peer-{peer_id}-{lane}"))
-        .spawn(move || loop {
-            let hello = encode_frame(KIND_HELLO, self_id, &cluster_id.to_be_bytes());
-            match TcpStream::connect_timeout(&address, Duration::from_millis(CONNECT_TIMEOUT_MS)) {
-                Ok(stream) => {
-                    let _ = stream.set_nodelay(true);
-                    if let Err(error) = pump(stream, &hello, &frames) {
-                        tracing::debug!(peer_id, lane, %error, "peer connection lost");
-                    }
-                    if frames.is_empty() && is_disconnected(&frames) {
-                        return;
-                    }
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(CONNECT_RETRY_MS)),
-            }
-            // Frames queued while disconnected are stale for Raft: drop them.
-            while frames.try_recv().is_ok() {}
-        })?;
-    Ok(sender)
+    heartbeat: Arc<HeartbeatStats>,
+    reports: Reports,
 }
 
-fn is_disconnected(frames: &Receiver<Vec<u8>>) -> bool {
-    matches!(
-        frames.try_recv(),
-        Err(crossbeam_channel::TryRecvError::Disconnected)
-    )
-}
-
-/// Writes queued frames, batching whatever is already queued per flush.
-fn pump(stream: TcpStream, hello: &[u8], frames: &Receiver<Vec<u8>>) -> std::io::Result<()> {
-    let mut writer = BufWriter::with_capacity(256 * 1024, stream);
-    writer.write_all(hello)?;
-    writer.flush()?;
-    loop {
-        let frame = match frames.recv_timeout(Duration::from_secs(1)) {
-            Ok(frame) => frame,
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Ok(()),
-        };
-        writer.write_all(&frame)?;
-        while let Ok(more) = frames.try_recv() {
-            writer.write_all(&more)?;
+impl Link {
+    fn report(&self, index: u64, sent: bool) {
+        let mut reports = self.reports.lock().unwrap_or_else(|e| e.into_inner());
+        if reports.len() < SNAPSHOT_REPORTS_MAX {
+            reports.push(SnapshotReport {
+                to: self.peer_id,
+                index,
+                sent,
+            });
         }
-        writer.flush()?;
     }
 }
 
-fn accept_loop(listener: TcpListener, cluster_id: u64, known: Vec<u64>, inbox: Sender<PeerInput>) {
+fn spawn_sender(link: Link, lane: Lane) -> std::io::Result<Arc<Queue>> {
+    let queue = Arc::new(Queue::new());
+    let frames = queue.clone();
+    let name = match lane {
+        Lane::Control => "control",
+        Lane::Bulk => "bulk",
+    };
+    std::thread::Builder::new()
+        .name(format!("keel-peer-{}-{name}", link.peer_id))
+        .spawn(move || send_loop(&link, lane, &frames))?;
+    Ok(queue)
+}
+
+fn send_loop(link: &Link, lane: Lane, frames: &Queue) {
+    let retry_pause = Duration::from_millis(CONNECT_RETRY_MS);
+    let hello = encode_frame(KIND_HELLO, link.self_id, &link.cluster_id.to_be_bytes());
+    while !frames.is_closed() {
+        let connected = Instant::now();
+        let retry = match TcpStream::connect_timeout(
+            &link.address,
+            Duration::from_millis(CONNECT_TIMEOUT_MS),
+        ) {
+            Ok(stream) => {
+                let _ = stream.set_nodelay(true);
+                match pump(link, stream, &hello, frames) {
+                    Ok(()) => return, // closed
+                    Err((error, retry)) => {
+                        tracing::debug!(peer_id = link.peer_id, ?lane, %error, "peer connection lost");
+                        retry
+                    }
+                }
+            }
+            Err(_) => None,
+        };
+        if lane == Lane::Control {
+            link.heartbeat.forget(link.peer_id);
+        }
+        let retry = retry.and_then(|item| match item {
+            Item::Snapshot { message, attempt } if attempt + 1 < SNAPSHOT_SEND_ATTEMPTS => {
+                Some(Item::Snapshot {
+                    message,
+                    attempt: attempt + 1,
+                })
+            }
+            Item::Snapshot { message, .. } => {
+                tracing::warn!(
+                    to = link.peer_id,
+                    index = message.get_snapshot().get_metadata().index,
+                    "snapshot transfer given up after {SNAPSHOT_SEND_ATTEMPTS} attempts"
+                );
+                link.report(message.get_snapshot().get_metadata().index, false);
+                None
+            }
+            _ => None,
+        });
+        frames.drop_stale(retry);
+        if connected.elapsed() < Duration::from_millis(SHORT_CONNECTION_MS)
+            && frames.wait_closed(retry_pause)
+        {
+            return;
+        }
+    }
+}
+
+/// Writes queued items, one flush per batch of whatever was queued. Ok
+/// once the queue is closed; on a write error, the snapshot that was cut
+/// or not yet started comes back to be sent again.
+fn pump(
+    link: &Link,
+    stream: TcpStream,
+    hello: &[u8],
+    frames: &Queue,
+) -> Result<(), (std::io::Error, Option<Item>)> {
+    let mut writer = BufWriter::with_capacity(256 * 1024, stream);
+    writer
+        .write_all(hello)
+        .and_then(|_| writer.flush())
+        .map_err(|e| (e, None))?;
+    let mut batch = VecDeque::new();
+    loop {
+        if !frames.take_all(&mut batch) {
+            return Ok(());
+        }
+        while let Some(item) = batch.pop_front() {
+            let result = match &item {
+                Item::Frame(frame) => writer.write_all(frame),
+                Item::Large { kind, payload } => {
+                    let transfer = NEXT_TRANSFER.fetch_add(1, Ordering::Relaxed);
+                    write_chunked(&mut writer, link.self_id, transfer, *kind, payload).map(|_| ())
+                }
+                Item::Snapshot { message, .. } => send_snapshot(link, &mut writer, message),
+            };
+            if let Err(error) = result {
+                let retry = std::iter::once(item)
+                    .chain(batch.drain(..))
+                    .find(|i| matches!(i, Item::Snapshot { .. }));
+                return Err((error, retry));
+            }
+        }
+        writer.flush().map_err(|e| (e, None))?;
+    }
+}
+
+fn send_snapshot(
+    link: &Link,
+    writer: &mut impl Write,
+    message: &Message,
+) -> std::io::Result<()> {
+    let started = Instant::now();
+    let index = message.get_snapshot().get_metadata().index;
+    let payload = match message.write_to_bytes() {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            tracing::error!(%error, "cannot encode snapshot message");
+            link.report(index, false);
+            return Ok(());
+        }
+    };
+    let transfer = NEXT_TRANSFER.fetch_add(1, Ordering::Relaxed);
+    let chunks = write_chunked(writer, link.self_id, transfer, KIND_RAFT, &payload)?;
+    writer.flush()?;
+    tracing::info!(
+        to = link.peer_id,
+        index,
+        term = message.get_snapshot().get_metadata().term,
+        bytes = payload.len(),
+        chunks,
+        ms = started.elapsed().as_millis() as u64,
+        "snapshot sent"
+    );
+    link.report(index, true);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Receiving
+
+/// What every reader thread shares.
+#[derive(Clone)]
+struct ReaderContext {
+    cluster_id: u64,
+    known: Vec<u64>,
+    inbox: Sender<PeerInput>,
+    heartbeat: Arc<HeartbeatStats>,
+    /// Transfers being reassembled, at most one per peer.
+    transfers: Arc<Mutex<HashMap<u64, Reassembly>>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ChunkHeader {
+    transfer: u64,
+    kind: u8,
+    chunk: u32,
+    chunks: u32,
+    total: u64,
+    crc: u32,
+}
+
+fn parse_chunk(payload: &[u8]) -> Result<(ChunkHeader, &[u8]), String> {
+    if payload.len() < CHUNK_HEADER_BYTES {
+        return Err("chunk frame shorter than its header".into());
+    }
+    let u32_at = |at: usize| u32::from_be_bytes(payload[at..at + 4].try_into().expect("4 bytes"));
+    let u64_at = |at: usize| u64::from_be_bytes(payload[at..at + 8].try_into().expect("8 bytes"));
+    let header = ChunkHeader {
+        transfer: u64_at(0),
+        kind: payload[8],
+        chunk: u32_at(9),
+        chunks: u32_at(13),
+        total: u64_at(17),
+        crc: u32_at(25),
+    };
+    Ok((header, &payload[CHUNK_HEADER_BYTES..]))
+}
+
+/// A transfer being put together from its chunks.
+struct Reassembly {
+    /// The connection it arrives on.
+    connection: u64,
+    header: ChunkHeader,
+    next: u32,
+    data: Vec<u8>,
+    started: Instant,
+}
+
+/// A transfer whose every chunk arrived and whose CRC matches.
+#[derive(Debug)]
+struct Reassembled {
+    kind: u8,
+    payload: Vec<u8>,
+    chunks: u32,
+    elapsed: Duration,
+}
+
+/// Takes one chunk from `connection` for the peer's transfer slot. An
+/// error closes the connection; the transfer it was part of is dropped
+/// (unless it belongs to another, newer connection of that peer).
+fn accept_chunk(
+    slot: &mut Option<Reassembly>,
+    connection: u64,
+    header: ChunkHeader,
+    data: &[u8],
+) -> Result<Option<Reassembled>, String> {
+    let result = take_chunk(slot, connection, header, data);
+    if result.is_err() && slot.as_ref().is_some_and(|r| r.connection == connection) {
+        *slot = None;
+    }
+    result
+}
+
+fn take_chunk(
+    slot: &mut Option<Reassembly>,
+    connection: u64,
+    header: ChunkHeader,
+    data: &[u8],
+) -> Result<Option<Reassembled>, String> {
+    if data.len() > SNAPSHOT_CHUNK_BYTES {
+        return Err(format!("chunk of {} bytes", data.len()));
+    }
+    match slot {
+        Some(current) if current.connection == connection => {
+            if header.transfer != current.header.transfer {
+                return Err(format!(
+                    "transfer {} started while transfer {} is in progress",
+                    header.transfer, current.header.transfer
+                ));
+            }
+            if header.chunk != current.next {
+                return Err(format!(
+                    "chunk {} of transfer {} out of order (expected {})",
+                    header.chunk, header.transfer, current.next
+                ));
+            }
+            let announced = ChunkHeader {
+                chunk: header.chunk,
+                ..current.header
+            };
+            if header != announced {
+                return Err(format!(
+                    "chunk {} of transfer {} disagrees with the transfer's header",
+                    header.chunk, header.transfer
+                ));
+            }
+        }
+        // A chunk for another connection's transfer: only a new transfer
+        // may start here, and it replaces that one (the old connection is
+        // stale: its reader finds its transfer gone and closes).
+        Some(_) | None if header.chunk != 0 => {
+            return Err(format!(
+                "chunk {} of transfer {} without its start",
+                header.chunk, header.transfer
+            ));
+        }
+        Some(_) | None => {
+            if header.kind != KIND_RAFT && header.kind != KIND_FORWARD {
+                return Err(format!("chunked frame of kind {}", header.kind));
+            }
+            if header.total > SNAPSHOT_BYTES_MAX {
+                return Err(format!(
+                    "transfer of {} bytes exceeds {SNAPSHOT_BYTES_MAX}",
+                    header.total
+                ));
+            }
+            if header.chunks != chunk_count(header.total as usize) {
+                return Err(format!(
+                    "transfer of {} bytes announced in {} chunks",
+                    header.total, header.chunks
+                ));
+            }
+            *slot = Some(Reassembly {
+                connection,
+                header,
+                next: 0,
+                data: Vec::with_capacity(header.total as usize),
+                started: Instant::now(),
+            });
+        }
+    }
+    let current = slot.as_mut().expect("set above");
+    if (current.data.len() + data.len()) as u64 > header.total {
+        return Err(format!(
+            "transfer {} carries more than its {} bytes",
+            header.transfer, header.total
+        ));
+    }
+    current.data.extend_from_slice(data);
+    current.next += 1;
+    if current.next < header.chunks {
+        return Ok(None);
+    }
+    let done = slot.take().expect("current");
+    if done.data.len() as u64 != header.total {
+        return Err(format!(
+            "transfer {} ended after {} of {} bytes",
+            header.transfer,
+            done.data.len(),
+            header.total
+        ));
+    }
+    if crc32fast::hash(&done.data) != header.crc {
+        return Err(format!("transfer {} fails its CRC", header.transfer));
+    }
+    Ok(Some(Reassembled {
+        kind: header.kind,
+        payload: done.data,
+        chunks: header.chunks,
+        elapsed: done.started.elapsed(),
+    }))
+}
+
+static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
+
+fn accept_loop(listener: TcpListener, context: ReaderContext) {
     for stream in listener.incoming() {
-        let Ok(stream) = stream else { continue };
-        let inbox = inbox.clone();
-        let known = known.clone();
+        let stream = match stream {
+            Ok(stream) => stream,
+            Err(error) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!(%error, "cannot accept a peer connection");
+                std::thread::sleep(Duration::from_millis(CONNECT_RETRY_MS));
+                continue;
+            }
+        };
+        let context = context.clone();
         let _ = std::thread::Builder::new()
             .name("keel-peer-read".into())
             .spawn(move || {
@@ -231,19 +922,14 @@ fn accept_loop(listener: TcpListener, cluster_id: u64, known: Vec<u64>, inbox: S
                     .peer_addr()
                     .map(|a| a.to_string())
                     .unwrap_or_default();
-                if let Err(reason) = read_peer(stream, cluster_id, &known, &inbox) {
+                if let Err(reason) = read_peer(stream, &context) {
                     tracing::warn!(%peer, reason, "peer connection closed");
                 }
             });
     }
 }
 
-fn read_peer(
-    stream: TcpStream,
-    cluster_id: u64,
-    known: &[u64],
-    inbox: &Sender<PeerInput>,
-) -> Result<(), String> {
+fn read_peer(stream: TcpStream, context: &ReaderContext) -> Result<(), String> {
     let _ = stream.set_nodelay(true);
     let mut reader = BufReader::with_capacity(256 * 1024, stream);
     let (kind, from, payload) = read_frame(&mut reader)?;
@@ -251,41 +937,107 @@ fn read_peer(
         return Err("first frame is not a hello".into());
     }
     let their_cluster = u64::from_be_bytes(payload[..8].try_into().expect("8 bytes"));
-    if their_cluster != cluster_id {
+    if their_cluster != context.cluster_id {
         return Err(format!(
-            "peer {from} belongs to cluster {their_cluster:#x}, we are {cluster_id:#x}"
+            "peer {from} belongs to cluster {their_cluster:#x}, we are {:#x}",
+            context.cluster_id
         ));
     }
-    if !known.contains(&from) {
+    if !context.known.contains(&from) {
         return Err(format!("unknown peer id {from}"));
     }
+    let connection = NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed);
+    let result = read_frames(&mut reader, context, from, connection);
+    // A transfer cut short with this connection is dropped whole.
+    let mut transfers = context.transfers.lock().unwrap_or_else(|e| e.into_inner());
+    if transfers
+        .get(&from)
+        .is_some_and(|r| r.connection == connection)
+    {
+        transfers.remove(&from);
+    }
+    result
+}
+
+fn read_frames(
+    reader: &mut impl Read,
+    context: &ReaderContext,
+    from: u64,
+    connection: u64,
+) -> Result<(), String> {
     loop {
-        let (kind, sender, payload) = read_frame(&mut reader)?;
+        let (kind, sender, payload) = read_frame(reader)?;
         if sender != from {
             return Err(format!("frame from {sender} on {from}'s connection"));
         }
-        let input = match kind {
-            KIND_RAFT => {
-                let message = Message::parse_from_bytes(&payload)
-                    .map_err(|e| format!("raft message does not decode: {e}"))?;
-                if message.from != from {
-                    return Err(format!("raft message claims sender {}", message.from));
+        let input = if kind == KIND_CHUNK {
+            let (header, data) = parse_chunk(&payload)?;
+            let done = {
+                let mut transfers = context.transfers.lock().unwrap_or_else(|e| e.into_inner());
+                let mut slot = transfers.remove(&from);
+                let done = accept_chunk(&mut slot, connection, header, data);
+                if let Some(reassembly) = slot {
+                    transfers.insert(from, reassembly);
                 }
-                PeerInput::Raft(Box::new(message))
+                done?
+            };
+            let Some(done) = done else { continue };
+            let input = decode_input(done.kind, from, done.payload, context)?;
+            if let PeerInput::Raft(message) = &input {
+                let metadata = message.get_snapshot().get_metadata();
+                tracing::info!(
+                    from,
+                    msg_type = ?message.get_msg_type(),
+                    index = metadata.index,
+                    term = metadata.term,
+                    bytes = header.total,
+                    chunks = done.chunks,
+                    ms = done.elapsed.as_millis() as u64,
+                    "{}",
+                    if message.get_msg_type() == MessageType::MsgSnapshot {
+                        "snapshot received"
+                    } else {
+                        "chunked message received"
+                    }
+                );
             }
-            KIND_FORWARD => PeerInput::Forward(payload),
-            KIND_TOUCH if payload.len() % 8 == 0 => PeerInput::Touch(
-                payload
-                    .chunks_exact(8)
-                    .map(|c| i64::from_be_bytes(c.try_into().expect("8 bytes")))
-                    .collect(),
-            ),
-            _ => return Err(format!("bad frame kind {kind}")),
+            input
+        } else {
+            decode_input(kind, from, payload, context)?
         };
-        if inbox.send(input).is_err() {
+        if context.inbox.send(input).is_err() {
             return Ok(());
         }
     }
+}
+
+fn decode_input(
+    kind: u8,
+    from: u64,
+    payload: Vec<u8>,
+    context: &ReaderContext,
+) -> Result<PeerInput, String> {
+    Ok(match kind {
+        KIND_RAFT => {
+            let message = Message::parse_from_bytes(&payload)
+                .map_err(|e| format!("raft message does not decode: {e}"))?;
+            if message.from != from {
+                return Err(format!("raft message claims sender {}", message.from));
+            }
+            if message.get_msg_type() == MessageType::MsgHeartbeatResponse {
+                context.heartbeat.answered(from);
+            }
+            PeerInput::Raft(Box::new(message))
+        }
+        KIND_FORWARD => PeerInput::Forward(payload),
+        KIND_TOUCH if payload.len() % 8 == 0 => PeerInput::Touch(
+            payload
+                .chunks_exact(8)
+                .map(|c| i64::from_be_bytes(c.try_into().expect("8 bytes")))
+                .collect(),
+        ),
+        _ => return Err(format!("bad frame kind {kind}")),
+    })
 }
 
 fn read_frame(reader: &mut impl Read) -> Result<(u8, u64, Vec<u8>), String> {
@@ -297,12 +1049,16 @@ fn read_frame(reader: &mut impl Read) -> Result<(u8, u64, Vec<u8>), String> {
     if !(9..=PEER_FRAME_BYTES_MAX).contains(&length) {
         return Err(format!("frame length {length} out of bounds"));
     }
-    let mut body = vec![0u8; length];
+    let mut head = [0u8; 9];
     reader
-        .read_exact(&mut body)
+        .read_exact(&mut head)
         .map_err(|e| format!("read: {e}"))?;
-    let from = u64::from_be_bytes(body[1..9].try_into().expect("8 bytes"));
-    Ok((body[0], from, body[9..].to_vec()))
+    let mut payload = vec![0u8; length - 9];
+    reader
+        .read_exact(&mut payload)
+        .map_err(|e| format!("read: {e}"))?;
+    let from = u64::from_be_bytes(head[1..9].try_into().expect("8 bytes"));
+    Ok((head[0], from, payload))
 }
 
 #[cfg(test)]
@@ -332,5 +1088,320 @@ mod tests {
             message.set_msg_type(kind);
             assert_eq!(lane_of(&message), lane);
         }
+    }
+
+    fn pattern(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i * 7 + i / 251) as u8).collect()
+    }
+
+    /// The chunk frames of one transfer, as (header, data) pairs read back.
+    fn chunked(payload: &[u8], transfer: u64) -> Vec<(ChunkHeader, Vec<u8>)> {
+        let mut wire = Vec::new();
+        write_chunked(&mut wire, 7, transfer, KIND_RAFT, payload).unwrap();
+        let mut reader = &wire[..];
+        let mut chunks = Vec::new();
+        while !reader.is_empty() {
+            let (kind, from, frame) = read_frame(&mut reader).unwrap();
+            assert_eq!((kind, from), (KIND_CHUNK, 7));
+            assert!(frame.len() <= SNAPSHOT_CHUNK_BYTES + CHUNK_HEADER_BYTES);
+            let (header, data) = parse_chunk(&frame).unwrap();
+            chunks.push((header, data.to_vec()));
+        }
+        chunks
+    }
+
+    fn feed(
+        slot: &mut Option<Reassembly>,
+        connection: u64,
+        chunks: &[(ChunkHeader, Vec<u8>)],
+    ) -> Result<Option<Reassembled>, String> {
+        let mut last = Ok(None);
+        for (header, data) in chunks {
+            last = accept_chunk(slot, connection, *header, data);
+            last.as_ref().map_err(|e| e.clone())?;
+        }
+        last
+    }
+
+    #[test]
+    fn a_large_payload_is_split_into_chunks_and_put_back_together() {
+        for len in [
+            0,
+            1,
+            SNAPSHOT_CHUNK_BYTES - 1,
+            SNAPSHOT_CHUNK_BYTES,
+            SNAPSHOT_CHUNK_BYTES + 1,
+            5 * SNAPSHOT_CHUNK_BYTES + 12_345,
+        ] {
+            let payload = pattern(len);
+            let chunks = chunked(&payload, 42);
+            assert_eq!(chunks.len() as u32, chunk_count(len), "len {len}");
+            assert!(chunks
+                .iter()
+                .enumerate()
+                .all(|(i, (h, _))| h.chunk == i as u32 && h.total == len as u64));
+            let mut slot = None;
+            let done = feed(&mut slot, 1, &chunks).unwrap().expect("complete");
+            assert_eq!(done.kind, KIND_RAFT);
+            assert_eq!(done.chunks, chunks.len() as u32);
+            assert!(done.payload == payload, "len {len}");
+            assert!(slot.is_none());
+        }
+    }
+
+    #[test]
+    fn a_snapshot_message_survives_the_chunked_path() {
+        let mut message = Message::default();
+        message.set_msg_type(MessageType::MsgSnapshot);
+        message.from = 7;
+        message.to = 2;
+        message.mut_snapshot().mut_metadata().index = 12345;
+        message.mut_snapshot().set_data(pattern(3 * SNAPSHOT_CHUNK_BYTES + 5).into());
+        let chunks = chunked(&message.write_to_bytes().unwrap(), 1);
+        assert_eq!(chunks.len(), 4);
+        let done = feed(&mut None, 1, &chunks).unwrap().unwrap();
+        let (inbox, inputs) = crossbeam_channel::unbounded();
+        let context = ReaderContext {
+            cluster_id: 0,
+            known: vec![7],
+            inbox,
+            heartbeat: Arc::default(),
+            transfers: Arc::default(),
+        };
+        drop(inputs);
+        match decode_input(done.kind, 7, done.payload, &context).unwrap() {
+            PeerInput::Raft(back) => assert_eq!(*back, message),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn out_of_order_missing_or_corrupt_chunks_are_refused() {
+        let payload = pattern(3 * SNAPSHOT_CHUNK_BYTES + 17);
+        let chunks = chunked(&payload, 9);
+        assert_eq!(chunks.len(), 4);
+
+        // Out of order: 0, 2.
+        let mut slot = None;
+        let error = feed(&mut slot, 1, &[chunks[0].clone(), chunks[2].clone()]).unwrap_err();
+        assert!(error.contains("out of order"), "{error}");
+        assert!(slot.is_none(), "the transfer is dropped whole");
+
+        // Starting in the middle.
+        let error = feed(&mut None, 1, &chunks[1..]).unwrap_err();
+        assert!(error.contains("without its start"), "{error}");
+
+        // A flipped bit in the data: the CRC catches it at the end.
+        let mut corrupt = chunks.clone();
+        corrupt[2].1[100] ^= 1;
+        let error = feed(&mut None, 1, &corrupt).unwrap_err();
+        assert!(error.contains("CRC"), "{error}");
+
+        // A header that changes its mind about the total.
+        let mut lying = chunks.clone();
+        lying[1].0.total += 1;
+        let error = feed(&mut None, 1, &lying).unwrap_err();
+        assert!(error.contains("disagrees"), "{error}");
+
+        // A short chunk: the transfer ends before its announced size.
+        let mut short = chunks.clone();
+        short[3].1.pop();
+        let error = feed(&mut None, 1, &short).unwrap_err();
+        assert!(error.contains("ended after"), "{error}");
+
+        // A second transfer on the same connection before the first ends.
+        let other = chunked(&payload, 10);
+        let mut slot = None;
+        feed(&mut slot, 1, &chunks[..2]).unwrap();
+        let error = feed(&mut slot, 1, &other[..1]).unwrap_err();
+        assert!(error.contains("in progress"), "{error}");
+
+        // Over the bound, or a chunk count that does not fit the size.
+        let mut big = chunks[0].clone();
+        big.0.total = SNAPSHOT_BYTES_MAX + 1;
+        assert!(feed(&mut None, 1, &[big]).unwrap_err().contains("exceeds"));
+        let mut miscounted = chunks[0].clone();
+        miscounted.0.chunks = 99;
+        assert!(feed(&mut None, 1, &[miscounted])
+            .unwrap_err()
+            .contains("announced"));
+    }
+
+    #[test]
+    fn a_new_connection_takes_over_a_peers_transfer() {
+        let payload = pattern(2 * SNAPSHOT_CHUNK_BYTES + 1);
+        let first = chunked(&payload, 1);
+        let second = chunked(&payload, 2);
+        let mut slot = None;
+        feed(&mut slot, 1, &first[..2]).unwrap();
+        // The peer reconnected and starts again on connection 2.
+        feed(&mut slot, 2, &second[..1]).unwrap();
+        // The stale connection's next chunk is refused without disturbing
+        // the new transfer, which completes.
+        assert!(feed(&mut slot, 1, &first[2..]).is_err());
+        let done = feed(&mut slot, 2, &second[1..]).unwrap().unwrap();
+        assert!(done.payload == payload);
+    }
+
+    #[test]
+    fn histogram_buckets_cover_every_value_in_order() {
+        let mut previous_upper = None;
+        for bucket in 0..HISTOGRAM_BUCKETS {
+            let upper = bucket_upper(bucket);
+            assert_eq!(bucket_of(upper), bucket);
+            if let Some(p) = previous_upper {
+                assert_eq!(bucket_of(p + 1), bucket, "no gap before bucket {bucket}");
+                assert!(upper > p);
+            }
+            previous_upper = Some(upper);
+        }
+        assert_eq!(bucket_of(u64::MAX), HISTOGRAM_BUCKETS - 1);
+        // Relative error of a bucket edge stays within 12.5%.
+        for us in [9u64, 100, 1_234, 98_765, 5_000_000] {
+            let upper = bucket_upper(bucket_of(us));
+            assert!(upper >= us && (upper - us) * 8 <= us, "{us} -> {upper}");
+        }
+    }
+
+    #[test]
+    fn heartbeat_percentiles_come_from_the_histogram() {
+        let stats = HeartbeatStats::default();
+        assert_eq!(stats.summary(), HeartbeatSummary::default());
+        for us in 1..=1000 {
+            stats.record(us);
+        }
+        let summary = stats.summary();
+        assert_eq!(summary.count, 1000);
+        assert_eq!(summary.max_us, 1000);
+        assert!((500..=500 + 500 / 8).contains(&summary.p50_us), "{summary:?}");
+        assert!((990..=1000).contains(&summary.p99_us), "{summary:?}");
+        stats.record(250_000);
+        assert_eq!(stats.summary().max_us, 250_000);
+        assert!(stats.summary().p99_us <= 1000 + 1000 / 8);
+    }
+
+    #[test]
+    fn a_response_is_matched_with_the_oldest_unanswered_heartbeat() {
+        let stats = HeartbeatStats::new([2, 3]);
+        stats.answered(2); // nothing sent: ignored
+        assert_eq!(stats.summary().count, 0);
+        stats.sent(2);
+        std::thread::sleep(Duration::from_millis(20));
+        stats.sent(2); // the first is still unanswered: it keeps its time
+        stats.answered(2);
+        stats.answered(2); // the second response finds nothing pending
+        let summary = stats.summary();
+        assert_eq!(summary.count, 1);
+        assert!(summary.max_us >= 20_000, "{summary:?}");
+        stats.sent(3);
+        stats.forget(3); // connection lost: no response will come
+        stats.answered(3);
+        stats.sent(99); // unknown peer
+        stats.answered(99);
+        assert_eq!(stats.summary().count, 1);
+    }
+
+    #[test]
+    fn the_queue_bounds_frames_but_keeps_one_snapshot() {
+        let queue = Queue::new();
+        for _ in 0..PEER_QUEUE_FRAMES_MAX {
+            assert!(queue.push(Item::Frame(vec![1])));
+        }
+        assert!(!queue.push(Item::Frame(vec![2])));
+        let snapshot = |index| {
+            let mut message = Message::default();
+            message.mut_snapshot().mut_metadata().index = index;
+            Item::Snapshot {
+                message: Box::new(message),
+                attempt: 0,
+            }
+        };
+        assert!(queue.push(snapshot(1)));
+        assert!(queue.push(snapshot(2)), "a newer snapshot replaces the queued one");
+        let mut batch = VecDeque::new();
+        assert!(queue.take_all(&mut batch));
+        assert_eq!(batch.len(), PEER_QUEUE_FRAMES_MAX + 1);
+        match batch.back() {
+            Some(Item::Snapshot { message, .. }) => {
+                assert_eq!(message.get_snapshot().get_metadata().index, 2)
+            }
+            _ => panic!("the snapshot is last"),
+        }
+        assert!(queue.push(Item::Frame(vec![3])), "taking frees the room");
+        assert!(queue.push(snapshot(3)));
+        queue.drop_stale(Some(snapshot(1)));
+        batch.clear();
+        assert!(queue.take_all(&mut batch));
+        assert_eq!(batch.len(), 1, "only the newest snapshot survives a disconnect");
+        queue.close();
+        assert!(!queue.take_all(&mut batch));
+        assert!(queue.wait_closed(Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn a_snapshot_crosses_a_real_connection_in_chunks() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let (inbox, inputs) = crossbeam_channel::unbounded();
+        let context = ReaderContext {
+            cluster_id: 77,
+            known: vec![1, 2],
+            inbox,
+            heartbeat: Arc::new(HeartbeatStats::new([2])),
+            transfers: Arc::default(),
+        };
+        std::thread::spawn(move || accept_loop(listener, context));
+        let transport = Transport {
+            self_id: 2,
+            peers: Arc::new(HashMap::new()),
+            heartbeat: Arc::default(),
+            reports: Arc::default(),
+        };
+        let link = Link {
+            self_id: 2,
+            cluster_id: 77,
+            peer_id: 1,
+            address,
+            heartbeat: transport.heartbeat.clone(),
+            reports: transport.reports.clone(),
+        };
+        let queue = spawn_sender(link, Lane::Bulk).unwrap();
+        let mut message = Message::default();
+        message.set_msg_type(MessageType::MsgSnapshot);
+        message.from = 2;
+        message.to = 1;
+        message.mut_snapshot().mut_metadata().index = 99;
+        message.mut_snapshot().set_data(pattern(5 * SNAPSHOT_CHUNK_BYTES / 2).into());
+        let mut append = Message::default();
+        append.set_msg_type(MessageType::MsgAppend);
+        append.from = 2;
+        append.to = 1;
+        queue.push(Item::Snapshot {
+            message: Box::new(message.clone()),
+            attempt: 0,
+        });
+        queue.push(Item::Frame(encode_frame(
+            KIND_RAFT,
+            2,
+            &append.write_to_bytes().unwrap(),
+        )));
+        let timeout = Duration::from_secs(10);
+        match inputs.recv_timeout(timeout).unwrap() {
+            PeerInput::Raft(back) => assert_eq!(*back, message),
+            other => panic!("{other:?}"),
+        }
+        match inputs.recv_timeout(timeout).unwrap() {
+            PeerInput::Raft(back) => assert_eq!(*back, append),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            transport.take_snapshot_reports(),
+            vec![SnapshotReport {
+                to: 1,
+                index: 99,
+                sent: true
+            }]
+        );
+        queue.close();
     }
 }

@@ -424,7 +424,7 @@ impl Connection {
     ) -> Result<(), Closed> {
         let op = match request {
             Request::CloseSession => TxnOp::CloseSession,
-            Request::Sync(sync) => TxnOp::Sync { path: sync.path },
+            Request::Sync(sync) => return self.sync(header.xid, &sync.path),
             _ => TxnOp::Request {
                 op_code: header.op_type,
                 body,
@@ -441,14 +441,32 @@ impl Connection {
         if !self.shared.raft().propose(txn) {
             return Err("proposal queue full or raft stopped");
         }
+        self.push_in_flight(header.xid);
+        Ok(())
+    }
+
+    /// The request now waits for the apply step, after the session's
+    /// earlier in-flight requests and before its waiting ones.
+    fn push_in_flight(&mut self, xid: i32) {
         self.queue.insert(
             self.in_flight,
             Queued::InFlight {
-                xid: header.xid,
+                xid,
                 since: Instant::now(),
             },
         );
         self.in_flight += 1;
+    }
+
+    /// sync is a ReadIndex barrier, not a log entry: the leader confirms it
+    /// still leads, and the reply goes out once this node applied every
+    /// entry committed by then. It holds its place in the session's FIFO.
+    fn sync(&mut self, xid: i32, path: &str) -> Result<(), Closed> {
+        let context = crate::machine::encode_sync_context(self.session_id, xid, path);
+        if !self.shared.raft().read_index(context) {
+            return Err("sync queue full or raft stopped");
+        }
+        self.push_in_flight(xid);
         Ok(())
     }
 
@@ -624,6 +642,14 @@ impl Connection {
                 op_code,
                 result,
             } => {
+                let ours = self.queue.iter().any(
+                    |q| matches!(q, Queued::InFlight { xid, .. } if *xid == reply_xid),
+                );
+                if !ours {
+                    // A request of an earlier connection of this session.
+                    tracing::debug!(peer = %self.peer, reply_xid, "reply for an earlier connection dropped");
+                    return;
+                }
                 match self.queue.pop_front() {
                     Some(Queued::InFlight {
                         xid: expected,

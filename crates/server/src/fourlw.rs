@@ -126,6 +126,7 @@ fn mntr(shared: &Shared) -> String {
     };
     let watches = shared.watches.lock().watch_count();
     let status = &shared.raft().status;
+    let heartbeat = status.heartbeat.summary();
     let lines: Vec<(&str, String)> = vec![
         (
             "zk_version",
@@ -208,6 +209,12 @@ fn mntr(shared: &Shared) -> String {
             "keel_snapshots_taken",
             status.snapshots_taken.load(Ordering::Relaxed).to_string(),
         ),
+        // Leader → follower heartbeat round trips (0 on a node that never
+        // led): proof that a saturating write load does not starve them.
+        ("keel_heartbeat_rtt_count", heartbeat.count.to_string()),
+        ("keel_heartbeat_rtt_p50_us", heartbeat.p50_us.to_string()),
+        ("keel_heartbeat_rtt_p99_us", heartbeat.p99_us.to_string()),
+        ("keel_heartbeat_rtt_max_us", heartbeat.max_us.to_string()),
     ];
     lines
         .into_iter()

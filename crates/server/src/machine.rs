@@ -66,6 +66,34 @@ impl StateMachine for Machine {
         *current = tree;
     }
 
+    fn read_ready(&mut self, context: Vec<u8>) {
+        let Some((session_id, xid, path)) = decode_sync_context(&context) else {
+            return tracing::error!("sync context does not decode");
+        };
+        // Every entry committed before the barrier is applied: the reply
+        // carries the newest zxid, as ZooKeeper's sync reply does.
+        let zxid = self.shared.tree.read().last_zxid();
+        if let Some(route) = self.shared.routes.lock().get(&session_id) {
+            let _ = route.sender.send(Outbound::Reply {
+                xid,
+                zxid,
+                op_code: opcode::SYNC,
+                result: Ok(keel_jute::Response::Sync(path)),
+            });
+        }
+    }
+
+    fn read_failed(&mut self, context: Vec<u8>) {
+        if let Some((session_id, _, _)) = decode_sync_context(&context) {
+            self.shared.send_to(
+                session_id,
+                Outbound::Close {
+                    reason: "too many syncs pending",
+                },
+            );
+        }
+    }
+
     fn role_changed(&mut self, leader: bool) {
         if leader {
             // A new leader must not expire sessions for the election's
@@ -104,7 +132,13 @@ impl Machine {
                 sessions.add(session_id, timeout_ms, shared.now_ms());
             }
         }
-        if txn.xid != INTERNAL_XID {
+        // Only the node the request arrived at answers it: after a client
+        // moved its session elsewhere, a reply for its old connection's
+        // request must not reach the new connection (ZooKeeper binds a
+        // reply to the connection the request came on).
+        let asked_here =
+            txn.proposal_id >> keel_tree::PROPOSAL_SEQUENCE_BITS == shared.config.server_id;
+        if txn.xid != INTERNAL_XID && asked_here {
             if let Some(route) = routes.get(&txn.session_id) {
                 let op_code = op_code_of(&txn.op);
                 let _ = route.sender.send(Outbound::Reply {
@@ -139,4 +173,23 @@ fn op_code_of(op: &TxnOp) -> i32 {
         TxnOp::DeleteContainer { .. } => opcode::DELETE_CONTAINER,
         TxnOp::Sync { .. } => opcode::SYNC,
     }
+}
+
+/// A sync's ReadIndex context: session id, xid, path.
+pub fn encode_sync_context(session_id: i64, xid: i32, path: &str) -> Vec<u8> {
+    let mut context = Vec::with_capacity(12 + path.len());
+    context.extend_from_slice(&session_id.to_be_bytes());
+    context.extend_from_slice(&xid.to_be_bytes());
+    context.extend_from_slice(path.as_bytes());
+    context
+}
+
+fn decode_sync_context(context: &[u8]) -> Option<(i64, i32, String)> {
+    if context.len() < 12 {
+        return None;
+    }
+    let session_id = i64::from_be_bytes(context[..8].try_into().ok()?);
+    let xid = i32::from_be_bytes(context[8..12].try_into().ok()?);
+    let path = String::from_utf8(context[12..].to_vec()).ok()?;
+    Some((session_id, xid, path))
 }

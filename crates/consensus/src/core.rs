@@ -1,0 +1,847 @@
+//! The sans-IO Raft node: raft-rs's RawNode plus Keel's rules around it
+//! (group commit, forwarding, resending after a leader change, ReadIndex,
+//! leader affinity, snapshot scheduling). It owns no thread, no clock and
+//! no file: inputs arrive as method calls, time as `tick()`, and all IO goes
+//! through the `Io` trait in the documented order. The server's driver
+//! thread (driver.rs) and the simulator (crates/sim) run this same code.
+//!
+//! Order of one `advance()` (raft-rs's documented order, etcd's too):
+//! 1. queued proposals become ONE entry (group commit) or go to the leader;
+//! 2. Ready: messages to peers are sent first (the leader sends appends
+//!    before its own fsync: the pipeline);
+//! 3. a snapshot from the leader is verified, kept and installed;
+//! 4. entries committed earlier are applied (they are already durable);
+//! 5. new entries + HardState are persisted (one write, one fsync);
+//! 6. persisted messages are sent, the node advances, newly committed
+//!    entries are applied, then ReadIndex reads whose index is applied are
+//!    answered;
+//! 7. a snapshot is requested from the shell when enough entries passed.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use keel_tree::txn::{decode_batch, encode_batch, BATCH_TXNS_MAX};
+use keel_tree::{DataTree, Txn};
+use raft::eraftpb::{ConfState, Entry, EntryType, HardState, Message, Snapshot};
+use raft::storage::MemStorage;
+use raft::{Config, RawNode, StateRole};
+
+use crate::driver::{RaftStatus, StateMachine};
+use crate::transport::PeerInput;
+use crate::ConsensusError;
+
+/// Bytes of encoded transactions one entry may carry.
+pub const BATCH_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Entries kept in the log behind a snapshot, so a slightly lagging
+/// follower catches up from the log rather than by snapshot install.
+pub const LOG_KEPT_BEHIND_SNAPSHOT: u64 = 1_000;
+/// Raft ticks per election timeout (the randomized timeout lies in
+/// [ELECTION_TICKS, 2 × ELECTION_TICKS)) and per heartbeat.
+pub const ELECTION_TICKS: usize = 10;
+pub const HEARTBEAT_TICKS: usize = 2;
+/// Proposals of this node kept for resending after a leader change.
+pub const UNAPPLIED_PROPOSALS_MAX: usize = 64 * 1024;
+/// ReadIndex requests waiting for an answer or for their index to apply.
+pub const PENDING_READS_MAX: usize = 64 * 1024;
+/// A ReadIndex request unanswered this many ticks is asked again (the
+/// leader may have changed or the message been lost).
+pub const READ_RETRY_TICKS: u64 = ELECTION_TICKS as u64;
+/// Ready rounds one `advance` handles at most.
+const READY_ROUNDS_MAX: usize = 4;
+const SEQUENCE_MASK: u64 = (1 << keel_tree::PROPOSAL_SEQUENCE_BITS) - 1;
+const READ_CONTEXT_HEADER_BYTES: usize = 16;
+
+/// Everything a node sends to a peer.
+#[derive(Debug, Clone)]
+pub enum Outbound {
+    Raft(Message),
+    /// A follower's client transactions for the leader, one encoded batch.
+    Forward { to: u64, batch: Vec<u8> },
+    /// Sessions with activity here, for the leader's session tracker.
+    Touch { to: u64, sessions: Vec<i64> },
+}
+
+/// The node's IO: the network, the raft log and the snapshot files. The
+/// server implements it with TCP, raft-engine and files; the simulator
+/// with queues and a simulated disk.
+pub trait Io {
+    fn send(&mut self, message: Outbound);
+    /// Returns only when entries and states are durable (fsync).
+    fn persist(
+        &mut self,
+        entries: &[Entry],
+        hard_state: Option<&HardState>,
+        conf_state: Option<&ConfState>,
+    ) -> Result<(), ConsensusError>;
+    /// Drops log entries below `index`.
+    fn compact_to(&mut self, index: u64) -> Result<(), ConsensusError>;
+    /// Keeps (durably) a snapshot received from the leader.
+    fn save_snapshot(&mut self, index: u64, term: u64, bytes: &[u8]) -> Result<(), ConsensusError>;
+    /// The index of the oldest snapshot kept: compaction stays behind it,
+    /// so a corrupt newest snapshot still has a fallback with its log.
+    fn oldest_snapshot_index(&self) -> Option<u64>;
+}
+
+/// Where raft-rs's `snapshot()` finds the newest snapshot to send to a
+/// follower behind the compacted log: (index, term, encoded tree).
+pub trait SnapshotSource {
+    fn newest(&self) -> Option<(u64, u64, Vec<u8>)>;
+}
+
+/// raft-rs storage: the in-memory log (MemStorage) for entries and state,
+/// plus the newest snapshot for `snapshot()`, so a follower that fell
+/// behind the compacted log gets the real tree, not empty metadata.
+pub struct KeelStorage<P: SnapshotSource> {
+    memory: MemStorage,
+    source: P,
+}
+
+impl<P: SnapshotSource> KeelStorage<P> {
+    fn wl(&self) -> std::sync::RwLockWriteGuard<'_, raft::storage::MemStorageCore> {
+        self.memory.wl()
+    }
+}
+
+impl<P: SnapshotSource> raft::Storage for KeelStorage<P> {
+    fn initial_state(&self) -> raft::Result<raft::RaftState> {
+        self.memory.initial_state()
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        context: raft::GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        self.memory.entries(low, high, max_size, context)
+    }
+
+    fn term(&self, index: u64) -> raft::Result<u64> {
+        self.memory.term(index)
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        self.memory.first_index()
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        self.memory.last_index()
+    }
+
+    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        let unavailable = || raft::Error::Store(raft::StorageError::SnapshotTemporarilyUnavailable);
+        let (index, term, data) = self.source.newest().ok_or_else(unavailable)?;
+        if index < request_index {
+            return Err(unavailable());
+        }
+        let mut snapshot = Snapshot::default();
+        snapshot.set_data(data.into());
+        snapshot.mut_metadata().index = index;
+        snapshot.mut_metadata().term = term;
+        snapshot
+            .mut_metadata()
+            .set_conf_state(self.memory.initial_state()?.conf_state);
+        Ok(snapshot)
+    }
+}
+
+/// What a node found on its disk, in raft-rs's terms.
+pub struct Durable {
+    /// The snapshot the state machine was loaded from (0, 0 if none).
+    pub snapshot_index: u64,
+    pub snapshot_term: u64,
+    pub conf_state: ConfState,
+    pub hard_state: HardState,
+    /// Log entries as stored (those covered by the snapshot are skipped).
+    pub entries: Vec<Entry>,
+}
+
+/// Builds raft-rs's in-memory storage from what survived on disk. A commit
+/// index beyond the surviving log (a torn tail) is clamped.
+pub fn storage_from(durable: Durable) -> Result<MemStorage, ConsensusError> {
+    let storage = MemStorage::new();
+    if durable.snapshot_index > 0 {
+        let mut snapshot = Snapshot::default();
+        snapshot.mut_metadata().index = durable.snapshot_index;
+        snapshot.mut_metadata().term = durable.snapshot_term;
+        snapshot
+            .mut_metadata()
+            .set_conf_state(durable.conf_state.clone());
+        storage.wl().apply_snapshot(snapshot)?;
+    } else {
+        storage.wl().set_conf_state(durable.conf_state);
+    }
+    let tail: Vec<Entry> = durable
+        .entries
+        .into_iter()
+        .filter(|e| e.index > durable.snapshot_index)
+        .collect();
+    if let Some(first) = tail.first() {
+        if first.index != durable.snapshot_index + 1 {
+            return Err(ConsensusError::Gap {
+                snapshot_index: durable.snapshot_index,
+                first_log_index: first.index,
+            });
+        }
+    }
+    storage.wl().append(&tail)?;
+    let last = durable
+        .snapshot_index
+        .max(tail.last().map_or(0, |e| e.index));
+    let mut hard_state = durable.hard_state;
+    hard_state.commit = hard_state.commit.clamp(durable.snapshot_index, last);
+    storage.wl().set_hardstate(hard_state);
+    Ok(storage)
+}
+
+#[derive(Debug, Clone)]
+pub struct CoreConfig {
+    pub node_id: u64,
+    pub snapshot_every_entries: u64,
+    pub preferred_leader: Option<u64>,
+    /// The index the state machine has applied (its snapshot's).
+    pub applied: u64,
+    /// This node's first proposal sequence; must exceed every sequence it
+    /// used before (see Txn::proposal_id).
+    pub first_sequence: u64,
+    /// Seeds the election-timeout randomization, so a simulated run is a
+    /// function of its seed.
+    pub seed: u64,
+    /// Log entries kept behind the oldest snapshot (LOG_KEPT_BEHIND_SNAPSHOT
+    /// in the server; the simulator keeps fewer to exercise install).
+    pub log_kept_behind_snapshot: u64,
+    /// A bug planted on purpose, to prove the simulator's checkers catch
+    /// it. Always `PlantedBug::None` outside the simulator's own test.
+    #[doc(hidden)]
+    pub planted_bug: PlantedBug,
+}
+
+/// Bugs the simulator's test plants to show its checkers can fail.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PlantedBug {
+    #[default]
+    None,
+    /// The leader applies (and so acknowledges) its new entries as soon as
+    /// they are in its own log, before a quorum has them.
+    ApplyBeforeCommit,
+}
+
+struct PendingRead {
+    context: Vec<u8>,
+    asked_tick: u64,
+    /// Set once the leader answered: the index to wait for.
+    index: Option<u64>,
+}
+
+pub struct Core<S: StateMachine, I: Io, P: SnapshotSource> {
+    raw: RawNode<KeelStorage<P>>,
+    io: I,
+    machine: S,
+    status: Arc<RaftStatus>,
+    config: CoreConfig,
+    pending: Vec<Txn>,
+    pending_bytes: usize,
+    snapshot_running: bool,
+    snapshot_wanted: bool,
+    last_snapshot_index: u64,
+    applied: u64,
+    leader: bool,
+    leader_id: u64,
+    next_sequence: u64,
+    ticks: u64,
+    last_transfer_tick: u64,
+    /// This node's proposals not yet seen applied, oldest first: resent to
+    /// a new leader after a leader change (the tree drops duplicates).
+    unapplied: VecDeque<Txn>,
+    reads: BTreeMap<u64, PendingRead>,
+    next_read: u64,
+    reask_reads: bool,
+    rng: u64,
+}
+
+impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
+    pub fn new(
+        config: CoreConfig,
+        memory: MemStorage,
+        source: P,
+        io: I,
+        machine: S,
+        status: Arc<RaftStatus>,
+    ) -> Result<Self, ConsensusError> {
+        assert!(config.node_id > 0, "raft node ids start at 1");
+        let raft_config = Config {
+            id: config.node_id,
+            election_tick: ELECTION_TICKS,
+            heartbeat_tick: HEARTBEAT_TICKS,
+            applied: config.applied,
+            pre_vote: true,
+            check_quorum: true,
+            max_inflight_msgs: 256,
+            max_size_per_msg: 1024 * 1024,
+            ..Default::default()
+        };
+        raft_config.validate()?;
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let storage = KeelStorage { memory, source };
+        let raw = RawNode::new(&raft_config, storage, &logger)?;
+        status.applied_index.store(config.applied, Ordering::Release);
+        let mut core = Core {
+            raw,
+            io,
+            machine,
+            status,
+            pending: Vec::new(),
+            pending_bytes: 0,
+            snapshot_running: false,
+            snapshot_wanted: false,
+            last_snapshot_index: config.applied,
+            applied: config.applied,
+            leader: false,
+            leader_id: 0,
+            next_sequence: config.first_sequence,
+            ticks: 0,
+            last_transfer_tick: 0,
+            unapplied: VecDeque::new(),
+            reads: BTreeMap::new(),
+            next_read: 1,
+            reask_reads: false,
+            rng: config.seed ^ 0x9e37_79b9_7f4a_7c15,
+            config,
+        };
+        core.redraw_election_timeout();
+        if core.raw.raft.prs().conf().voters().ids().len() == 1 && core.is_voter() {
+            core.raw.campaign()?;
+        }
+        Ok(core)
+    }
+
+    fn is_voter(&self) -> bool {
+        self.raw
+            .raft
+            .prs()
+            .conf()
+            .voters()
+            .contains(self.config.node_id)
+    }
+
+    pub fn machine(&self) -> &S {
+        &self.machine
+    }
+
+    pub fn machine_mut(&mut self) -> &mut S {
+        &mut self.machine
+    }
+
+    pub fn io(&self) -> &I {
+        &self.io
+    }
+
+    pub fn io_mut(&mut self) -> &mut I {
+        &mut self.io
+    }
+
+    pub fn node_id(&self) -> u64 {
+        self.config.node_id
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.leader
+    }
+
+    pub fn leader_id(&self) -> u64 {
+        self.leader_id
+    }
+
+    pub fn term(&self) -> u64 {
+        self.raw.raft.term
+    }
+
+    pub fn applied(&self) -> u64 {
+        self.applied
+    }
+
+    pub fn commit_index(&self) -> u64 {
+        self.raw.raft.raft_log.committed
+    }
+
+    /// Room for more proposals in the batch being formed.
+    pub fn batch_has_room(&self) -> bool {
+        self.pending.len() < BATCH_TXNS_MAX && self.pending_bytes < BATCH_BYTES_MAX
+    }
+
+    /// Queues a local client transaction; it gets its proposal id here.
+    pub fn propose(&mut self, mut txn: Txn) {
+        assert_eq!(txn.proposal_id, 0, "local proposals get their id here");
+        txn.proposal_id = (self.config.node_id << keel_tree::PROPOSAL_SEQUENCE_BITS)
+            | (self.next_sequence & SEQUENCE_MASK);
+        self.next_sequence += 1;
+        if self.unapplied.len() >= UNAPPLIED_PROPOSALS_MAX {
+            let oldest = self.unapplied.pop_front().expect("full");
+            self.machine.dropped(vec![oldest]);
+        }
+        self.unapplied.push_back(txn.clone());
+        self.pending_bytes += 64 + txn_body_bytes(&txn);
+        self.pending.push(txn);
+    }
+
+    /// Session activity seen here: the leader's tracker hears of it.
+    pub fn touches(&mut self, sessions: Vec<i64>) {
+        if self.leader {
+            self.machine.touched(&sessions);
+        } else if self.leader_id != 0 {
+            self.io.send(Outbound::Touch {
+                to: self.leader_id,
+                sessions,
+            });
+        }
+    }
+
+    /// A linearizable read barrier (ZooKeeper's sync): `context` comes back
+    /// through `StateMachine::read_ready` once this node has applied every
+    /// entry committed when the leader confirmed its leadership.
+    pub fn read_index(&mut self, context: Vec<u8>) {
+        if self.reads.len() >= PENDING_READS_MAX {
+            return self.machine.read_failed(context);
+        }
+        let id = self.next_read;
+        self.next_read += 1;
+        self.reads.insert(
+            id,
+            PendingRead {
+                context,
+                asked_tick: self.ticks,
+                index: None,
+            },
+        );
+        self.ask_read(id);
+    }
+
+    fn ask_read(&mut self, id: u64) {
+        let mut rctx = Vec::with_capacity(READ_CONTEXT_HEADER_BYTES);
+        rctx.extend_from_slice(&self.config.node_id.to_be_bytes());
+        rctx.extend_from_slice(&id.to_be_bytes());
+        self.raw.read_index(rctx);
+        self.redraw_election_timeout();
+    }
+
+    pub fn peer(&mut self, input: PeerInput) {
+        match input {
+            PeerInput::Raft(message) => {
+                if let Err(error) = self.raw.step(*message) {
+                    tracing::debug!(%error, "raft message refused");
+                }
+                self.redraw_election_timeout();
+            }
+            PeerInput::Forward(batch) => match decode_batch(&batch) {
+                Ok(txns) => {
+                    self.pending_bytes += batch.len();
+                    self.pending.extend(txns);
+                }
+                Err(error) => tracing::warn!(%error, "forwarded batch does not decode; dropped"),
+            },
+            PeerInput::Touch(sessions) => {
+                if self.leader {
+                    self.machine.touched(&sessions);
+                }
+            }
+        }
+    }
+
+    /// One logical clock tick (the server's is 100 ms).
+    pub fn tick(&mut self) {
+        self.raw.tick();
+        self.redraw_election_timeout();
+        self.ticks += 1;
+        self.maybe_transfer_to_preferred();
+        self.retry_reads();
+    }
+
+    /// raft-rs draws election timeouts from the OS random source; Keel
+    /// redraws each fresh one from its own seeded generator, so a seed
+    /// fixes a simulated run. (Called after every call into raft-rs: a
+    /// reset shows as election_elapsed == 0.)
+    fn redraw_election_timeout(&mut self) {
+        if self.raw.raft.election_elapsed != 0 {
+            return;
+        }
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        let timeout = ELECTION_TICKS + (z % ELECTION_TICKS as u64) as usize;
+        self.raw.raft.set_randomized_election_timeout(timeout);
+    }
+
+    /// Runs steps 1–7 of the module doc, again while handling a Ready left
+    /// more to do (bounded: the rest waits for the next call).
+    pub fn advance(&mut self) -> Result<(), ConsensusError> {
+        self.flush_proposals();
+        for _ in 0..READY_ROUNDS_MAX {
+            self.on_ready()?;
+            if std::mem::take(&mut self.reask_reads) {
+                self.reask_unanswered_reads();
+            }
+            if !self.raw.has_ready() {
+                break;
+            }
+        }
+        self.maybe_snapshot();
+        Ok(())
+    }
+
+    /// Work is waiting for the next `advance`.
+    pub fn has_ready(&self) -> bool {
+        self.raw.has_ready() || !self.pending.is_empty()
+    }
+
+    fn reask_unanswered_reads(&mut self) {
+        let unanswered: Vec<u64> = self
+            .reads
+            .iter()
+            .filter(|(_, r)| r.index.is_none())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in unanswered {
+            self.reads.get_mut(&id).expect("listed").asked_tick = self.ticks;
+            self.ask_read(id);
+        }
+    }
+
+    /// Group commit: everything queued becomes one entry; a follower sends
+    /// the batch to the leader, which proposes it in arrival order.
+    fn flush_proposals(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let txns = std::mem::take(&mut self.pending);
+        self.pending_bytes = 0;
+        let mut data = Vec::with_capacity(txns.len() * 128);
+        encode_batch(&txns, &mut data);
+        if !self.leader {
+            // No leader known: the proposals wait in `unapplied` and go to
+            // the leader once one is elected.
+            if self.leader_id != 0 {
+                self.io.send(Outbound::Forward {
+                    to: self.leader_id,
+                    batch: data,
+                });
+            }
+            return;
+        }
+        self.status
+            .proposals
+            .fetch_add(txns.len() as u64, Ordering::Relaxed);
+        self.status.batches.fetch_add(1, Ordering::Relaxed);
+        if let Err(error) = self.raw.propose(Vec::new(), data) {
+            tracing::warn!(%error, count = txns.len(), "proposal dropped");
+            self.machine.dropped(txns);
+        }
+    }
+
+    fn send_all(&mut self, messages: Vec<Message>) {
+        for message in messages {
+            self.io.send(Outbound::Raft(message));
+        }
+    }
+
+    fn on_ready(&mut self) -> Result<(), ConsensusError> {
+        if !self.raw.has_ready() {
+            return Ok(());
+        }
+        let mut ready = self.raw.ready();
+        if let Some(soft) = ready.ss() {
+            self.role(soft.raft_state == StateRole::Leader, soft.leader_id);
+        }
+        self.send_all(ready.take_messages());
+        if !ready.snapshot().is_empty() {
+            self.install_snapshot(ready.snapshot().clone())?;
+        }
+        self.note_read_states(ready.take_read_states());
+        self.apply_entries(ready.take_committed_entries());
+        let entries = ready.take_entries();
+        let hard_state = ready.hs().cloned();
+        if !entries.is_empty() || hard_state.is_some() {
+            self.io.persist(&entries, hard_state.as_ref(), None)?;
+            self.status.fsyncs.fetch_add(1, Ordering::Relaxed);
+            let mut storage = self.raw.mut_store().wl();
+            storage.append(&entries)?;
+            if let Some(hs) = hard_state {
+                storage.set_hardstate(hs);
+            }
+        }
+        if let Some(last) = entries.last() {
+            self.status.last_index.store(last.index, Ordering::Release);
+        }
+        if self.config.planted_bug == PlantedBug::ApplyBeforeCommit && self.leader {
+            let early: Vec<Entry> = entries
+                .iter()
+                .filter(|e| e.index == self.applied + 1 && !e.data.is_empty())
+                .cloned()
+                .collect();
+            self.apply_entries(early);
+        }
+        self.send_all(ready.take_persisted_messages());
+        let mut light = self.raw.advance(ready);
+        if let Some(commit) = light.commit_index() {
+            self.raw
+                .mut_store()
+                .wl()
+                .mut_hard_state()
+                .set_commit(commit);
+            self.status.commit_index.store(commit, Ordering::Release);
+        }
+        self.send_all(light.take_messages());
+        self.apply_entries(light.take_committed_entries());
+        self.raw.advance_apply();
+        self.redraw_election_timeout();
+        self.answer_reads();
+        Ok(())
+    }
+
+    /// A follower behind the leader's compacted log receives the tree:
+    /// verify it, keep it as our snapshot, replace the state, drop the log
+    /// it covers.
+    fn install_snapshot(&mut self, snapshot: Snapshot) -> Result<(), ConsensusError> {
+        let index = snapshot.get_metadata().index;
+        let term = snapshot.get_metadata().term;
+        let tree = match keel_tree::snapshot::decode(&snapshot.data) {
+            Ok(tree) if tree.applied_index() == index => tree,
+            Ok(_) | Err(_) => {
+                tracing::error!(index, "snapshot from the leader fails its checks; ignored");
+                return Ok(());
+            }
+        };
+        self.io.save_snapshot(index, term, &snapshot.data)?;
+        self.io
+            .persist(&[], None, Some(snapshot.get_metadata().get_conf_state()))?;
+        self.io.compact_to(index + 1)?;
+        self.raw.mut_store().wl().apply_snapshot(snapshot)?;
+        self.machine.restore(tree);
+        self.applied = index;
+        self.status.applied_index.store(index, Ordering::Release);
+        self.last_snapshot_index = index;
+        tracing::info!(index, term, "installed snapshot from the leader");
+        Ok(())
+    }
+
+    fn role(&mut self, leader: bool, leader_id: u64) {
+        let new_leader = leader_id != self.leader_id && leader_id != 0;
+        self.leader_id = leader_id;
+        self.status.leader_id.store(leader_id, Ordering::Release);
+        self.status
+            .term
+            .store(self.raw.raft.term, Ordering::Release);
+        if leader != self.leader {
+            self.leader = leader;
+            self.status.is_leader.store(leader, Ordering::Release);
+            tracing::info!(leader, term = self.raw.raft.term, "raft role changed");
+            self.machine.role_changed(leader);
+        }
+        if new_leader && !self.unapplied.is_empty() {
+            // Proposals sent to the old leader may be lost: resend them all,
+            // in order; the tree applies each proposal id once.
+            tracing::info!(
+                count = self.unapplied.len(),
+                leader_id,
+                "resending proposals to the new leader"
+            );
+            self.pending.extend(self.unapplied.iter().cloned());
+        }
+        if new_leader {
+            // Reads asked of the old leader may never be answered; they are
+            // asked again once this Ready is done (raft-rs allows no new
+            // messages between ready() and advance() on a follower).
+            self.reask_reads = true;
+        }
+    }
+
+    fn apply_entries(&mut self, entries: Vec<Entry>) {
+        for entry in entries {
+            let (index, term) = (entry.index, entry.term);
+            if self.config.planted_bug == PlantedBug::ApplyBeforeCommit && index <= self.applied {
+                continue; // applied early by the planted bug
+            }
+            assert!(
+                index == self.applied + 1,
+                "entry {index} applied after {}",
+                self.applied
+            );
+            match entry.get_entry_type() {
+                EntryType::EntryNormal if !entry.data.is_empty() => match decode_batch(&entry.data)
+                {
+                    Ok(txns) => {
+                        self.forget_applied(&txns);
+                        self.machine.apply(index, term, txns)
+                    }
+                    Err(error) => {
+                        // Every replica decodes the same bytes the same way, so
+                        // skipping keeps them equal; it is still a bug to see.
+                        tracing::error!(index, %error, "committed entry does not decode; skipped");
+                        self.machine.skip(index, term);
+                    }
+                },
+                _ => self.machine.skip(index, term),
+            }
+            self.applied = index;
+            self.status.applied_index.store(index, Ordering::Release);
+        }
+    }
+
+    /// The leader's answers to ReadIndex requests: the index each read
+    /// must wait for. Answers to other nodes' or forgotten requests are
+    /// ignored.
+    fn note_read_states(&mut self, states: Vec<raft::ReadState>) {
+        for state in states {
+            let Some((node, id)) = parse_read_context(&state.request_ctx) else {
+                continue;
+            };
+            if node != self.config.node_id {
+                continue;
+            }
+            if let Some(read) = self.reads.get_mut(&id) {
+                read.index.get_or_insert(state.index);
+            }
+        }
+    }
+
+    fn answer_reads(&mut self) {
+        let ready: Vec<u64> = self
+            .reads
+            .iter()
+            .filter(|(_, r)| r.index.is_some_and(|index| index <= self.applied))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ready {
+            let read = self.reads.remove(&id).expect("listed");
+            self.machine.read_ready(read.context);
+        }
+    }
+
+    fn retry_reads(&mut self) {
+        let stale: Vec<u64> = self
+            .reads
+            .iter()
+            .filter(|(_, r)| r.index.is_none() && r.asked_tick + READ_RETRY_TICKS <= self.ticks)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in stale {
+            self.reads.get_mut(&id).expect("listed").asked_tick = self.ticks;
+            self.ask_read(id);
+        }
+    }
+
+    /// Leader affinity (ZNBase's idea, done with raft-rs's leader transfer):
+    /// a leader that is not the preferred member hands leadership over once
+    /// the preferred one is active and has every entry. Elections are never
+    /// delayed, so a dead preferred node costs nothing.
+    fn maybe_transfer_to_preferred(&mut self) {
+        let Some(preferred) = self.config.preferred_leader else {
+            return;
+        };
+        if !self.leader
+            || preferred == self.config.node_id
+            || self.ticks < self.last_transfer_tick + ELECTION_TICKS as u64
+        {
+            return;
+        }
+        let last_index = self.raw.raft.raft_log.last_index();
+        let ready = self
+            .raw
+            .raft
+            .prs()
+            .get(preferred)
+            .is_some_and(|p| p.recent_active && p.matched >= last_index);
+        if ready {
+            tracing::info!(preferred, "transferring leadership to the preferred member");
+            self.last_transfer_tick = self.ticks;
+            self.raw.transfer_leader(preferred);
+        }
+    }
+
+    /// Drops this node's proposals that an applied batch carried (or that
+    /// came before them: proposals of one origin apply in order).
+    fn forget_applied(&mut self, txns: &[Txn]) {
+        let own = txns
+            .iter()
+            .filter(|t| t.proposal_id >> keel_tree::PROPOSAL_SEQUENCE_BITS == self.config.node_id)
+            .map(|t| t.proposal_id)
+            .max();
+        if let Some(newest) = own {
+            while self
+                .unapplied
+                .front()
+                .is_some_and(|t| t.proposal_id <= newest)
+            {
+                self.unapplied.pop_front();
+            }
+        }
+    }
+
+    fn maybe_snapshot(&mut self) {
+        if !self.snapshot_running
+            && self.applied >= self.last_snapshot_index + self.config.snapshot_every_entries
+        {
+            self.snapshot_wanted = true;
+        }
+    }
+
+    /// A frozen copy of the state to snapshot, when one is due. The shell
+    /// writes it (in the background) and calls `snapshot_done`.
+    pub fn take_snapshot_job(&mut self) -> Option<DataTree> {
+        if !std::mem::take(&mut self.snapshot_wanted) {
+            return None;
+        }
+        let frozen = self.machine.freeze();
+        assert_eq!(
+            frozen.applied_index(),
+            self.applied,
+            "state machine and driver disagree on the applied index"
+        );
+        self.snapshot_running = true;
+        Some(frozen)
+    }
+
+    pub fn snapshot_running(&self) -> bool {
+        self.snapshot_running
+    }
+
+    pub fn snapshot_done(&mut self, index: u64, result: Result<(), String>) {
+        assert!(self.snapshot_running, "no snapshot was running");
+        self.snapshot_running = false;
+        if let Err(error) = result {
+            tracing::error!(index, %error, "snapshot failed; log kept");
+            return;
+        }
+        self.last_snapshot_index = index;
+        self.status.snapshots_taken.fetch_add(1, Ordering::Relaxed);
+        self.status.snapshot_index.store(index, Ordering::Release);
+        let oldest_kept = self.io.oldest_snapshot_index().unwrap_or(0).min(index);
+        let compact_index = oldest_kept.saturating_sub(self.config.log_kept_behind_snapshot);
+        if compact_index > 1 {
+            if let Err(error) = self.io.compact_to(compact_index) {
+                tracing::error!(%error, "log compaction failed");
+            }
+            let _ = self.raw.mut_store().wl().compact(compact_index);
+        }
+    }
+}
+
+fn parse_read_context(rctx: &[u8]) -> Option<(u64, u64)> {
+    if rctx.len() != READ_CONTEXT_HEADER_BYTES {
+        return None;
+    }
+    let node = u64::from_be_bytes(rctx[..8].try_into().ok()?);
+    let id = u64::from_be_bytes(rctx[8..].try_into().ok()?);
+    Some((node, id))
+}
+
+fn txn_body_bytes(txn: &Txn) -> usize {
+    match &txn.op {
+        keel_tree::TxnOp::Request { body, .. } => body.len(),
+        _ => 16,
+    }
+}

@@ -1,0 +1,205 @@
+//! The simulated disk and the node's `Io`: what a persist returns is
+//! durable; a crash loses what was in flight (a torn last write: the batch
+//! being written when the node died is kept whole or lost whole, as
+//! raft-engine's checksummed batches are) and any snapshot still being
+//! written in the background.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use keel_consensus::core::{Io, Outbound, SnapshotSource};
+use keel_consensus::ConsensusError;
+use keel_tree::DataTree;
+use raft::eraftpb::{ConfState, Entry, HardState};
+
+/// Snapshots a node keeps (the server keeps the same number of files).
+pub const SNAPSHOTS_KEPT: usize = 2;
+
+/// Everything of a node that survives a crash.
+#[derive(Debug, Default, Clone)]
+pub struct SimDisk {
+    pub hard_state: HardState,
+    pub conf_state: Option<ConfState>,
+    pub entries: BTreeMap<u64, Entry>,
+    /// (index, term, encoded tree), oldest first.
+    pub snapshots: Vec<(u64, u64, Vec<u8>)>,
+    pub writes: u64,
+}
+
+impl SimDisk {
+    fn append(&mut self, entries: &[Entry]) {
+        if let Some(first) = entries.first() {
+            // Raft overwrites a conflicting suffix.
+            self.entries.split_off(&first.index);
+        }
+        for entry in entries {
+            self.entries.insert(entry.index, entry.clone());
+        }
+    }
+
+    pub fn keep_snapshot(&mut self, index: u64, term: u64, bytes: Vec<u8>) {
+        self.snapshots.retain(|(i, _, _)| *i != index);
+        self.snapshots.push((index, term, bytes));
+        self.snapshots.sort_by_key(|(i, _, _)| *i);
+        while self.snapshots.len() > SNAPSHOTS_KEPT {
+            self.snapshots.remove(0);
+        }
+    }
+
+    /// The newest snapshot that decodes and passes its checks, as the
+    /// server's restart does; an empty tree if none.
+    pub fn load_tree(&self) -> DataTree {
+        self.snapshots
+            .iter()
+            .rev()
+            .find_map(|(index, _, bytes)| {
+                keel_tree::snapshot::decode(bytes)
+                    .ok()
+                    .filter(|tree| tree.applied_index() == *index)
+            })
+            .unwrap_or_default()
+    }
+}
+
+pub type SharedDisk = Rc<RefCell<SimDisk>>;
+
+/// A message the node sent, with the extra delay of the fsyncs that came
+/// before it in the same `advance` (ms).
+pub struct Sent {
+    pub message: Outbound,
+    pub after_ms: u64,
+}
+
+pub struct SimIo {
+    pub disk: SharedDisk,
+    pub sent: Vec<Sent>,
+    /// fsync latency of this node's disk (ms).
+    pub fsync_ms: u64,
+    /// Time spent in fsyncs during the current `advance` (ms).
+    pub busy_ms: u64,
+    /// Set by a fault: the next persist dies mid-write.
+    pub crash_in_next_write: Option<bool>,
+}
+
+impl Io for SimIo {
+    fn send(&mut self, message: Outbound) {
+        self.sent.push(Sent {
+            message,
+            after_ms: self.busy_ms,
+        });
+    }
+
+    fn persist(
+        &mut self,
+        entries: &[Entry],
+        hard_state: Option<&HardState>,
+        conf_state: Option<&ConfState>,
+    ) -> Result<(), ConsensusError> {
+        let mut disk = self.disk.borrow_mut();
+        if let Some(reached_disk) = self.crash_in_next_write.take() {
+            // Torn write: the whole batch made it or none of it did.
+            if reached_disk {
+                disk.append(entries);
+                if let Some(hs) = hard_state {
+                    disk.hard_state = hs.clone();
+                }
+            }
+            return Err(ConsensusError::Io(std::io::Error::other(
+                "simulated crash during a log write",
+            )));
+        }
+        disk.append(entries);
+        if let Some(hs) = hard_state {
+            disk.hard_state = hs.clone();
+        }
+        if let Some(cs) = conf_state {
+            disk.conf_state = Some(cs.clone());
+        }
+        disk.writes += 1;
+        self.busy_ms += self.fsync_ms;
+        Ok(())
+    }
+
+    fn compact_to(&mut self, index: u64) -> Result<(), ConsensusError> {
+        let mut disk = self.disk.borrow_mut();
+        let kept = disk.entries.split_off(&index);
+        disk.entries = kept;
+        Ok(())
+    }
+
+    fn save_snapshot(&mut self, index: u64, term: u64, bytes: &[u8]) -> Result<(), ConsensusError> {
+        self.disk
+            .borrow_mut()
+            .keep_snapshot(index, term, bytes.to_vec());
+        self.busy_ms += self.fsync_ms;
+        Ok(())
+    }
+
+    fn oldest_snapshot_index(&self) -> Option<u64> {
+        self.disk.borrow().snapshots.first().map(|(i, _, _)| *i)
+    }
+}
+
+/// raft-rs's view of the node's snapshots, for sending one to a follower.
+pub struct SimSnapshots(pub SharedDisk);
+
+impl SnapshotSource for SimSnapshots {
+    fn newest(&self) -> Option<(u64, u64, Vec<u8>)> {
+        self.0.borrow().snapshots.last().cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(index: u64, term: u64) -> Entry {
+        Entry {
+            index,
+            term,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn appends_overwrite_a_conflicting_suffix_and_compaction_drops_the_prefix() {
+        let disk: SharedDisk = Rc::default();
+        let mut io = SimIo {
+            disk: disk.clone(),
+            sent: Vec::new(),
+            fsync_ms: 2,
+            busy_ms: 0,
+            crash_in_next_write: None,
+        };
+        io.persist(&[entry(1, 1), entry(2, 1), entry(3, 1)], None, None)
+            .unwrap();
+        io.persist(&[entry(2, 2)], None, None).unwrap();
+        let terms: Vec<(u64, u64)> = disk
+            .borrow()
+            .entries
+            .values()
+            .map(|e| (e.index, e.term))
+            .collect();
+        assert_eq!(terms, vec![(1, 1), (2, 2)]);
+        assert_eq!(io.busy_ms, 4);
+        io.compact_to(2).unwrap();
+        assert_eq!(disk.borrow().entries.keys().copied().collect::<Vec<_>>(), vec![2]);
+    }
+
+    #[test]
+    fn a_crash_mid_write_keeps_the_batch_whole_or_not_at_all() {
+        for reached in [false, true] {
+            let disk: SharedDisk = Rc::default();
+            let mut io = SimIo {
+                disk: disk.clone(),
+                sent: Vec::new(),
+                fsync_ms: 1,
+                busy_ms: 0,
+                crash_in_next_write: Some(reached),
+            };
+            assert!(io.persist(&[entry(1, 1), entry(2, 1)], None, None).is_err());
+            assert_eq!(disk.borrow().entries.len(), if reached { 2 } else { 0 });
+        }
+    }
+}

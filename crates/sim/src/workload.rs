@@ -1,0 +1,271 @@
+//! What simulated clients ask: ZooKeeper operations over a small key space
+//! so that they collide (three top-level groups, a few children each,
+//! sequential and ephemeral creates, multi across groups), and the
+//! translation between the checker's `Call`/`Ret` and the jute requests
+//! and responses the production code speaks.
+
+use keel_jute::{
+    perms, Acl, CheckVersionRequest, CreateRequest, DeleteRequest, ErrorCode, Id, MultiOp,
+    MultiResult, Request, Response, SetDataRequest,
+};
+use keel_linearize::{Call, Ret};
+
+use crate::rng::Rng;
+
+/// Top-level groups: the checker's independent partitions.
+pub const GROUPS: [&str; 3] = ["/g0", "/g1", "/g2"];
+const CHILDREN: [&str; 3] = ["a", "b", "c"];
+/// Prefix of sequential creates inside a group.
+const SEQUENTIAL_PREFIX: &str = "s-";
+
+/// One step of a client: a write (or close), a read made linearizable by a
+/// sync before it, or a plain local read (checked for session order only).
+#[derive(Debug, Clone)]
+pub enum Step {
+    Write(Call),
+    SyncRead { call: Call, watch: bool },
+    LocalRead { call: Call, watch: bool },
+}
+
+pub fn paths() -> Vec<String> {
+    let mut paths = Vec::new();
+    for group in GROUPS {
+        paths.push(group.to_string());
+        for child in CHILDREN {
+            paths.push(format!("{group}/{child}"));
+        }
+    }
+    paths
+}
+
+fn some_path(rng: &mut Rng) -> String {
+    let group = rng.pick(&GROUPS);
+    match rng.below(4) {
+        0 => group.to_string(),
+        _ => format!("{group}/{}", rng.pick(&CHILDREN)),
+    }
+}
+
+fn some_version(rng: &mut Rng) -> i32 {
+    if rng.chance(600_000) {
+        -1
+    } else {
+        rng.below(3) as i32
+    }
+}
+
+fn some_write(rng: &mut Rng, data: Vec<u8>, in_multi: bool) -> Call {
+    match rng.below(if in_multi { 4 } else { 3 }) {
+        0 => {
+            let sequential = rng.chance(150_000);
+            let path = if sequential {
+                format!("{}/{SEQUENTIAL_PREFIX}", rng.pick(&GROUPS))
+            } else {
+                some_path(rng)
+            };
+            Call::Create {
+                path,
+                data,
+                ephemeral: rng.chance(250_000),
+                sequential,
+            }
+        }
+        1 => Call::SetData {
+            path: some_path(rng),
+            data,
+            version: some_version(rng),
+        },
+        2 => Call::Delete {
+            path: some_path(rng),
+            version: some_version(rng),
+        },
+        _ => Call::Check {
+            path: some_path(rng),
+            version: some_version(rng),
+        },
+    }
+}
+
+fn some_read(rng: &mut Rng) -> Call {
+    match rng.below(3) {
+        0 => Call::GetData {
+            path: some_path(rng),
+        },
+        1 => Call::Exists {
+            path: some_path(rng),
+        },
+        _ => Call::GetChildren {
+            path: rng.pick(&GROUPS).to_string(),
+        },
+    }
+}
+
+/// The next step of a client; `data` is unique per write.
+pub fn next_step(rng: &mut Rng, data: Vec<u8>) -> Step {
+    match rng.below(100) {
+        0..=1 => Step::Write(Call::CloseSession),
+        2..=41 => Step::Write(some_write(rng, data, false)),
+        42..=51 => {
+            let count = rng.between(2, 3);
+            let ops = (0..count)
+                .map(|i| {
+                    let mut data = data.clone();
+                    data.push(b'0' + i as u8);
+                    some_write(rng, data, true)
+                })
+                .collect();
+            Step::Write(Call::Multi { ops })
+        }
+        52..=79 => Step::SyncRead {
+            call: some_read(rng),
+            watch: rng.chance(500_000),
+        },
+        _ => Step::LocalRead {
+            call: some_read(rng),
+            watch: rng.chance(500_000),
+        },
+    }
+}
+
+fn open_acl() -> Vec<Acl> {
+    vec![Acl {
+        perms: perms::ALL,
+        id: Id {
+            scheme: "world".into(),
+            id: "anyone".into(),
+        },
+    }]
+}
+
+fn create_request(path: &str, data: &[u8], ephemeral: bool, sequential: bool) -> CreateRequest {
+    CreateRequest {
+        path: path.to_string(),
+        data: Some(data.to_vec()),
+        acl: open_acl(),
+        flags: i32::from(ephemeral) | (i32::from(sequential) << 1),
+    }
+}
+
+fn multi_op(call: &Call) -> MultiOp {
+    match call {
+        Call::Create {
+            path,
+            data,
+            ephemeral,
+            sequential,
+        } => MultiOp::Create(create_request(path, data, *ephemeral, *sequential)),
+        Call::Delete { path, version } => MultiOp::Delete(DeleteRequest {
+            path: path.clone(),
+            version: *version,
+        }),
+        Call::SetData {
+            path,
+            data,
+            version,
+        } => MultiOp::SetData(SetDataRequest {
+            path: path.clone(),
+            data: Some(data.clone()),
+            version: *version,
+        }),
+        Call::Check { path, version } => MultiOp::Check(CheckVersionRequest {
+            path: path.clone(),
+            version: *version,
+        }),
+        other => panic!("{other:?} is not a multi op"),
+    }
+}
+
+/// The jute request of a write `Call` (None for CloseSession, which is a
+/// transaction of its own).
+pub fn write_request(call: &Call) -> Option<Request> {
+    let request = match call {
+        Call::Create {
+            path,
+            data,
+            ephemeral,
+            sequential,
+        } => Request::Create(create_request(path, data, *ephemeral, *sequential)),
+        Call::Delete { .. } | Call::SetData { .. } => match multi_op(call) {
+            MultiOp::Delete(r) => Request::Delete(r),
+            MultiOp::SetData(r) => Request::SetData(r),
+            _ => unreachable!("mapped above"),
+        },
+        Call::Multi { ops } => Request::Multi(ops.iter().map(multi_op).collect()),
+        Call::CloseSession => return None,
+        other => panic!("{other:?} is not a write"),
+    };
+    Some(request)
+}
+
+pub fn read_request(call: &Call, watch: bool) -> Request {
+    match call {
+        Call::GetData { path } => Request::GetData(keel_jute::GetDataRequest {
+            path: path.clone(),
+            watch,
+        }),
+        Call::Exists { path } => Request::Exists(keel_jute::ExistsRequest {
+            path: path.clone(),
+            watch,
+        }),
+        Call::GetChildren { path } => Request::GetChildren(keel_jute::GetChildrenRequest {
+            path: path.clone(),
+            watch,
+        }),
+        other => panic!("{other:?} is not a read"),
+    }
+}
+
+/// What the checker sees of a reply.
+pub fn ret_of(call: &Call, result: &Result<Response, ErrorCode>) -> Ret {
+    let response = match result {
+        Ok(response) => response,
+        Err(ErrorCode::NoNode) if matches!(call, Call::Exists { .. }) => return Ret::Exists(None),
+        Err(code) => return Ret::Error(code.code()),
+    };
+    match (call, response) {
+        (Call::Create { .. }, Response::Create(path)) => Ret::Created { path: path.clone() },
+        (Call::Delete { .. } | Call::CloseSession, Response::Empty) => Ret::Done,
+        (Call::SetData { .. }, Response::Stat(stat)) => Ret::Set {
+            version: stat.version,
+        },
+        (Call::GetData { .. }, Response::GetData(data, stat)) => Ret::Data {
+            data: data.clone().unwrap_or_default(),
+            version: stat.version,
+        },
+        (Call::Exists { .. }, Response::Stat(stat)) => Ret::Exists(Some(stat.version)),
+        (Call::GetChildren { .. }, Response::GetChildren(names)) => {
+            let mut names = names.clone();
+            names.sort();
+            Ret::Children(names)
+        }
+        (Call::Multi { .. }, Response::Multi(results)) => multi_ret(results),
+        (call, response) => panic!("reply {response:?} does not fit {call:?}"),
+    }
+}
+
+fn multi_ret(results: &[MultiResult]) -> Ret {
+    let failed = results.iter().find_map(|r| match r {
+        MultiResult::Error(code) if *code != 0 && *code != ErrorCode::RuntimeInconsistency.code() => {
+            Some(*code)
+        }
+        _ => None,
+    });
+    if let Some(code) = failed {
+        return Ret::Error(code);
+    }
+    Ret::Multi(
+        results
+            .iter()
+            .map(|r| match r {
+                MultiResult::Create(path) | MultiResult::Create2(path, _) => {
+                    Ret::Created { path: path.clone() }
+                }
+                MultiResult::SetData(stat) => Ret::Set {
+                    version: stat.version,
+                },
+                MultiResult::Delete | MultiResult::Check => Ret::Done,
+                other => panic!("unexpected multi result {other:?}"),
+            })
+            .collect(),
+    )
+}

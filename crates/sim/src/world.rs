@@ -1,0 +1,1464 @@
+//! One simulated run: N nodes built from the server's crates (keel-tree's
+//! DataTree, keel-session's tracker, keel-consensus's Raft core), clients,
+//! a network and disks, all driven by one event queue on a logical clock.
+//! No threads, no wall clock, no OS randomness: the seed decides
+//! everything, so a run replays byte for byte.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use keel_consensus::core::{storage_from, Core, CoreConfig, Durable, Outbound, PlantedBug};
+use keel_consensus::transport::PeerInput;
+use keel_consensus::RaftStatus;
+use keel_jute::{ErrorCode, Request};
+use keel_linearize::{Call, Operation, Ret};
+use keel_tree::watch::WatchKind;
+use keel_tree::{Event, Txn, TxnOp};
+use raft::eraftpb::ConfState;
+
+use crate::disk::{SharedDisk, SimIo, SimSnapshots};
+use crate::machine::{encode_sync_context, MachineOut, SimMachine, INTERNAL_XID};
+use crate::rng::Rng;
+use crate::workload::{self, Step};
+
+/// Raft tick of every node (ms), as the server's default.
+pub const TICK_MS: u64 = 100;
+/// Session timeout the simulated clients ask for (ms).
+pub const SESSION_TIMEOUT_MS: u32 = 3_000;
+/// A client gives up on a request after this long and moves on (ms).
+pub const OP_TIMEOUT_MS: u64 = 4_000;
+/// After the faulty part of a run: healed, everyone up, no new requests.
+pub const SETTLE_MS: u64 = 8_000;
+/// The client id history entries of expiries carry.
+pub const SYSTEM_CLIENT: u64 = u64::MAX;
+/// Bound on events per run: a run that exceeds it is reported, not hung.
+pub const EVENTS_PER_RUN_MAX: u64 = 5_000_000;
+/// Entries the simulated nodes keep behind a snapshot: few, so followers
+/// that were down fall behind the log and need a snapshot install.
+pub const SIM_LOG_KEPT_BEHIND_SNAPSHOT: u64 = 20;
+pub const SIM_SNAPSHOT_EVERY_ENTRIES: u64 = 40;
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub seed: u64,
+    pub nodes: usize,
+    pub clients: usize,
+    /// Length of the part of the run with requests and faults (ms).
+    pub duration_ms: u64,
+    pub faults: bool,
+    pub planted_bug: PlantedBug,
+    /// Keep the readable trace (the fingerprint is always computed).
+    pub trace: bool,
+}
+
+impl Options {
+    /// The batch's options for a seed: 3 or 5 nodes, 3 to 6 clients.
+    pub fn for_seed(seed: u64) -> Options {
+        let mut rng = Rng::new(seed ^ 0xa5a5);
+        Options {
+            seed,
+            nodes: if rng.chance(300_000) { 5 } else { 3 },
+            clients: rng.between(3, 6) as usize,
+            duration_ms: 12_000,
+            faults: true,
+            planted_bug: PlantedBug::None,
+            trace: false,
+        }
+    }
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct Stats {
+    pub events: u64,
+    pub operations: usize,
+    pub acknowledged_writes: usize,
+    pub unknown_outcomes: usize,
+    pub crashes: u64,
+    pub torn_writes: u64,
+    pub partitions: u64,
+    pub messages: u64,
+    pub dropped: u64,
+    pub duplicated: u64,
+    pub max_term: u64,
+    pub snapshots_written: u64,
+    pub watch_events: u64,
+    pub sessions_expired: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub seed: u64,
+    pub failures: Vec<String>,
+    pub stats: Stats,
+    /// FNV of the trace and the final state: equal for equal runs.
+    pub fingerprint: u64,
+    pub trace: Vec<String>,
+    pub history: Vec<Operation>,
+}
+
+impl Report {
+    pub fn ok(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+enum Ev {
+    Deliver {
+        to: u64,
+        epoch: u64,
+        input: PeerInput,
+    },
+    Tick {
+        node: u64,
+        epoch: u64,
+    },
+    Advance {
+        node: u64,
+        epoch: u64,
+    },
+    SnapshotWritten {
+        node: u64,
+        epoch: u64,
+        index: u64,
+        term: u64,
+        bytes: Vec<u8>,
+    },
+    ClientWake {
+        client: usize,
+        generation: u64,
+    },
+    ClientTimeout {
+        client: usize,
+        generation: u64,
+        xid: i32,
+    },
+    ToClient {
+        client: usize,
+        generation: u64,
+        out: MachineOut,
+    },
+    /// A read's reply reaches the client (behind everything queued for
+    /// it before: the connection is a FIFO).
+    ReadDone {
+        client: usize,
+        generation: u64,
+        zxid: i64,
+        watches: Vec<(String, WatchKind)>,
+        recorded: Option<(usize, Ret)>,
+    },
+    Crash {
+        node: u64,
+        restart_after_ms: u64,
+        mid_write: bool,
+    },
+    Restart {
+        node: u64,
+    },
+    Partition {
+        isolated: Vec<u64>,
+        heal_after_ms: u64,
+    },
+    Heal,
+    EndFaults,
+}
+
+type SimCore = Core<SimMachine, SimIo, SimSnapshots>;
+
+struct Node {
+    id: u64,
+    epoch: u64,
+    core: Option<SimCore>,
+    disk: SharedDisk,
+    fsync_ms: u64,
+    tick_ms: u64,
+    advance_scheduled: bool,
+    busy_until_us: u64,
+    next_session: i64,
+}
+
+#[derive(Debug)]
+enum PendingKind {
+    CreateSession,
+    Write,
+    Sync { call: Call, watch: bool },
+}
+
+#[derive(Debug)]
+struct Pending {
+    xid: i32,
+    kind: PendingKind,
+    /// Index in the history of the operation this request records.
+    history: Option<usize>,
+}
+
+#[derive(Debug, Clone)]
+struct WatchRecord {
+    path: String,
+    kind: WatchKind,
+    /// The zxid the watch was set at: changes after it must fire it.
+    zxid: i64,
+}
+
+struct Client {
+    id: usize,
+    node: u64,
+    session: Option<i64>,
+    /// Bumped whenever the client's connection changes: messages for an
+    /// older connection are ignored, as a closed socket would.
+    generation: u64,
+    pending: Option<Pending>,
+    next_xid: i32,
+    writes: u64,
+    /// Newest zxid this session has seen (ZooKeeper never lets a session
+    /// read older state than it has seen).
+    last_zxid: i64,
+    watches: Vec<WatchRecord>,
+    last_event_zxid: i64,
+    /// When the last message queued for this client arrives: later ones
+    /// arrive after it (a TCP connection keeps order).
+    fifo_us: u64,
+}
+
+pub struct World {
+    options: Options,
+    rng: Rng,
+    now_us: u64,
+    seq: u64,
+    queue: BTreeMap<(u64, u64), Ev>,
+    nodes: Vec<Node>,
+    clients: Vec<Client>,
+    clock_ms: Arc<AtomicU64>,
+    /// Directed links that drop everything (partitions).
+    cut: BTreeSet<(u64, u64)>,
+    drop_per_million: u64,
+    duplicate_per_million: u64,
+    faults_over: bool,
+    history: Vec<Operation>,
+    /// Expiry operations recorded, by session (to fill in their return).
+    expiries: BTreeMap<i64, usize>,
+    /// The first digest any node reported at each applied index.
+    digests: BTreeMap<u64, (u64, u64)>,
+    /// Events by zxid, from the first node to apply each entry.
+    events: BTreeMap<i64, Vec<Event>>,
+    applied_indexes: BTreeSet<u64>,
+    failures: Vec<String>,
+    trace: Vec<String>,
+    fingerprint: u64,
+    stats: Stats,
+}
+
+fn fnv(hash: &mut u64, bytes: &[u8]) {
+    for byte in bytes {
+        *hash ^= u64::from(*byte);
+        *hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+}
+
+impl World {
+    pub fn new(options: Options) -> World {
+        assert!(matches!(options.nodes, 1..=7), "1 to 7 nodes");
+        assert!(options.clients > 0, "at least one client");
+        let mut rng = Rng::new(options.seed);
+        let drop_per_million = if options.faults { rng.below(30_000) } else { 0 };
+        let duplicate_per_million = if options.faults { rng.below(20_000) } else { 0 };
+        let nodes = (1..=options.nodes as u64)
+            .map(|id| Node {
+                id,
+                epoch: 0,
+                core: None,
+                disk: SharedDisk::default(),
+                fsync_ms: rng.between(1, 6),
+                tick_ms: TICK_MS - 5 + rng.below(11),
+                advance_scheduled: false,
+                busy_until_us: 0,
+                next_session: 0,
+            })
+            .collect();
+        let clients = (0..options.clients)
+            .map(|id| Client {
+                id,
+                node: 1 + (id as u64 % options.nodes as u64),
+                session: None,
+                generation: 0,
+                pending: None,
+                next_xid: 1,
+                writes: 0,
+                last_zxid: 0,
+                watches: Vec::new(),
+                last_event_zxid: 0,
+                fifo_us: 0,
+            })
+            .collect();
+        World {
+            options,
+            rng,
+            now_us: 0,
+            seq: 0,
+            queue: BTreeMap::new(),
+            nodes,
+            clients,
+            clock_ms: Arc::new(AtomicU64::new(0)),
+            cut: BTreeSet::new(),
+            drop_per_million,
+            duplicate_per_million,
+            faults_over: false,
+            history: Vec::new(),
+            expiries: BTreeMap::new(),
+            digests: BTreeMap::new(),
+            events: BTreeMap::new(),
+            applied_indexes: BTreeSet::new(),
+            failures: Vec::new(),
+            trace: Vec::new(),
+            fingerprint: 0xcbf2_9ce4_8422_2325,
+            stats: Stats::default(),
+        }
+    }
+
+    fn schedule(&mut self, after_us: u64, event: Ev) {
+        self.seq += 1;
+        self.queue.insert((self.now_us + after_us, self.seq), event);
+    }
+
+    fn note(&mut self, line: String) {
+        fnv(&mut self.fingerprint, line.as_bytes());
+        if self.options.trace {
+            self.trace
+                .push(format!("{:>9.3} {line}", self.now_us as f64 / 1000.0));
+        }
+    }
+
+    fn fail(&mut self, failure: String) {
+        self.note(format!("FAILURE {failure}"));
+        if self.failures.len() < 20 {
+            self.failures.push(failure);
+        }
+    }
+
+    /// Runs the whole scenario and the end-of-run checks.
+    pub fn run(mut self) -> Report {
+        for id in 1..=self.options.nodes as u64 {
+            self.start_node(id);
+        }
+        for client in 0..self.clients.len() {
+            let delay = self.rng.between(1_000, 300_000);
+            self.schedule(delay, Ev::ClientWake { client, generation: 0 });
+        }
+        if self.options.faults {
+            self.plan_faults();
+        }
+        let end_us = self.options.duration_ms * 1000;
+        self.schedule(end_us, Ev::EndFaults);
+        let stop_us = end_us + SETTLE_MS * 1000;
+        while let Some(((time, _), event)) = self.queue.pop_first() {
+            if time > stop_us {
+                break;
+            }
+            self.now_us = time;
+            self.clock_ms.store(time / 1000, Ordering::Relaxed);
+            self.stats.events += 1;
+            if self.stats.events > EVENTS_PER_RUN_MAX {
+                self.fail(format!("more than {EVENTS_PER_RUN_MAX} events: runaway run"));
+                break;
+            }
+            self.handle(event);
+        }
+        self.finish()
+    }
+
+    fn plan_faults(&mut self) {
+        let count = self.rng.between(1, 4);
+        let span_ms = self.options.duration_ms.saturating_sub(2_000).max(1);
+        for _ in 0..count {
+            let at_us = (1_000 + self.rng.below(span_ms)) * 1000;
+            let fault = match self.rng.below(3) {
+                0 => Ev::Crash {
+                    node: self.rng.between(1, self.options.nodes as u64),
+                    restart_after_ms: self.rng.between(300, 5_000),
+                    mid_write: false,
+                },
+                1 => Ev::Crash {
+                    node: self.rng.between(1, self.options.nodes as u64),
+                    restart_after_ms: self.rng.between(300, 3_000),
+                    mid_write: true,
+                },
+                _ => {
+                    let minority = (self.options.nodes as u64 - 1) / 2;
+                    let size = self.rng.between(1, minority.max(1));
+                    let mut isolated = BTreeSet::new();
+                    while (isolated.len() as u64) < size {
+                        isolated.insert(self.rng.between(1, self.options.nodes as u64));
+                    }
+                    Ev::Partition {
+                        isolated: isolated.into_iter().collect(),
+                        heal_after_ms: self.rng.between(500, 5_000),
+                    }
+                }
+            };
+            self.seq += 1;
+            self.queue.insert((at_us, self.seq), fault);
+        }
+    }
+
+    fn handle(&mut self, event: Ev) {
+        match event {
+            Ev::Deliver { to, epoch, input } => self.deliver(to, epoch, input),
+            Ev::Tick { node, epoch } => self.tick(node, epoch),
+            Ev::Advance { node, epoch } => self.advance(node, epoch),
+            Ev::SnapshotWritten {
+                node,
+                epoch,
+                index,
+                term,
+                bytes,
+            } => self.snapshot_written(node, epoch, index, term, bytes),
+            Ev::ClientWake { client, generation } => self.client_wake(client, generation),
+            Ev::ClientTimeout {
+                client,
+                generation,
+                xid,
+            } => self.client_timeout(client, generation, xid),
+            Ev::ToClient {
+                client,
+                generation,
+                out,
+            } => self.to_client(client, generation, out),
+            Ev::ReadDone {
+                client,
+                generation,
+                zxid,
+                watches,
+                recorded,
+            } => self.read_done(client, generation, zxid, watches, recorded),
+            Ev::Crash {
+                node,
+                restart_after_ms,
+                mid_write,
+            } => self.crash_fault(node, restart_after_ms, mid_write),
+            Ev::Restart { node } => self.restart(node),
+            Ev::Partition {
+                isolated,
+                heal_after_ms,
+            } => self.partition(isolated, heal_after_ms),
+            Ev::Heal => self.heal(),
+            Ev::EndFaults => self.end_faults(),
+        }
+    }
+
+    // ---- nodes -------------------------------------------------------
+
+    fn node(&mut self, id: u64) -> &mut Node {
+        &mut self.nodes[(id - 1) as usize]
+    }
+
+    fn alive(&self, id: u64) -> bool {
+        self.nodes[(id - 1) as usize].core.is_some()
+    }
+
+    fn start_node(&mut self, id: u64) {
+        let voters: Vec<u64> = (1..=self.options.nodes as u64).collect();
+        let now_ms = self.now_us / 1000;
+        let clock = self.clock_ms.clone();
+        let seed = self.rng.next_u64();
+        let planted_bug = self.options.planted_bug;
+        let node = self.node(id);
+        let disk = node.disk.clone();
+        let (tree, durable) = {
+            let mut stored = disk.borrow_mut();
+            if stored.conf_state.is_none() {
+                stored.conf_state = Some(ConfState {
+                    voters: voters.clone(),
+                    ..Default::default()
+                });
+            }
+            let tree = stored.load_tree();
+            let durable = Durable {
+                snapshot_index: tree.applied_index(),
+                snapshot_term: tree.applied_term(),
+                conf_state: stored.conf_state.clone().expect("set above"),
+                hard_state: stored.hard_state.clone(),
+                entries: stored.entries.values().cloned().collect(),
+            };
+            (tree, durable)
+        };
+        let memory = storage_from(durable).expect("the simulated disk holds a valid log");
+        let config = CoreConfig {
+            node_id: id,
+            snapshot_every_entries: SIM_SNAPSHOT_EVERY_ENTRIES,
+            preferred_leader: None,
+            applied: tree.applied_index(),
+            first_sequence: (now_ms << 12).max(tree.origin_applied(id) + 1),
+            seed,
+            log_kept_behind_snapshot: SIM_LOG_KEPT_BEHIND_SNAPSHOT,
+            planted_bug,
+        };
+        let io = SimIo {
+            disk: disk.clone(),
+            sent: Vec::new(),
+            fsync_ms: node.fsync_ms,
+            busy_ms: 0,
+            crash_in_next_write: None,
+        };
+        let machine = SimMachine::new(id, tree, TICK_MS, clock);
+        let core = Core::new(
+            config,
+            memory,
+            SimSnapshots(disk),
+            io,
+            machine,
+            std::sync::Arc::new(RaftStatus::default()),
+        )
+        .expect("a simulated node starts");
+        node.core = Some(core);
+        node.epoch += 1;
+        node.advance_scheduled = false;
+        node.busy_until_us = 0;
+        node.next_session = keel_session::initial_session_id(id as u8, now_ms.max(1));
+        let epoch = node.epoch;
+        let tick_us = node.tick_ms * 1000;
+        self.note(format!("n{id} start epoch {epoch}"));
+        self.schedule(tick_us, Ev::Tick { node: id, epoch });
+        self.request_advance(id);
+    }
+
+    fn request_advance(&mut self, id: u64) {
+        let now_us = self.now_us;
+        let node = self.node(id);
+        if node.advance_scheduled || node.core.is_none() {
+            return;
+        }
+        node.advance_scheduled = true;
+        let epoch = node.epoch;
+        let after_us = node.busy_until_us.saturating_sub(now_us) + 50;
+        self.schedule(after_us, Ev::Advance { node: id, epoch });
+    }
+
+    fn deliver(&mut self, to: u64, epoch: u64, input: PeerInput) {
+        let node = self.node(to);
+        if node.epoch != epoch {
+            return; // the connection died with the node
+        }
+        let Some(core) = node.core.as_mut() else {
+            return;
+        };
+        core.peer(input);
+        self.request_advance(to);
+    }
+
+    fn tick(&mut self, id: u64, epoch: u64) {
+        let now_ms = self.now_us / 1000;
+        let node = self.node(id);
+        if node.epoch != epoch {
+            return;
+        }
+        let tick_us = node.tick_ms * 1000;
+        let core = node.core.as_mut().expect("a live epoch has a core");
+        core.tick();
+        // Connected clients ping: their sessions are touched here.
+        let local: Vec<i64> = core.machine().local.iter().copied().collect();
+        if !local.is_empty() {
+            core.touches(local);
+        }
+        let expired = if core.is_leader() {
+            core.machine_mut().tracker.expired(now_ms)
+        } else {
+            Vec::new()
+        };
+        for &session in &expired {
+            core.propose(Txn {
+                proposal_id: 0,
+                session_id: session,
+                xid: INTERNAL_XID,
+                time_ms: now_ms as i64,
+                auth: Vec::new(),
+                op: TxnOp::CloseSession,
+            });
+        }
+        for session in expired {
+            self.record_expiry(session);
+        }
+        self.schedule(tick_us, Ev::Tick { node: id, epoch });
+        self.request_advance(id);
+    }
+
+    fn record_expiry(&mut self, session: i64) {
+        if self.expiries.contains_key(&session) {
+            return;
+        }
+        self.note(format!("expire {session:#x}"));
+        self.expiries.insert(session, self.history.len());
+        self.history.push(Operation {
+            client: SYSTEM_CLIENT,
+            session,
+            call: Call::CloseSession,
+            invoke: self.now_us,
+            ret: None,
+        });
+    }
+
+    fn advance(&mut self, id: u64, epoch: u64) {
+        let now_us = self.now_us;
+        let node = self.node(id);
+        if node.epoch != epoch {
+            return;
+        }
+        node.advance_scheduled = false;
+        let core = node.core.as_mut().expect("a live epoch has a core");
+        let result = core.advance();
+        let busy_ms = std::mem::take(&mut core.io_mut().busy_ms);
+        let sent = std::mem::take(&mut core.io_mut().sent);
+        let outs = std::mem::take(&mut core.machine_mut().out);
+        let digests = std::mem::take(&mut core.machine_mut().digests);
+        let applied = std::mem::take(&mut core.machine_mut().applied);
+        let more = core.has_ready();
+        let job = core.take_snapshot_job();
+        let term = core.term();
+        let ephemerals = core.machine().ephemerals_consistent();
+        node.busy_until_us = now_us + busy_ms * 1000;
+        self.stats.max_term = self.stats.max_term.max(term);
+        if let Err(error) = result {
+            self.note(format!("n{id} died in advance: {error}"));
+            let restart_after_ms = self.rng.between(300, 3_000);
+            return self.crash(id, restart_after_ms);
+        }
+        if let Err(problem) = ephemerals {
+            self.fail(format!("n{id}: {problem}"));
+        }
+        self.check_digests(id, &digests);
+        self.record_applied(id, applied);
+        for message in sent {
+            self.send(id, message.message, message.after_ms * 1000);
+        }
+        self.route_outs(id, outs, busy_ms * 1000);
+        if more {
+            self.request_advance(id);
+        }
+        if let Some(tree) = job {
+            let mut bytes = Vec::new();
+            keel_tree::snapshot::encode(&tree, &mut bytes);
+            let delay_us = self.rng.between(1_000, 200_000);
+            self.stats.snapshots_written += 1;
+            self.schedule(
+                delay_us,
+                Ev::SnapshotWritten {
+                    node: id,
+                    epoch,
+                    index: tree.applied_index(),
+                    term: tree.applied_term(),
+                    bytes,
+                },
+            );
+        }
+    }
+
+    fn snapshot_written(&mut self, id: u64, epoch: u64, index: u64, term: u64, bytes: Vec<u8>) {
+        let node = self.node(id);
+        if node.epoch != epoch {
+            return; // lost with the crash: it was never synced
+        }
+        node.disk.borrow_mut().keep_snapshot(index, term, bytes);
+        let core = node.core.as_mut().expect("a live epoch has a core");
+        core.snapshot_done(index, Ok(()));
+        self.note(format!("n{id} snapshot {index}"));
+        self.request_advance(id);
+    }
+
+    fn check_digests(&mut self, id: u64, digests: &[(u64, u64)]) {
+        for &(index, digest) in digests {
+            match self.digests.get(&index) {
+                None => {
+                    self.digests.insert(index, (digest, id));
+                }
+                Some(&(first, by)) if first != digest => self.fail(format!(
+                    "replicas differ at index {index}: n{by} digest {first:#x}, n{id} {digest:#x}"
+                )),
+                Some(_) => {}
+            }
+        }
+    }
+
+    fn record_applied(&mut self, id: u64, applied: Vec<crate::machine::AppliedTxn>) {
+        for txn in applied {
+            if let Some(session) = txn.closed_session {
+                if let Some(&at) = self.expiries.get(&session) {
+                    if self.history[at].ret.is_none() {
+                        self.history[at].ret = Some((self.now_us.max(self.history[at].invoke + 1), Ret::Done));
+                        self.stats.sessions_expired += 1;
+                    }
+                }
+            }
+            if self.applied_indexes.insert(txn.index) || !self.events.contains_key(&txn.zxid) {
+                self.events.entry(txn.zxid).or_default().extend(txn.events);
+            }
+            let _ = id;
+        }
+    }
+
+    fn send(&mut self, from: u64, message: Outbound, after_us: u64) {
+        let (to, input) = match message {
+            Outbound::Raft(m) => (m.to, PeerInput::Raft(Box::new(m))),
+            Outbound::Forward { to, batch } => (to, PeerInput::Forward(batch)),
+            Outbound::Touch { to, sessions } => (to, PeerInput::Touch(sessions)),
+        };
+        self.stats.messages += 1;
+        if self.cut.contains(&(from, to)) || self.rng.chance(self.drop_per_million) {
+            self.stats.dropped += 1;
+            return;
+        }
+        let epoch = self.nodes[(to - 1) as usize].epoch;
+        let delay_us = after_us + self.network_delay_us();
+        if self.rng.chance(self.duplicate_per_million) {
+            self.stats.duplicated += 1;
+            let again_us = after_us + self.network_delay_us();
+            self.schedule(
+                again_us,
+                Ev::Deliver {
+                    to,
+                    epoch,
+                    input: copy_input(&input),
+                },
+            );
+        }
+        self.schedule(delay_us, Ev::Deliver { to, epoch, input });
+    }
+
+    fn network_delay_us(&mut self) -> u64 {
+        if self.options.faults && self.rng.chance(10_000) {
+            self.rng.between(20_000, 300_000) // a straggler: reordering
+        } else {
+            self.rng.between(200, 3_000)
+        }
+    }
+
+    // ---- faults ------------------------------------------------------
+
+    fn crash_fault(&mut self, id: u64, restart_after_ms: u64, mid_write: bool) {
+        if self.faults_over || !self.alive(id) {
+            return;
+        }
+        if mid_write {
+            let reached = self.rng.chance(500_000);
+            self.stats.torn_writes += 1;
+            self.note(format!("n{id} will die in its next log write (reached disk: {reached})"));
+            let node = self.node(id);
+            node.core
+                .as_mut()
+                .expect("alive")
+                .io_mut()
+                .crash_in_next_write = Some(reached);
+            return;
+        }
+        self.crash(id, restart_after_ms);
+    }
+
+    fn crash(&mut self, id: u64, restart_after_ms: u64) {
+        self.stats.crashes += 1;
+        self.note(format!("n{id} crash"));
+        let node = self.node(id);
+        node.core = None;
+        node.epoch += 1;
+        for client in 0..self.clients.len() {
+            if self.clients[client].node == id {
+                self.lose_connection(client);
+            }
+        }
+        self.schedule(restart_after_ms * 1000, Ev::Restart { node: id });
+    }
+
+    fn restart(&mut self, id: u64) {
+        if !self.alive(id) {
+            self.start_node(id);
+        }
+    }
+
+    fn partition(&mut self, isolated: Vec<u64>, heal_after_ms: u64) {
+        if self.faults_over {
+            return;
+        }
+        self.stats.partitions += 1;
+        self.note(format!("partition {isolated:?}"));
+        for &inside in &isolated {
+            for other in 1..=self.options.nodes as u64 {
+                if !isolated.contains(&other) {
+                    self.cut.insert((inside, other));
+                    self.cut.insert((other, inside));
+                }
+            }
+        }
+        self.schedule(heal_after_ms * 1000, Ev::Heal);
+    }
+
+    fn heal(&mut self) {
+        if !self.cut.is_empty() {
+            self.note("heal".into());
+        }
+        self.cut.clear();
+    }
+
+    fn end_faults(&mut self) {
+        self.note("faults end; clients stop".into());
+        self.faults_over = true;
+        self.drop_per_million = 0;
+        self.duplicate_per_million = 0;
+        self.heal();
+        for id in 1..=self.options.nodes as u64 {
+            if !self.alive(id) {
+                self.start_node(id);
+            }
+            let node = self.node(id);
+            if let Some(core) = node.core.as_mut() {
+                core.io_mut().crash_in_next_write = None;
+            }
+        }
+    }
+
+    // ---- clients -----------------------------------------------------
+
+    fn client_wake(&mut self, client: usize, generation: u64) {
+        if self.clients[client].generation != generation || self.clients[client].pending.is_some() {
+            return;
+        }
+        if self.faults_over {
+            return; // no new requests while the cluster settles
+        }
+        if self.clients[client].session.is_none() {
+            return self.open_session(client);
+        }
+        let node = self.clients[client].node;
+        if !self.alive(node) {
+            return self.lose_connection(client);
+        }
+        let data = {
+            let c = &mut self.clients[client];
+            c.writes += 1;
+            format!("c{}-{}", c.id, c.writes).into_bytes()
+        };
+        match workload::next_step(&mut self.rng, data) {
+            Step::Write(call) => self.issue_write(client, call),
+            Step::SyncRead { call, watch } => self.issue_sync(client, call, watch),
+            Step::LocalRead { call, watch } => self.local_read(client, &call, watch, None),
+        }
+    }
+
+    fn wake_later(&mut self, client: usize) {
+        let generation = self.clients[client].generation;
+        let delay = self.rng.between(100, 40_000);
+        self.schedule(delay, Ev::ClientWake { client, generation });
+    }
+
+    fn next_xid(&mut self, client: usize) -> i32 {
+        let c = &mut self.clients[client];
+        c.next_xid += 1;
+        c.next_xid
+    }
+
+    fn open_session(&mut self, client: usize) {
+        let node = self.pick_node(client);
+        let Some(node) = node else {
+            return self.wake_later(client);
+        };
+        let now_ms = self.now_us / 1000;
+        let n = self.node(node);
+        let session = n.next_session;
+        n.next_session += 1;
+        let core = n.core.as_mut().expect("picked a live node");
+        core.machine_mut().local.insert(session);
+        core.propose(Txn {
+            proposal_id: 0,
+            session_id: session,
+            xid: 0,
+            time_ms: now_ms as i64,
+            auth: Vec::new(),
+            op: TxnOp::CreateSession {
+                timeout_ms: SESSION_TIMEOUT_MS,
+            },
+        });
+        let c = &mut self.clients[client];
+        c.node = node;
+        c.session = Some(session);
+        c.watches.clear();
+        c.last_event_zxid = 0;
+        c.pending = Some(Pending {
+            xid: 0,
+            kind: PendingKind::CreateSession,
+            history: None,
+        });
+        self.note(format!("c{client} opens session {session:#x} on n{node}"));
+        self.arm_timeout(client, 0);
+        self.request_advance(node);
+    }
+
+    /// A live node that has seen at least what the client has seen.
+    fn pick_node(&mut self, client: usize) -> Option<u64> {
+        let last_zxid = self.clients[client].last_zxid;
+        let candidates: Vec<u64> = (1..=self.options.nodes as u64)
+            .filter(|&id| {
+                self.nodes[(id - 1) as usize]
+                    .core
+                    .as_ref()
+                    .is_some_and(|core| core.machine().tree.last_zxid() >= last_zxid)
+            })
+            .collect();
+        if candidates.is_empty() {
+            return None;
+        }
+        Some(*self.rng.pick(&candidates))
+    }
+
+    fn arm_timeout(&mut self, client: usize, xid: i32) {
+        let generation = self.clients[client].generation;
+        self.schedule(
+            OP_TIMEOUT_MS * 1000,
+            Ev::ClientTimeout {
+                client,
+                generation,
+                xid,
+            },
+        );
+    }
+
+    fn issue_write(&mut self, client: usize, call: Call) {
+        let xid = self.next_xid(client);
+        let (node, session) = {
+            let c = &self.clients[client];
+            (c.node, c.session.expect("has a session"))
+        };
+        let op = match workload::write_request(&call) {
+            Some(request) => {
+                let mut body = Vec::new();
+                request.encode(&mut body);
+                TxnOp::Request {
+                    op_code: request.op_code(),
+                    body,
+                }
+            }
+            None => TxnOp::CloseSession,
+        };
+        let txn = Txn {
+            proposal_id: 0,
+            session_id: session,
+            xid,
+            time_ms: (self.now_us / 1000) as i64,
+            auth: Vec::new(),
+            op,
+        };
+        self.note(format!("c{client} {session:#x} xid {xid} invoke {call:?}"));
+        let history = self.history.len();
+        self.history.push(Operation {
+            client: client as u64,
+            session,
+            call,
+            invoke: self.now_us,
+            ret: None,
+        });
+        self.clients[client].pending = Some(Pending {
+            xid,
+            kind: PendingKind::Write,
+            history: Some(history),
+        });
+        let core = self.node(node).core.as_mut().expect("checked alive");
+        core.propose(txn);
+        self.arm_timeout(client, xid);
+        self.request_advance(node);
+    }
+
+    fn issue_sync(&mut self, client: usize, call: Call, watch: bool) {
+        let xid = self.next_xid(client);
+        let (node, session) = {
+            let c = &self.clients[client];
+            (c.node, c.session.expect("has a session"))
+        };
+        self.note(format!("c{client} {session:#x} xid {xid} sync+{call:?}"));
+        let history = self.history.len();
+        self.history.push(Operation {
+            client: client as u64,
+            session,
+            call: call.clone(),
+            invoke: self.now_us,
+            ret: None,
+        });
+        self.clients[client].pending = Some(Pending {
+            xid,
+            kind: PendingKind::Sync { call, watch },
+            history: Some(history),
+        });
+        let core = self.node(node).core.as_mut().expect("checked alive");
+        core.read_index(encode_sync_context(session, xid));
+        self.arm_timeout(client, xid);
+        self.request_advance(node);
+    }
+
+    /// Runs a read on the client's node now, registering its watches as
+    /// the server does under its tree lock; the reply travels behind what
+    /// the node queued for the client before (see `read_done`).
+    fn local_read(&mut self, client: usize, call: &Call, watch: bool, history: Option<usize>) {
+        let (node, session) = {
+            let c = &self.clients[client];
+            (c.node, c.session.expect("has a session"))
+        };
+        let request: Request = workload::read_request(call, watch);
+        let core = self.node(node).core.as_mut().expect("checked alive");
+        let machine = core.machine_mut();
+        let outcome = machine
+            .tree
+            .read(&request, session, &[])
+            .expect("a tree read");
+        let zxid = machine.tree.last_zxid();
+        for (path, kind) in &outcome.watches {
+            machine.watches.add(path, session, *kind);
+        }
+        let ret = workload::ret_of(call, &outcome.result);
+        self.note(format!("c{client} read {call:?} at {zxid:#x} -> {ret:?}"));
+        let generation = self.clients[client].generation;
+        let at_us = self.fifo_slot(client, 100);
+        self.seq += 1;
+        self.queue.insert(
+            (at_us, self.seq),
+            Ev::ReadDone {
+                client,
+                generation,
+                zxid,
+                watches: outcome.watches,
+                recorded: history.map(|at| (at, ret)),
+            },
+        );
+    }
+
+    /// The arrival time of a new message for `client`, no earlier than
+    /// those already on their way.
+    fn fifo_slot(&mut self, client: usize, after_us: u64) -> u64 {
+        let c = &mut self.clients[client];
+        let at_us = (self.now_us + after_us).max(c.fifo_us);
+        c.fifo_us = at_us;
+        at_us
+    }
+
+    fn read_done(
+        &mut self,
+        client: usize,
+        generation: u64,
+        zxid: i64,
+        watches: Vec<(String, WatchKind)>,
+        recorded: Option<(usize, Ret)>,
+    ) {
+        if self.clients[client].generation != generation {
+            return; // the connection died before the reply arrived
+        }
+        self.response_seen(client, zxid);
+        for (path, kind) in watches {
+            self.clients[client]
+                .watches
+                .push(WatchRecord { path, kind, zxid });
+        }
+        if let Some((at, ret)) = recorded {
+            self.history[at].ret = Some((self.now_us.max(self.history[at].invoke + 1), ret));
+        }
+        self.wake_later(client);
+    }
+
+    fn client_timeout(&mut self, client: usize, generation: u64, xid: i32) {
+        let c = &self.clients[client];
+        if c.generation != generation || c.pending.as_ref().map(|p| p.xid) != Some(xid) {
+            return;
+        }
+        self.note(format!("c{client} xid {xid} timed out"));
+        self.lose_connection(client);
+    }
+
+    /// The connection is gone (node crash, timeout, dropped proposal): the
+    /// pending request's outcome is unknown; the client reconnects, to
+    /// another node, with the same session, and sets its watches again.
+    fn lose_connection(&mut self, client: usize) {
+        let old_node = self.clients[client].node;
+        let session = self.clients[client].session;
+        if let (Some(session), true) = (session, self.alive(old_node)) {
+            let machine = self.node(old_node).core.as_mut().expect("alive").machine_mut();
+            machine.local.remove(&session);
+            machine.watches.remove_session(session);
+        }
+        let c = &mut self.clients[client];
+        c.generation += 1;
+        if let Some(pending) = c.pending.take() {
+            if matches!(pending.kind, PendingKind::CreateSession) {
+                c.session = None; // it may or may not exist: start afresh
+            }
+            if pending.history.is_some() {
+                self.stats.unknown_outcomes += 1;
+            }
+        }
+        let generation = c.generation;
+        let delay = self.rng.between(50_000, 1_000_000);
+        self.schedule(delay, Ev::ClientWake { client, generation });
+        if self.clients[client].session.is_some() {
+            self.reconnect(client);
+        }
+    }
+
+    /// Moves the session to another live node that has seen what the
+    /// client has seen; setWatches re-registers watches, firing the ones
+    /// whose paths changed since the client's last zxid.
+    fn reconnect(&mut self, client: usize) {
+        let Some(node) = self.pick_node(client) else {
+            self.clients[client].session = None; // nobody to take it: start over
+            return;
+        };
+        let session = self.clients[client].session.expect("has a session");
+        let last_zxid = self.clients[client].last_zxid;
+        let watches = std::mem::take(&mut self.clients[client].watches);
+        self.clients[client].node = node;
+        let core = self.node(node).core.as_mut().expect("picked alive");
+        let machine = core.machine_mut();
+        if machine.tree.session_timeout_ms(session).is_none() {
+            self.note(format!("c{client} session {session:#x} expired (seen on n{node})"));
+            self.clients[client].session = None;
+            return;
+        }
+        machine.local.insert(session);
+        let list = |kinds: &[WatchKind]| -> Vec<String> {
+            watches
+                .iter()
+                .filter(|w| kinds.contains(&w.kind))
+                .map(|w| w.path.clone())
+                .collect()
+        };
+        let (data, exist, child) = (
+            list(&[WatchKind::Data]),
+            list(&[WatchKind::Exist]),
+            list(&[WatchKind::Child]),
+        );
+        let (fired, kept) = machine.tree.missed_events(last_zxid, &data, &exist, &child);
+        let zxid = machine.tree.last_zxid();
+        for (path, kind) in &kept {
+            machine.watches.add(path, session, *kind);
+        }
+        self.note(format!(
+            "c{client} session {session:#x} moves to n{node}: {} watches fire, {} kept",
+            fired.len(),
+            kept.len()
+        ));
+        let generation = self.clients[client].generation;
+        let c = &mut self.clients[client];
+        c.watches = kept
+            .into_iter()
+            .map(|(path, kind)| WatchRecord { path, kind, zxid })
+            .collect();
+        c.watches.extend(watches.iter().filter(|w| {
+            fired.iter().any(|(p, _)| *p == w.path)
+        }).cloned());
+        for (path, event_type) in fired {
+            self.schedule(
+                1,
+                Ev::ToClient {
+                    client,
+                    generation,
+                    out: MachineOut::Event {
+                        session,
+                        zxid,
+                        event: Event { path, event_type },
+                    },
+                },
+            );
+        }
+    }
+
+    fn route_outs(&mut self, node: u64, outs: Vec<MachineOut>, after_us: u64) {
+        for out in outs {
+            let session = match &out {
+                MachineOut::Reply { session, .. }
+                | MachineOut::Event { session, .. }
+                | MachineOut::SessionClosed { session, .. }
+                | MachineOut::SyncReady { session, .. }
+                | MachineOut::Dropped { session } => *session,
+            };
+            let Some(client) = self
+                .clients
+                .iter()
+                .position(|c| c.session == Some(session) && c.node == node)
+            else {
+                continue;
+            };
+            let generation = self.clients[client].generation;
+            let at_us = self.fifo_slot(client, after_us + 100);
+            self.seq += 1;
+            self.queue.insert(
+                (at_us, self.seq),
+                Ev::ToClient {
+                    client,
+                    generation,
+                    out,
+                },
+            );
+        }
+    }
+
+    fn to_client(&mut self, client: usize, generation: u64, out: MachineOut) {
+        if self.clients[client].generation != generation {
+            return;
+        }
+        match out {
+            MachineOut::Reply {
+                xid, zxid, result, ..
+            } => self.reply(client, xid, zxid, result),
+            MachineOut::Event { zxid, event, .. } => self.watch_event(client, zxid, event),
+            MachineOut::SessionClosed { zxid, .. } => {
+                self.response_seen(client, zxid);
+                self.note(format!("c{client} session closed"));
+                let c = &mut self.clients[client];
+                c.session = None;
+                c.watches.clear();
+                c.generation += 1;
+                if let Some(pending) = c.pending.take() {
+                    if pending.history.is_some() {
+                        self.stats.unknown_outcomes += 1;
+                    }
+                }
+                let generation = self.clients[client].generation;
+                self.schedule(10_000, Ev::ClientWake { client, generation });
+            }
+            MachineOut::SyncReady { xid, .. } => self.sync_ready(client, xid),
+            MachineOut::Dropped { .. } => self.lose_connection(client),
+        }
+    }
+
+    fn reply(&mut self, client: usize, xid: i32, zxid: i64, result: Result<keel_jute::Response, ErrorCode>) {
+        // As the server's connection: a reply to an xid not in flight is
+        // for an earlier connection of this session (to this same node) and
+        // is dropped.
+        let pending_xid = self.clients[client].pending.as_ref().map(|p| p.xid);
+        if pending_xid != Some(xid) {
+            return self.note(format!(
+                "c{client}: reply to xid {xid} dropped ({pending_xid:?} is in flight)"
+            ));
+        }
+        let pending = self.clients[client].pending.take().expect("checked");
+        self.response_seen(client, zxid);
+        match pending.kind {
+            PendingKind::CreateSession => {
+                if result.is_err() {
+                    self.clients[client].session = None;
+                }
+                self.note(format!("c{client} session ready: {:?}", result.is_ok()));
+            }
+            PendingKind::Write => {
+                let at = pending.history.expect("writes are recorded");
+                let ret = workload::ret_of(&self.history[at].call, &result);
+                self.note(format!("c{client} xid {xid} zxid {zxid:#x} -> {ret:?}"));
+                if !matches!(ret, Ret::Error(_)) {
+                    self.stats.acknowledged_writes += 1;
+                }
+                self.history[at].ret = Some((self.now_us.max(self.history[at].invoke + 1), ret));
+            }
+            PendingKind::Sync { .. } => {
+                return self.fail(format!("c{client}: a sync answered as a write"));
+            }
+        }
+        self.wake_later(client);
+    }
+
+    fn sync_ready(&mut self, client: usize, xid: i32) {
+        let pending_xid = self.clients[client].pending.as_ref().map(|p| p.xid);
+        if pending_xid != Some(xid) {
+            return self.note(format!(
+                "c{client}: sync {xid} of an earlier connection dropped ({pending_xid:?} in flight)"
+            ));
+        }
+        let pending = self.clients[client].pending.take().expect("checked");
+        let PendingKind::Sync { call, watch } = pending.kind else {
+            return self.fail(format!("c{client}: sync {xid} passed for a write"));
+        };
+        let at = pending.history.expect("synced reads are recorded");
+        // The sync's reply and the read's go out together.
+        self.local_read(client, &call, watch, Some(at));
+    }
+
+    /// A response at `zxid`: the session never goes back in time, and
+    /// every watch it holds whose path changed at or before `zxid` must
+    /// already have fired.
+    fn response_seen(&mut self, client: usize, zxid: i64) {
+        let c = &self.clients[client];
+        if zxid < c.last_zxid {
+            let message = format!(
+                "c{client}: response at zxid {zxid:#x} after one at {:#x}: session went back in time",
+                c.last_zxid
+            );
+            return self.fail(message);
+        }
+        let mut missed = Vec::new();
+        for watch in c.watches.iter().filter(|w| w.zxid < zxid) {
+            let changes = self.events.range(watch.zxid + 1..=zxid);
+            for (at, events) in changes {
+                if events.iter().any(|e| fires(watch, e)) {
+                    missed.push(format!(
+                        "{:?} watch on {} set at {:#x} not fired before a response at {zxid:#x} (change at {at:#x})",
+                        watch.kind, watch.path, watch.zxid
+                    ));
+                    break;
+                }
+            }
+        }
+        self.clients[client].last_zxid = zxid;
+        for problem in missed {
+            self.fail(format!("c{client}: {problem}"));
+        }
+    }
+
+    fn watch_event(&mut self, client: usize, zxid: i64, event: Event) {
+        self.stats.watch_events += 1;
+        let c = &mut self.clients[client];
+        let before = c.watches.len();
+        let last_event = c.last_event_zxid;
+        let mut early = None;
+        c.watches.retain(|w| {
+            let hit = fires(w, &event);
+            if hit && zxid <= w.zxid {
+                early = Some(w.zxid);
+            }
+            !hit
+        });
+        let fired = before - c.watches.len();
+        c.last_event_zxid = zxid;
+        self.note(format!(
+            "c{client} event {:?} {} at {zxid:#x}",
+            event.event_type, event.path
+        ));
+        if fired == 0 {
+            self.fail(format!(
+                "c{client}: event {:?} on {} at {zxid:#x} without a watch (delivered twice?)",
+                event.event_type, event.path
+            ));
+        }
+        if zxid < last_event {
+            self.fail(format!(
+                "c{client}: event at {zxid:#x} after an event at {last_event:#x}: out of zxid order"
+            ));
+        }
+        if let Some(set_at) = early {
+            self.fail(format!(
+                "c{client}: event on {} at {zxid:#x} for a watch set at {set_at:#x}",
+                event.path
+            ));
+        }
+    }
+
+    // ---- end of run --------------------------------------------------
+
+    fn finish(mut self) -> Report {
+        self.check_convergence();
+        self.final_reads();
+        self.check_linearizable();
+        self.stats.operations = self.history.len();
+        let mut fingerprint = self.fingerprint;
+        for node in &self.nodes {
+            if let Some(core) = &node.core {
+                fnv(&mut fingerprint, &core.machine().tree.digest().to_be_bytes());
+            }
+        }
+        Report {
+            seed: self.options.seed,
+            failures: self.failures,
+            stats: self.stats,
+            fingerprint,
+            trace: self.trace,
+            history: self.history,
+        }
+    }
+
+    /// Healed and quiet for SETTLE_MS: every node has applied the same
+    /// entries and holds the same tree.
+    fn check_convergence(&mut self) {
+        let states: Vec<(u64, u64, u64)> = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.core.as_ref().map(|c| (n.id, c.applied(), c.machine().tree.digest())))
+            .collect();
+        if states.len() != self.nodes.len() {
+            return self.fail("a node is down after the settle period".into());
+        }
+        let (first_id, first_applied, first_digest) = states[0];
+        for &(id, applied, digest) in &states[1..] {
+            if applied != first_applied || digest != first_digest {
+                self.fail(format!(
+                    "no convergence after {SETTLE_MS} ms quiet: n{first_id} applied {first_applied} digest {first_digest:#x}, n{id} applied {applied} digest {digest:#x}"
+                ));
+            }
+        }
+    }
+
+    /// Reads of every path after everything else, from the converged
+    /// tree: an acknowledged write that was lost shows up here.
+    fn final_reads(&mut self) {
+        let Some(tree) = self
+            .nodes
+            .iter()
+            .find_map(|n| n.core.as_ref().map(|c| c.machine().tree.clone()))
+        else {
+            return;
+        };
+        let mut at = self.now_us + 1_000;
+        let mut calls: Vec<Call> = Vec::new();
+        for path in workload::paths() {
+            calls.push(Call::GetData { path: path.clone() });
+        }
+        for group in workload::GROUPS {
+            calls.push(Call::GetChildren {
+                path: group.to_string(),
+            });
+        }
+        for call in calls {
+            let request = workload::read_request(&call, false);
+            let outcome = tree.read(&request, 0, &[]).expect("a tree read");
+            let ret = workload::ret_of(&call, &outcome.result);
+            self.history.push(Operation {
+                client: SYSTEM_CLIENT - 1,
+                session: 0,
+                call,
+                invoke: at,
+                ret: Some((at + 1, ret)),
+            });
+            at += 2;
+        }
+    }
+
+    fn check_linearizable(&mut self) {
+        let outcome = keel_linearize::check(&self.history, keel_linearize::Budget::default());
+        match outcome {
+            keel_linearize::Outcome::Linearizable => {}
+            keel_linearize::Outcome::NotLinearizable { report } => {
+                self.fail(format!("history is not linearizable:\n{report}"))
+            }
+            keel_linearize::Outcome::Unknown { reason } => {
+                self.note(format!("linearizability unknown: {reason}"))
+            }
+        }
+    }
+}
+
+/// Does this change fire this watch? (ZooKeeper: data and exist watches
+/// fire on created, deleted, data changed; child watches on children
+/// changed and deleted.)
+fn fires(watch: &WatchRecord, event: &Event) -> bool {
+    use keel_jute::EventType::*;
+    if watch.path != event.path {
+        return false;
+    }
+    match watch.kind {
+        WatchKind::Data | WatchKind::Exist => {
+            matches!(event.event_type, NodeCreated | NodeDeleted | NodeDataChanged)
+        }
+        WatchKind::Child => matches!(event.event_type, NodeChildrenChanged | NodeDeleted),
+        WatchKind::Persistent | WatchKind::PersistentRecursive => false,
+    }
+}
+
+fn copy_input(input: &PeerInput) -> PeerInput {
+    match input {
+        PeerInput::Raft(m) => PeerInput::Raft(m.clone()),
+        PeerInput::Forward(b) => PeerInput::Forward(b.clone()),
+        PeerInput::Touch(s) => PeerInput::Touch(s.clone()),
+    }
+}
+
+/// Runs one seed with the batch's options.
+pub fn run_seed(seed: u64) -> Report {
+    World::new(Options::for_seed(seed)).run()
+}
