@@ -47,6 +47,10 @@ pub const PENDING_READS_MAX: usize = 64 * 1024;
 /// A ReadIndex request unanswered this many ticks is asked again (the
 /// leader may have changed or the message been lost).
 pub const READ_RETRY_TICKS: u64 = ELECTION_TICKS as u64;
+/// A follower still waiting for a snapshot after this many ticks gets it
+/// again: the message or the follower may have been lost, and raft-rs
+/// keeps the follower paused until told (report_snapshot).
+pub const SNAPSHOT_RETRY_TICKS: u64 = 5 * ELECTION_TICKS as u64;
 /// Ready rounds one `advance` handles at most.
 const READY_ROUNDS_MAX: usize = 4;
 const SEQUENCE_MASK: u64 = (1 << keel_tree::PROPOSAL_SEQUENCE_BITS) - 1;
@@ -259,6 +263,8 @@ pub struct Core<S: StateMachine, I: Io, P: SnapshotSource> {
     reads: BTreeMap<u64, PendingRead>,
     next_read: u64,
     reask_reads: bool,
+    /// Followers the leader is sending a snapshot to, since which tick.
+    snapshot_sends: BTreeMap<u64, u64>,
     rng: u64,
 }
 
@@ -308,6 +314,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             reads: BTreeMap::new(),
             next_read: 1,
             reask_reads: false,
+            snapshot_sends: BTreeMap::new(),
             rng: config.seed ^ 0x9e37_79b9_7f4a_7c15,
             config,
         };
@@ -457,6 +464,36 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         self.ticks += 1;
         self.maybe_transfer_to_preferred();
         self.retry_reads();
+        self.retry_snapshots();
+    }
+
+    /// raft-rs pauses a follower while it sends it a snapshot and resumes
+    /// it only when the follower answers. If the snapshot or the follower
+    /// was lost (a crash, a dropped frame), report the failure after
+    /// SNAPSHOT_RETRY_TICKS so the leader probes and sends again.
+    fn retry_snapshots(&mut self) {
+        if !self.leader {
+            self.snapshot_sends.clear();
+            return;
+        }
+        let mut waiting: Vec<u64> = self
+            .raw
+            .raft
+            .prs()
+            .iter()
+            .filter(|(_, p)| p.state == raft::ProgressState::Snapshot)
+            .map(|(id, _)| *id)
+            .collect();
+        waiting.sort_unstable();
+        self.snapshot_sends.retain(|id, _| waiting.contains(id));
+        for id in waiting {
+            let since = *self.snapshot_sends.entry(id).or_insert(self.ticks);
+            if self.ticks >= since + SNAPSHOT_RETRY_TICKS {
+                tracing::info!(follower = id, "snapshot not acknowledged; sending again");
+                self.raw.report_snapshot(id, raft::SnapshotStatus::Failure);
+                self.snapshot_sends.remove(&id);
+            }
+        }
     }
 
     /// raft-rs draws election timeouts from the OS random source; Keel

@@ -59,6 +59,9 @@ pub const SNAPSHOT_SEND_ATTEMPTS: u32 = 3;
 /// A heartbeat unanswered this long no longer waits for its response: the
 /// next heartbeat's send time replaces it.
 pub const HEARTBEAT_UNANSWERED_MS: u64 = 5_000;
+/// A heartbeat round trip this long is logged (half the election timeout
+/// at Keel's 100 ms tick).
+pub const HEARTBEAT_SLOW_MS: u64 = 500;
 const CONNECT_RETRY_MS: u64 = 100;
 const CONNECT_TIMEOUT_MS: u64 = 1_000;
 /// A connection that breaks sooner than this is retried after
@@ -191,15 +194,17 @@ impl HeartbeatStats {
         }
     }
 
-    /// A heartbeat response from `peer` arrived now.
-    pub fn answered(&self, peer: u64) {
-        let Some(slot) = self.pending.get(&peer) else {
-            return;
-        };
+    /// A heartbeat response from `peer` arrived now; returns the round
+    /// trip it completed (None if no heartbeat was waiting for it).
+    pub fn answered(&self, peer: u64) -> Option<u64> {
+        let slot = self.pending.get(&peer)?;
         let sent = slot.swap(0, Ordering::AcqRel);
-        if sent != 0 {
-            self.record(self.now_us().saturating_sub(sent));
+        if sent == 0 {
+            return None;
         }
+        let rtt_us = self.now_us().saturating_sub(sent);
+        self.record(rtt_us);
+        Some(rtt_us)
     }
 
     /// Heartbeats to `peer` were dropped (its connection is down): none is
@@ -1025,7 +1030,15 @@ fn decode_input(
                 return Err(format!("raft message claims sender {}", message.from));
             }
             if message.get_msg_type() == MessageType::MsgHeartbeatResponse {
-                context.heartbeat.answered(from);
+                if let Some(rtt_us) = context.heartbeat.answered(from) {
+                    if rtt_us >= HEARTBEAT_SLOW_MS * 1000 {
+                        tracing::warn!(
+                            peer = from,
+                            rtt_ms = rtt_us / 1000,
+                            "slow heartbeat round trip"
+                        );
+                    }
+                }
             }
             PeerInput::Raft(Box::new(message))
         }

@@ -116,15 +116,24 @@ fn cons(shared: &Shared) -> String {
 
 fn mntr(shared: &Shared) -> String {
     let (avg, min, max) = latency(shared);
-    let (nodes, ephemerals, data_size) = {
+    // Every lock in its own statement, never two at once: a guard taken
+    // inside the `vec![...]` below would live to the end of that statement,
+    // and holding `sessions` while waiting for the tree deadlocks with the
+    // apply thread (tree write lock, then `sessions` for a new or closed
+    // session).
+    let (nodes, ephemerals, data_size, digest, last_zxid) = {
         let tree = shared.tree.read();
         (
             tree.node_count(),
             tree.ephemeral_count(),
             tree.approximate_data_size(),
+            tree.digest(),
+            tree.last_zxid(),
         )
     };
     let watches = shared.watches.lock().watch_count();
+    let connections = shared.connections.lock().len();
+    let sessions = shared.sessions.lock().len();
     let status = &shared.raft().status;
     let heartbeat = status.heartbeat.summary();
     let lines: Vec<(&str, String)> = vec![
@@ -153,10 +162,7 @@ fn mntr(shared: &Shared) -> String {
                 .load(Ordering::Relaxed)
                 .to_string(),
         ),
-        (
-            "zk_num_alive_connections",
-            shared.connections.lock().len().to_string(),
-        ),
+        ("zk_num_alive_connections", connections.to_string()),
         ("zk_outstanding_requests", "0".into()),
         ("zk_znode_count", nodes.to_string()),
         ("zk_watch_count", watches.to_string()),
@@ -164,19 +170,10 @@ fn mntr(shared: &Shared) -> String {
         ("zk_approximate_data_size", data_size.to_string()),
         ("zk_open_file_descriptor_count", open_fds().to_string()),
         ("zk_max_file_descriptor_count", "1048576".into()),
-        (
-            "zk_global_sessions",
-            shared.sessions.lock().len().to_string(),
-        ),
+        ("zk_global_sessions", sessions.to_string()),
         ("zk_local_sessions", "0".into()),
-        (
-            "keel_tree_digest",
-            format!("{:#018x}", shared.tree.read().digest()),
-        ),
-        (
-            "keel_last_zxid",
-            format!("{:#x}", shared.tree.read().last_zxid()),
-        ),
+        ("keel_tree_digest", format!("{digest:#018x}")),
+        ("keel_last_zxid", format!("{last_zxid:#x}")),
         (
             "keel_raft_leader_id",
             status.leader_id.load(Ordering::Relaxed).to_string(),

@@ -64,6 +64,17 @@ impl StateMachine for Machine {
         }
         *self.shared.sessions.lock() = tracker;
         *current = tree;
+        // The changes the snapshot jumped over fired no watch. As a
+        // ZooKeeper follower that resyncs from a SNAP, drop every client
+        // connection: clients reconnect and setWatches fires what they
+        // missed since their last zxid.
+        let mut watches = self.shared.watches.lock();
+        for (session_id, route) in self.shared.routes.lock().iter() {
+            watches.remove_session(*session_id);
+            let _ = route.sender.send(Outbound::Close {
+                reason: "state replaced by a snapshot from the leader",
+            });
+        }
     }
 
     fn read_ready(&mut self, context: Vec<u8>) {

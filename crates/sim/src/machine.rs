@@ -177,9 +177,15 @@ impl StateMachine for SimMachine {
         for (session, timeout_ms) in tree.sessions() {
             tracker.add(session, timeout_ms, self.now_ms.load(Ordering::Relaxed));
         }
-        // Watches of sessions here stay: their paths are still watched.
+        // The changes the snapshot jumped over fired no watch: as the
+        // server, drop every client connection; clients reconnect and
+        // setWatches fires what they missed.
         self.tracker = tracker;
         self.tree = tree;
+        for session in std::mem::take(&mut self.local) {
+            self.watches.remove_session(session);
+            self.out.push(MachineOut::Dropped { session });
+        }
         self.digests
             .push((self.tree.applied_index(), self.tree.digest()));
     }

@@ -1046,9 +1046,12 @@ impl World {
         }
         self.response_seen(client, zxid);
         for (path, kind) in watches {
-            self.clients[client]
-                .watches
-                .push(WatchRecord { path, kind, zxid });
+            // The client library keeps one watch per path and kind; the
+            // first registration is the one a later change must fire.
+            let c = &mut self.clients[client];
+            if !c.watches.iter().any(|w| w.path == path && w.kind == kind) {
+                c.watches.push(WatchRecord { path, kind, zxid });
+            }
         }
         if let Some((at, ret)) = recorded {
             self.history[at].ret = Some((self.now_us.max(self.history[at].invoke + 1), ret));
