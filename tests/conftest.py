@@ -11,6 +11,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (  # noqa: E402
     KEEL_BIN, keel_available, make_server, ZooKeeperServer, KeelServer,
 )
+from harness.servers import make_topology  # noqa: E402
 
 SKIP_NO_KEEL = ("Keel binary %s is missing: build it with `cargo build --release -p keel` "
                 "(`make test` always does)" % KEEL_BIN)
@@ -55,13 +56,15 @@ def pytest_runtest_makereport(item, call):
 @pytest.fixture
 def servers(request):
     """servers(kind, **kw) starts a server ("zookeeper" or "keel"); all are
-    stopped at teardown; logs of a failed test are printed."""
+    stopped at teardown; logs of a failed test are printed.
+    servers(kind, topology="cluster3", **kw) starts a 3-member group instead
+    (harness.servers.ServerGroup: a Keel cluster, or a ZooKeeper ensemble)."""
     started = []
 
-    def start(kind, **kw):
+    def start(kind, topology="single", **kw):
         if kind == "keel":
             require_keel()
-        s = make_server(kind, **kw)
+        s = make_topology(kind, topology, **kw)
         started.append(s)
         s.start()
         return s
@@ -86,3 +89,50 @@ def candidate():
     if kind == "keel":
         require_keel()
     return kind
+
+
+# The topologies the differential compat suites run the candidate in: one
+# server, and a 3-member cluster whose clients get a connect string listing all
+# three members (for KEEL_COMPAT_AGAINST=zookeeper: a 3-member ZooKeeper
+# ensemble). The reference is always one standalone ZooKeeper.
+COMPAT_TOPOLOGIES = ("single", "cluster3")
+
+
+@pytest.fixture(params=COMPAT_TOPOLOGIES)
+def keel_topology(request):
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def zk_reference(request):
+    """zk_reference(key, run, **server_kw) -> (run(zk), zk): `run` against a
+    standalone ZooKeeper started for it and stopped right after, once per module
+    and key. The scenarios do the same thing whatever they run against, so one
+    reference result serves the candidate in every topology. The server's
+    workdir (log) is kept if a test of the module failed."""
+    cache = {}
+    failed_before = request.session.testsfailed
+    made = []
+
+    def get(key, run, **kw):
+        if key not in cache:
+            zk = make_server("zookeeper", **kw)
+            made.append(zk)
+            zk.start()
+            try:
+                result = run(zk)
+            except BaseException:
+                sys.stderr.write(zk.log_tail(150) + "\n")
+                raise
+            finally:
+                try:
+                    zk.stop()
+                except Exception:
+                    zk.kill()
+            cache[key] = (result, zk)
+        return cache[key]
+
+    yield get
+    if request.session.testsfailed == failed_before:
+        for zk in made:
+            zk.cleanup()

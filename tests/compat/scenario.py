@@ -11,7 +11,16 @@ Rules for writing steps:
   * watch notifications are read with client.take_events(expect=N): one round
     trip + callback barrier, so the order is the order on the wire;
   * time-dependent effects (expiry, container/TTL deletion) are recorded as the
-    outcome of a bounded poll, never as timings.
+    outcome of a bounded poll, never as timings;
+  * `make_client` may stand for a cluster (every client gets a connect string
+    listing all members and lands on a random one), so ZooKeeper's ensemble
+    guarantees are all the scenario may rely on: a session reads its own
+    writes and never goes back in time, but before it reads what ANOTHER
+    session wrote it calls xsync() (a `sync`: its server catches up with the
+    leader; a no-op on a standalone server, done there too so both sides run
+    the same scenario). take_events() syncs first for the same reason. Raw
+    connections all go to one member (make_client.port) unless they must be
+    on the member of a given client (make_client.port_of(client)).
 """
 
 import re
@@ -26,6 +35,7 @@ from harness import four_letter_word, SUPER_PASSWORD
 from harness.proxy import TcpProxy
 from harness import zkproto as P
 from harness.kazoo_ext import (
+    ClientFactory, RecordingClient,
     AddWatch, CheckWatches, CreateContainer, CreateTTL, GetAllChildrenNumber, GetEphemerals,
     RemoveWatches, call_ext, ADD_WATCH_PERSISTENT, ADD_WATCH_PERSISTENT_RECURSIVE,
     TTL_FLAG, TTL_SEQUENTIAL_FLAG, WATCHER_ANY, WATCHER_CHILDREN, WATCHER_DATA,
@@ -65,6 +75,59 @@ def raw_reply(hdr, r=None, body=None):
     if body is not None:
         out["body"] = body
     return out
+
+
+class SyncingClient(RecordingClient):
+    """A RecordingClient whose flush() (the barrier of take_events) starts with
+    a `sync`: on a cluster the notifications for another session's write are
+    sent by this session's server only once that server has applied the write,
+    which the writer's reply does not wait for; after a sync it has, and the
+    notifications precede the sync's reply on the wire. On a standalone server
+    the sync changes nothing."""
+
+    def flush(self):
+        try:
+            self.sync("/")
+        except Exception:
+            pass
+        super().flush()
+
+
+class ScenarioClients(ClientFactory):
+    """The `make_client` of run_scenario: make_client(name, **kazoo_kwargs) ->
+    started SyncingClient connected to `server.address` (for a ServerGroup: the
+    connect string listing every member), its session registered with the
+    trace. Also:
+      port            where raw-protocol connections go (a group's primary member);
+      ports           every member's client port ([port] for one server);
+      port_of(client) the client port of the server `client` is connected to."""
+
+    @property
+    def ports(self):
+        return list(getattr(self.server, "ports", [self.server.port]))
+
+    def port_of(self, client):
+        return client._connection._socket.getpeername()[1]
+
+    def __call__(self, name, hosts=None, timeout=None, start=True, **kw):
+        c = SyncingClient(hosts=hosts or self.server.address,
+                          timeout=timeout or self.default_timeout, name=name, **kw)
+        self.clients.append(c)
+        if start:
+            c.start(timeout=20)
+            if self.trace is not None:
+                self.trace.register_session(name, c.client_id[0])
+        return c
+
+
+def xsync(*clients):
+    """Before a session reads what another session wrote: `sync` (see the module
+    docstring). Not recorded; a failure shows in the read that follows."""
+    for c in clients:
+        try:
+            c.sync("/")
+        except Exception:
+            pass
 
 
 def run_scenario(make_client, trace):
@@ -154,9 +217,11 @@ def run_scenario(make_client, trace):
     call("create child of ephemeral (NoChildrenForEphemerals)", a.create, e + "/c", b"")
     call("create seq child of ephemeral", a.create, e + "/c", b"", sequence=True)
     call("create ephemeral child of ephemeral", a.create, e + "/c", b"", ephemeral=True)
+    xsync(b)
     call("B sees ephemeral owner", b.exists, e)
     call("delete ephemeral by other session B", b.delete, e)
     call("recreate ephemeral", a.create, e, b"e2", ephemeral=True)
+    xsync(b)
     call("B exists watch on ephemeral", b.exists, e, watch=b.watcher("eph-exists"))
     call("B data watch on ephemeral", b.get, e, watch=b.watcher("eph-get"))
     call("B child watch on base", lambda: sorted(b.get_children(B, watch=b.watcher("base-children"))))
@@ -243,6 +308,7 @@ def run_scenario(make_client, trace):
     rec("B events after persistent removed", b.take_events())
     pr = B + "/pr"
     call("A creates pr", a.create, pr, b"")
+    xsync(b)  # else B's server may apply "A creates pr" after the watch: one more event
     call("addWatch persistent-recursive pr", call_ext, b, AddWatch(pr, ADD_WATCH_PERSISTENT_RECURSIVE))
     call("A creates pr/a", a.create, pr + "/a", b"")
     call("A creates pr/a/b", a.create, pr + "/a/b", b"")
@@ -288,6 +354,7 @@ def run_scenario(make_client, trace):
     call("get m after failures", a.get, m)
 
     # watch events produced by one multi, in wire order
+    xsync(b)
     call("B exists watch on m3", b.exists, B + "/m3", watch=b.watcher("m3"))
     call("B exists watch on m3/y", b.exists, B + "/m3/y", watch=b.watcher("m3y"))
     call("B child watch on base before multi", lambda: sorted(b.get_children(B, watch=b.watcher("base-multi"))))
@@ -309,6 +376,7 @@ def run_scenario(make_client, trace):
     e3 = make_client("E3")
     for i in range(4):
         call("E3 creates ephemeral %d" % i, e3.create, B + "/e3-%d" % i, b"", ephemeral=True)
+        xsync(b)
         call("B watches ephemeral %d" % i, b.exists, B + "/e3-%d" % i, watch=b.watcher("e3-%d" % i))
     call("B child watch on base before E3 closes", lambda: sorted(b.get_children(B, watch=b.watcher("base-e3"))))
     e3.stop()
@@ -326,6 +394,7 @@ def run_scenario(make_client, trace):
     d = B + "/acl-digest"
     call("create digest-protected node", auth.create, d, b"private", acl=[alice])
     call("get_acls digest node", auth.get_acls, d)
+    xsync(b)
     call("get without auth (NoAuth)", b.get, d)
     call("set without auth (NoAuth)", b.set, d, b"x")
     call("exists without auth (allowed)", b.exists, d)
@@ -335,10 +404,12 @@ def run_scenario(make_client, trace):
     call("get with auth", auth.get, d)
     call("set with auth", auth.set, d, b"private2")
     call("create child with auth", auth.create, d + "/c", b"", acl=[alice])
+    xsync(sup)
     call("super reads digest node", sup.get, d)
     call("super sets digest node", sup.set, d, b"by-super")
     call("super deletes child", sup.delete, d + "/c")
     call("B add_auth alice later", b.add_auth, "digest", "alice:secret")
+    xsync(b)
     call("B get after add_auth", b.get, d)
 
     ro = B + "/acl-world-ro"
@@ -348,6 +419,7 @@ def run_scenario(make_client, trace):
     call("create child of world ro (NoAuth)", a.create, ro + "/c", b"")
     call("set_acls world ro without ADMIN (NoAuth)", a.set_acls, ro, OPEN_ACL_UNSAFE)
     call("super set_acls world ro", sup.set_acls, ro, OPEN_ACL_UNSAFE, version=0)
+    xsync(a)
     call("get_acls world ro after", a.get_acls, ro)
     call("set_acls bad version (BadVersion)", a.set_acls, ro, READ_ACL_UNSAFE, version=0)
     call("set_acls version=1", a.set_acls, ro, READ_ACL_UNSAFE + [ACL(31, Id("digest", "bob:xyz="))], version=1)
@@ -409,6 +481,7 @@ def run_scenario(make_client, trace):
     call("create ephemeral child in container", a.create, cont + "/echild", b"", ephemeral=True)
     call("delete ephemeral child", a.delete, cont + "/echild")
     call("container still there with one child", poll_still_there, a, cont, 0.6)
+    xsync(b)
     call("B watches container", b.exists, cont, watch=b.watcher("cont"))
     call("delete last child", a.delete, cont + "/child")
     call("container deleted after last child removed", poll_gone, a, cont)
@@ -426,6 +499,7 @@ def run_scenario(make_client, trace):
     ttl = B + "/ttl"
     call("create TTL 800ms", call_ext, a, CreateTTL(ttl, b"t", OPEN_ACL_UNSAFE, TTL_FLAG, 800))
     call("stat TTL node (ephemeralOwner encodes TTL)", a.exists, ttl)
+    xsync(b)
     call("B watches TTL node", b.exists, ttl, watch=b.watcher("ttl"))
     call("create TTL ttl=0 (BadArguments)", call_ext, a, CreateTTL(ttl + "0", b"", OPEN_ACL_UNSAFE, TTL_FLAG, 0))
     call("create TTL ttl=-1 (BadArguments)", call_ext, a, CreateTTL(ttl + "n", b"", OPEN_ACL_UNSAFE, TTL_FLAG, -1))
@@ -460,6 +534,7 @@ def run_scenario(make_client, trace):
     rec("raw handshake", {"timeOut": resp["timeOut"], "sessionId": resp["sessionId"],
                           "passwdLen": len(resp["passwd"] or b""), "readOnly": resp["readOnly"]})
     rec("raw create ephemeral", raw.create(B + "/raw-eph", b"r", flags=P.EPHEMERAL))
+    xsync(b)
     call("B sees raw ephemeral owner", b.exists, B + "/raw-eph", watch=b.watcher("raw-eph"))
     closed, _ = raw.wait_closed(timeout=8.0)  # no pings: the server expires the session
     rec("raw connection closed by server after expiry", closed)
@@ -474,7 +549,9 @@ def run_scenario(make_client, trace):
     raw.close()
     victim = make_client("Victim")
     call("Victim exists base", victim.exists, B + "/nope")
-    raw = P.RawConnection(make_client.port)
+    # on the Victim's own server: ZooKeeper closes that server's connections of
+    # the session (an ensemble member does not close the other members' ones)
+    raw = P.RawConnection(make_client.port_of(victim))
     resp = raw.handshake(timeout_ms=30000, session_id=victim.client_id[0], passwd=b"\x00" * 16)
     rec("reconnect live session with wrong password", resp)
     raw.close()
@@ -507,16 +584,23 @@ def run_scenario(make_client, trace):
     # a kazoo session expires while its client is cut off (TCP proxy), then
     # the client reconnects with the old session id and learns it expired
     rec("B states so far", list(b.states))
-    proxy = TcpProxy(make_client.port).start()
+    # (one proxy per member: the client's connect string lists all of them)
+    proxies = [TcpProxy(port).start() for port in make_client.ports]
     try:
-        k = make_client("Cut", hosts=proxy.address, timeout=1.0,
+        k = make_client("Cut", hosts=",".join(proxy.address for proxy in proxies), timeout=1.0,
                         connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=1, max_delay=0.2))
         call("Cut creates ephemeral", k.create, B + "/cut-eph", b"", ephemeral=True)
+        xsync(b)
         call("B watches Cut's ephemeral", b.exists, B + "/cut-eph", watch=b.watcher("cut-eph"))
-        proxy.cut()
+        # the idle proxies first: cut off from its own, the client would
+        # otherwise resume its session through one still open
+        live = make_client.port_of(k)
+        for proxy in sorted(proxies, key=lambda x: x.port == live):
+            proxy.cut()
         rec("B events after Cut's session expired", b.take_events(expect=1, timeout=10.0))
         call("Cut's ephemeral gone", b.exists, B + "/cut-eph")
-        proxy.resume()
+        for proxy in proxies:
+            proxy.resume()
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and not (k.states and k.states[-1] == "CONNECTED" and "LOST" in k.states):
             time.sleep(0.05)
@@ -524,11 +608,13 @@ def run_scenario(make_client, trace):
         rec("Cut client states (deduplicated)", states)
         if k.connected:
             trace.register_session("Cut-new", k.client_id[0])
+        xsync(k)
         call("Cut works again on a new session", k.exists, B + "/cut-eph")
         k.stop()
         k.close()
     finally:
-        proxy.close()
+        for proxy in proxies:
+            proxy.close()
 
     # a session resumed on a second connection (the first one is then closed)
     raw1 = P.RawConnection(make_client.port)
@@ -545,6 +631,7 @@ def run_scenario(make_client, trace):
                                            "stat": rd.stat() if hdr["err"] == 0 else None})
     rec("close resumed session", raw.close_session())
     raw.close()
+    xsync(b)
     call("ephemeral gone after session closed elsewhere", b.exists, B + "/resume")
 
     # ------------------------------------------------------------ raw requests kazoo won't send
@@ -676,7 +763,12 @@ def run_scenario(make_client, trace):
     call("set /zookeeper/config (NoAuth?)", a.set, "/zookeeper/config", b"x")
     call("get_acls /", a.get_acls, "/")
     call("server_version major.minor", lambda: list(a.server_version()[:2]))
+    # 4lw go to the primary member (on a ZooKeeper ensemble a follower: a
+    # leader's srvr/stat print one more line); a session held open there gives
+    # cons/stat a connection to list whichever members the clients landed on
     port = make_client.port
+    holder = P.RawConnection(port)
+    holder.handshake(timeout_ms=10000)
     rec("4lw ruok", four_letter_word(port, "ruok"))
     rec("4lw isro", four_letter_word(port, "isro"))
     for word in ("envi", "srvr", "conf", "stat", "cons", "wchs", "dirs", "crst", "srst"):
@@ -686,12 +778,15 @@ def run_scenario(make_client, trace):
     # both servers must print (each may print more).
     mntr_keys = set(four_letter_word_keys(port, "mntr"))
     rec("4lw mntr classic keys", sorted(k for k in MNTR_CLASSIC_KEYS if k in mntr_keys))
+    holder.close_session()
+    holder.close()
 
     # ------------------------------------------------------------ final state
     for cl in (a, b, auth, sup):
         cl.stop()
         cl.close()
     c = make_client("Final", auth_data=[("digest", "super:" + SUPER_PASSWORD)])
+    xsync(c)
     call("final tree under base", tree, c, B)
     c.stop()
     c.close()

@@ -1,7 +1,9 @@
 """Differential tests driven by ZooKeeper's own command-line clients:
   * the C client shell /usr/lib/zookeeper/bin/cli_mt (commands on stdin);
   * zkCli.sh one-shot commands (/usr/share/zookeeper/bin/zkCli.sh -server ...).
-The same commands run against ZooKeeper and against Keel; outputs are compared
+The same commands run against ZooKeeper (one standalone server, once per module
+for each client) and against Keel as one server and as a 3-node cluster (the
+clients get a connect string listing the three nodes); outputs are compared
 after normalisation (zxids renumbered, dates/session ids/ports masked)."""
 
 import os
@@ -13,6 +15,8 @@ import time
 import pytest
 
 from harness import CLI_MT, ZKCLI
+
+from compat.topology import compare_traces
 
 
 # ---------------------------------------------------------------- normalisation
@@ -114,25 +118,20 @@ def run_cli_mt(server):
     return out
 
 
-def compare_blocks(ref, got, what, candidate):
-    diffs = []
-    for (c1, b1), (c2, b2) in zip(ref, got):
-        if b1 != b2:
-            diffs.append("%s `%s`:\n    zookeeper: %r\n    %s: %r" % (what, c1, b1, candidate, b2))
-    if len(ref) != len(got):
-        diffs.append("%s: %d blocks vs %d" % (what, len(ref), len(got)))
-    return diffs
+def compare(suite, candidate, topology, ref, got):
+    """compare_traces() on (command, output lines) blocks."""
+    return compare_traces(suite, candidate, topology, [[c, b] for c, b in ref], [[c, b] for c, b in got])
 
 
 @pytest.mark.skipif(not os.access(CLI_MT, os.X_OK), reason="C client %s not installed" % CLI_MT)
-def test_c_client_cli_mt_matches_zookeeper(servers, candidate):
-    zk = servers("zookeeper", name="zk-climt")
-    ref = run_cli_mt(zk)
+def test_c_client_cli_mt_matches_zookeeper(servers, candidate, keel_topology, zk_reference):
+    ref, _ = zk_reference("cli_mt", run_cli_mt, name="zk-climt")
     assert any("rc = 0" in ln for _, b in ref for ln in b), "cli_mt produced no results against ZooKeeper: %r" % ref
-    other = servers(candidate, name=candidate + "-climt")
+    other = servers(candidate, topology=keel_topology, name="%s-climt-%s" % (candidate, keel_topology))
     got = run_cli_mt(other)
-    diffs = compare_blocks(ref, got, "cli_mt", candidate)
-    assert not diffs, "%d cli_mt command(s) differ:\n%s" % (len(diffs), "\n".join(diffs))
+    diffs = compare("cli_mt", candidate, keel_topology, ref, got)
+    assert not diffs, "%d cli_mt command(s) differ (%s %s):\n%s" % (len(diffs), candidate, keel_topology,
+                                                                     "\n".join(diffs))
 
 
 # ---------------------------------------------------------------- zkCli.sh
@@ -183,6 +182,13 @@ def run_zkcli(server):
     out = []
     env = dict(os.environ, CLIENT_JVMFLAGS="-XX:TieredStopAtLevel=1 -Xmx128m")
     for args in ZKCLI_COMMANDS:
+        if hasattr(server, "wait_replicated"):
+            # A cluster: every command is a new session on a random member and
+            # a one-shot zkCli.sh cannot `sync` before it runs its command;
+            # wait until every member has applied what the previous commands
+            # wrote instead (what the sync would ensure). Nothing to wait for
+            # on one server.
+            server.wait_replicated()
         p = subprocess.run([ZKCLI, "-server", server.address] + args, capture_output=True, text=True,
                            errors="replace", timeout=60, env=env, start_new_session=True)
         # The connection event ("WATCHER::" / "WatchedEvent state:SyncConnected
@@ -196,10 +202,10 @@ def run_zkcli(server):
 
 
 @pytest.mark.skipif(not os.access(ZKCLI, os.X_OK), reason="zkCli.sh not installed")
-def test_zkcli_matches_zookeeper(servers, candidate):
-    zk = servers("zookeeper", name="zk-zkcli")
-    ref = run_zkcli(zk)
-    other = servers(candidate, name=candidate + "-zkcli")
+def test_zkcli_matches_zookeeper(servers, candidate, keel_topology, zk_reference):
+    ref, _ = zk_reference("zkcli", run_zkcli, name="zk-zkcli")
+    other = servers(candidate, topology=keel_topology, name="%s-zkcli-%s" % (candidate, keel_topology))
     got = run_zkcli(other)
-    diffs = compare_blocks(ref, got, "zkCli.sh", candidate)
-    assert not diffs, "%d zkCli.sh command(s) differ:\n%s" % (len(diffs), "\n".join(diffs))
+    diffs = compare("zkcli", candidate, keel_topology, ref, got)
+    assert not diffs, "%d zkCli.sh command(s) differ (%s %s):\n%s" % (len(diffs), candidate, keel_topology,
+                                                                      "\n".join(diffs))

@@ -1,6 +1,8 @@
 """Differential test driven by the official Java client (ZooKeeper 3.8 jars
 from /usr/share/java): tests/compat/java/CompatScenario.java is compiled with
-javac into a temp dir and run against ZooKeeper and against Keel."""
+javac into a temp dir and run against ZooKeeper (one standalone server, once
+per module) and against Keel as one server and as a 3-node cluster (the client
+gets a connect string listing the three nodes)."""
 
 import json
 import os
@@ -10,7 +12,9 @@ import subprocess
 import pytest
 
 from harness import ZK_CLIENT_CLASSPATH, make_workdir
-from harness.trace import Trace, diff
+from harness.trace import Trace
+
+from compat.topology import compare_traces
 
 JAVA_SRC = os.path.join(os.path.dirname(__file__), "java", "CompatScenario.java")
 
@@ -46,16 +50,15 @@ def run_java(classes, server, name):
     return trace
 
 
-def test_java_client_scenario_matches_zookeeper(servers, candidate, scenario_classes):
-    zk = servers("zookeeper", name="zk-java")
-    ref = run_java(scenario_classes, zk, "zookeeper")
+def test_java_client_scenario_matches_zookeeper(servers, candidate, keel_topology, scenario_classes, zk_reference):
+    ref, zk = zk_reference("java", lambda zk: run_java(scenario_classes, zk, "zookeeper"), name="zk-java")
     assert ref.entries and ref.entries[-1][0] == "done", "Java scenario failed against ZooKeeper itself:\n%r" % ref.entries[-3:]
-    other = servers(candidate, name=candidate + "-java")
+    other = servers(candidate, topology=keel_topology, name="%s-java-%s" % (candidate, keel_topology))
     got = run_java(scenario_classes, other, candidate)
     p1 = zk.workdir + "-java-trace.json"
     p2 = other.workdir + "-java-trace.json"
     ref.dump(p1)
     got.dump(p2)
-    differences = diff(ref.normalised(), got.normalised(), "zookeeper", candidate)
-    assert not differences, ("%d step(s) of the Java-client scenario differ (traces %s, %s):\n%s"
-                             % (len(differences), p1, p2, "\n".join(differences)))
+    differences = compare_traces("java", candidate, keel_topology, ref.normalised(), got.normalised())
+    assert not differences, ("%d step(s) of the Java-client scenario differ (%s %s; traces %s, %s):\n%s"
+                             % (len(differences), candidate, keel_topology, p1, p2, "\n".join(differences)))

@@ -1320,6 +1320,9 @@ impl World {
         });
         let fired = before - c.watches.len();
         c.last_event_zxid = zxid;
+        // A client reconnects only to a server that has seen what it has,
+        // events included.
+        c.last_zxid = c.last_zxid.max(zxid);
         self.note(format!(
             "c{client} event {:?} {} at {zxid:#x}",
             event.event_type, event.path

@@ -1,5 +1,8 @@
 // Differential scenario driven by the official Java client (ZooKeeper 3.8).
-// Usage: java -cp zookeeper.jar:...:. CompatScenario HOST:PORT
+// Usage: java -cp zookeeper.jar:...:. CompatScenario HOST:PORT[,HOST:PORT...]
+// (a connect string listing every member when the server is a cluster; the
+// client picks one at random, so before a session reads what ANOTHER session
+// wrote it calls xsync(), ZooKeeper's sync, as a client of an ensemble must)
 // Prints one JSON object per line: {"step": "...", "result": ...} or
 // {"session": "NAME", "id": <long>} (so the harness can normalise session ids).
 import java.nio.charset.StandardCharsets;
@@ -154,9 +157,20 @@ public class CompatScenario {
         return zk;
     }
 
+    // sync: this session's server catches up with the leader (a no-op on a
+    // standalone server). Returns once the reply is in.
+    static void xsync(ZooKeeper zk) throws Exception {
+        CountDownLatch l = new CountDownLatch(1);
+        zk.sync("/", (rc, path, ctx) -> l.countDown(), null);
+        l.await(10, TimeUnit.SECONDS);
+    }
+
     // Every notification the server sent before now has been delivered to
     // watchers once an async callback issued now has run (same event thread).
+    // The sync first: on a cluster, this session's server sends the
+    // notifications for another session's write only once it has applied it.
     static void barrier(ZooKeeper zk) throws Exception {
+        xsync(zk);
         CountDownLatch l = new CountDownLatch(1);
         zk.exists("/", false, (rc, path, ctx, stat) -> l.countDown(), null);
         l.await(10, TimeUnit.SECONDS);
@@ -280,6 +294,7 @@ public class CompatScenario {
         au.addAuthInfo("digest", b("bob:pw"));
         List<ACL> bob = Collections.singletonList(new ACL(ZooDefs.Perms.ALL, new Id("digest", DigestAuthenticationProvider.generateDigest("bob:pw"))));
         step("create bob node", () -> au.create(B + "/bob", b("secret"), bob, CreateMode.PERSISTENT));
+        xsync(bz);
         step("getData no auth", () -> bz.getData(B + "/bob", false, null));
         step("getData with auth", () -> au.getData(B + "/bob", false, null));
         step("getACL", () -> { Stat s = new Stat(); return Arrays.asList(au.getACL(B + "/bob", s), s); });
@@ -307,6 +322,7 @@ public class CompatScenario {
 
         // -------------------------------------------------- ephemerals vanish on close
         Rec ew = new Rec("ew");
+        xsync(bz);
         step("B watches eph", () -> bz.exists(B + "/eph", ew));
         step("B child-watches base", () -> sorted(bz.getChildren(B, ew)));
         a.close();
