@@ -37,8 +37,12 @@ pub const BATCH_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// follower catches up from the log rather than by snapshot install.
 pub const LOG_KEPT_BEHIND_SNAPSHOT: u64 = 1_000;
 /// Raft ticks per election timeout (the randomized timeout lies in
-/// [ELECTION_TICKS, 2 × ELECTION_TICKS)) and per heartbeat.
+/// [ELECTION_TICKS, ELECTION_TICKS + ELECTION_TICKS_SPREAD)) and per
+/// heartbeat. A spread of half a timeout (raft-rs's default is a whole
+/// one) keeps a failover under two election timeouts; pre-vote and
+/// distinct random draws still keep split votes rare.
 pub const ELECTION_TICKS: usize = 10;
+pub const ELECTION_TICKS_SPREAD: usize = 5;
 pub const HEARTBEAT_TICKS: usize = 2;
 /// Proposals of this node kept for resending after a leader change.
 pub const UNAPPLIED_PROPOSALS_MAX: usize = 64 * 1024;
@@ -281,6 +285,8 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         let raft_config = Config {
             id: config.node_id,
             election_tick: ELECTION_TICKS,
+            min_election_tick: ELECTION_TICKS,
+            max_election_tick: ELECTION_TICKS + ELECTION_TICKS_SPREAD,
             heartbeat_tick: HEARTBEAT_TICKS,
             applied: config.applied,
             pre_vote: true,
@@ -509,7 +515,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^= z >> 31;
-        let timeout = ELECTION_TICKS + (z % ELECTION_TICKS as u64) as usize;
+        let timeout = ELECTION_TICKS + (z % ELECTION_TICKS_SPREAD as u64) as usize;
         self.raw.raft.set_randomized_election_timeout(timeout);
     }
 
