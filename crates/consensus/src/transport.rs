@@ -263,10 +263,7 @@ enum Item {
     /// A bulk payload too big for one frame: written as a chunked transfer.
     Large { kind: u8, payload: Vec<u8> },
     /// A MsgSnapshot: encoded and sliced into chunks by the sender thread.
-    Snapshot {
-        message: Box<Message>,
-        attempt: u32,
-    },
+    Snapshot { message: Box<Message>, attempt: u32 },
 }
 
 /// One lane's queue: bounded, woken by a condvar (no polling).
@@ -503,7 +500,11 @@ impl Transport {
         } else if lane == Lane::Bulk {
             Item::Large { kind, payload }
         } else {
-            return tracing::error!(to, bytes = payload.len(), "control message too large; dropped");
+            return tracing::error!(
+                to,
+                bytes = payload.len(),
+                "control message too large; dropped"
+            );
         };
         self.push(to, lane, item);
     }
@@ -699,11 +700,7 @@ fn pump(
     }
 }
 
-fn send_snapshot(
-    link: &Link,
-    writer: &mut impl Write,
-    message: &Message,
-) -> std::io::Result<()> {
+fn send_snapshot(link: &Link, writer: &mut impl Write, message: &Message) -> std::io::Result<()> {
     let started = Instant::now();
     let index = message.get_snapshot().get_metadata().index;
     let payload = match message.write_to_bytes() {
@@ -1043,7 +1040,7 @@ fn decode_input(
             PeerInput::Raft(Box::new(message))
         }
         KIND_FORWARD => PeerInput::Forward(payload),
-        KIND_TOUCH if payload.len() % 8 == 0 => PeerInput::Touch(
+        KIND_TOUCH if payload.len().is_multiple_of(8) => PeerInput::Touch(
             payload
                 .chunks_exact(8)
                 .map(|c| i64::from_be_bytes(c.try_into().expect("8 bytes")))
@@ -1169,7 +1166,9 @@ mod tests {
         message.from = 7;
         message.to = 2;
         message.mut_snapshot().mut_metadata().index = 12345;
-        message.mut_snapshot().set_data(pattern(3 * SNAPSHOT_CHUNK_BYTES + 5).into());
+        message
+            .mut_snapshot()
+            .set_data(pattern(3 * SNAPSHOT_CHUNK_BYTES + 5).into());
         let chunks = chunked(&message.write_to_bytes().unwrap(), 1);
         assert_eq!(chunks.len(), 4);
         let done = feed(&mut None, 1, &chunks).unwrap().unwrap();
@@ -1286,7 +1285,10 @@ mod tests {
         let summary = stats.summary();
         assert_eq!(summary.count, 1000);
         assert_eq!(summary.max_us, 1000);
-        assert!((500..=500 + 500 / 8).contains(&summary.p50_us), "{summary:?}");
+        assert!(
+            (500..=500 + 500 / 8).contains(&summary.p50_us),
+            "{summary:?}"
+        );
         assert!((990..=1000).contains(&summary.p99_us), "{summary:?}");
         stats.record(250_000);
         assert_eq!(stats.summary().max_us, 250_000);
@@ -1330,7 +1332,10 @@ mod tests {
             }
         };
         assert!(queue.push(snapshot(1)));
-        assert!(queue.push(snapshot(2)), "a newer snapshot replaces the queued one");
+        assert!(
+            queue.push(snapshot(2)),
+            "a newer snapshot replaces the queued one"
+        );
         let mut batch = VecDeque::new();
         assert!(queue.take_all(&mut batch));
         assert_eq!(batch.len(), PEER_QUEUE_FRAMES_MAX + 1);
@@ -1345,7 +1350,11 @@ mod tests {
         queue.drop_stale(Some(snapshot(1)));
         batch.clear();
         assert!(queue.take_all(&mut batch));
-        assert_eq!(batch.len(), 1, "only the newest snapshot survives a disconnect");
+        assert_eq!(
+            batch.len(),
+            1,
+            "only the newest snapshot survives a disconnect"
+        );
         queue.close();
         assert!(!queue.take_all(&mut batch));
         assert!(queue.wait_closed(Duration::from_secs(5)));
@@ -1384,7 +1393,9 @@ mod tests {
         message.from = 2;
         message.to = 1;
         message.mut_snapshot().mut_metadata().index = 99;
-        message.mut_snapshot().set_data(pattern(5 * SNAPSHOT_CHUNK_BYTES / 2).into());
+        message
+            .mut_snapshot()
+            .set_data(pattern(5 * SNAPSHOT_CHUNK_BYTES / 2).into());
         let mut append = Message::default();
         append.set_msg_type(MessageType::MsgAppend);
         append.from = 2;

@@ -1,0 +1,160 @@
+"""A follower that was down catches up when it comes back:
+
+(a) from the leader's log: 100,000 writes (keel bench creates, and its
+    cleanup's deletes) pass while it is stopped;
+(b) by snapshot install: with a small snapshot_every_entries the leader's log
+    is compacted past the follower's last entry, so the leader sends its
+    snapshot (~20 MB of 1 KiB values), which the peer transport streams in
+    1 MiB chunks.
+
+Both wait until the follower's tree digest and last zxid equal the leader's
+and print how long that took."""
+
+import os
+import re
+import time
+
+from kazoo.client import KazooClient
+
+from conftest import report_summary
+
+from .util import keel_cluster, mntr, run_bench  # noqa: F401 (fixture)
+
+LOG_WRITES = int(os.environ.get("KEEL_CATCHUP_WRITES", "100000"))
+SNAPSHOT_DATA_NODES = int(os.environ.get("KEEL_CATCHUP_SNAPSHOT_NODES", "20000"))
+VALUE_BYTES = 1024
+SNAPSHOT_EVERY_ENTRIES = 300
+LOG_KEPT_BEHIND_SNAPSHOT = 1000  # crates/consensus (core.rs / driver.rs)
+SNAPSHOT_FILE = re.compile(r"^snapshot-(\d+)-(\d+)\.snap$")
+
+
+def since_last_start(node):
+    """The node's log since its last start."""
+    return node.log_text().rsplit("===== start #", 1)[-1]
+
+
+def applied_index(node):
+    return int(mntr(node.port).get("keel_raft_applied_index", "0"))
+
+
+def snapshot_indexes(node):
+    try:
+        names = os.listdir(os.path.join(node.data_dir, "snapshots"))
+    except OSError:
+        return []
+    return sorted(int(m.group(1)) for m in map(SNAPSHOT_FILE.match, names) if m)
+
+
+def restart_and_time_catch_up(cluster, follower, leader):
+    target = mntr(leader.port)
+    started = time.time()
+    follower.start()
+    serving = time.time() - started
+    digest, zxid, _ = cluster.wait_converged(deadline_s=120, nodes=cluster.nodes)
+    took = time.time() - started
+    assert (digest, zxid) == (target["keel_tree_digest"], target["keel_last_zxid"]), \
+        "the cluster moved on while the follower caught up: %r vs %r" % ((digest, zxid), target)
+    return took, serving, zxid
+
+
+def test_a_restarted_follower_catches_up_from_the_log(keel_cluster):  # noqa: F811
+    cluster = keel_cluster("logcatchup")
+    leader = cluster.leader()
+    follower = next(n for n in cluster.nodes if n is not leader)
+    majority = [n for n in cluster.nodes if n is not follower]
+    follower_index = applied_index(follower)
+    follower.stop()
+
+    written, runs, tps = 0, 0, 0.0
+    duration = 6
+    while written < LOG_WRITES:
+        bench = run_bench(cluster.servers(majority), "create", 100, duration)
+        runs += 1
+        created = int(bench["ops"]) - int(bench["errors"])
+        tps = float(bench["TPS"])
+        written += 2 * created  # its creates, and the cleanup's deletes
+        duration = max(2, int((LOG_WRITES - written) / 2 / max(tps, 1.0)) + 1)
+    behind = applied_index(leader) - follower_index
+    assert not any(snapshot_indexes(leader)), "the leader took a snapshot: the log test would not test the log"
+
+    took, serving, zxid = restart_and_time_catch_up(cluster, follower, leader)
+    log = since_last_start(follower)
+    assert "installed snapshot from the leader" not in log, "the follower got a snapshot, not the log"
+    line = ("catch-up from the log: %d writes (%d bench runs, %.0f TPS) = %d entries while a follower was "
+            "down; after restart it served in %.2fs and matched the leader (zxid %s) after %.2fs"
+            % (written, runs, tps, behind, serving, zxid, took))
+    print("\n" + line)
+    report_summary(line)
+
+
+def write_data(servers, count, value_bytes):
+    """`count` persistent nodes of `value_bytes` each under /data (kazoo
+    async, a window of requests in flight)."""
+    c = KazooClient(hosts=servers, timeout=30.0)
+    c.start(timeout=30)
+    try:
+        c.ensure_path("/data")
+        value = os.urandom(value_bytes)
+        window = []
+        for i in range(count):
+            window.append(c.create_async("/data/n%06d" % i, value))
+            if len(window) >= 2000:
+                [r.get(timeout=60) for r in window]
+                window = []
+        [r.get(timeout=60) for r in window]
+    finally:
+        c.stop()
+        c.close()
+
+
+def test_a_follower_behind_the_compacted_log_gets_the_snapshot_in_chunks(keel_cluster):  # noqa: F811
+    cluster = keel_cluster("snapcatchup", snapshot_every_entries=SNAPSHOT_EVERY_ENTRIES)
+    leader = cluster.leader()
+    follower = next(n for n in cluster.nodes if n is not leader)
+    majority = [n for n in cluster.nodes if n is not follower]
+    t0 = time.time()
+    write_data("127.0.0.1:%d" % leader.port, SNAPSHOT_DATA_NODES, VALUE_BYTES)
+    data_s = time.time() - t0
+    cluster.wait_converged(deadline_s=60)
+    follower_index = applied_index(follower)
+    follower.stop()
+
+    # Many small entries (few clients: small group-commit batches) until the
+    # leader's log no longer reaches back to the follower's last entry: the
+    # log is compacted behind the OLDEST kept snapshot minus
+    # LOG_KEPT_BEHIND_SNAPSHOT entries.
+    def compacted_past_follower():
+        kept = snapshot_indexes(leader)
+        return len(kept) >= 2 and kept[0] - LOG_KEPT_BEHIND_SNAPSHOT > follower_index + 1
+
+    runs = 0
+    deadline = time.time() + 90
+    while not compacted_past_follower():
+        assert time.time() < deadline, "the leader's log was not compacted past index %d: snapshots %r, applied %d" % (
+            follower_index, snapshot_indexes(leader), applied_index(leader))
+        run_bench(cluster.servers(majority), "create", 4, 3)
+        runs += 1
+    # The newest snapshot must be written out before the follower asks.
+    time.sleep(0.5)
+    state = mntr(leader.port)
+    behind = int(state["keel_raft_applied_index"]) - follower_index
+    snapshot_bytes = os.path.getsize(max(
+        (os.path.join(leader.data_dir, "snapshots", f) for f in os.listdir(os.path.join(leader.data_dir, "snapshots"))
+         if SNAPSHOT_FILE.match(f)), key=lambda p: int(SNAPSHOT_FILE.match(os.path.basename(p)).group(1))))
+
+    took, serving, zxid = restart_and_time_catch_up(cluster, follower, leader)
+    log = since_last_start(follower)
+    assert "installed snapshot from the leader" in log, "the follower did not install the leader's snapshot"
+    received = re.findall(r"snapshot received.*?\bbytes=(\d+).*?\bchunks=(\d+).*?\bms=(\d+)", log)
+    assert received, "no 'snapshot received' line in the follower's log"
+    bytes_, chunks, ms = map(int, received[-1])
+    assert chunks > 1 and bytes_ >= SNAPSHOT_DATA_NODES * VALUE_BYTES * 0.9, (bytes_, chunks)
+    sent = re.findall(r"snapshot sent.*?\bchunks=(\d+)", since_last_start(leader))
+    assert sent, "no 'snapshot sent' line in the leader's log"
+    line = ("catch-up by snapshot: %d x %d B nodes (%.1fs to write), snapshot_every_entries=%d, %d entries behind "
+            "(%d bench runs); leader's snapshot file %.1f MB; follower received %d bytes in %d chunks (%d ms), "
+            "installed it, served after %.2fs and matched the leader (zxid %s) after %.2fs"
+            % (SNAPSHOT_DATA_NODES, VALUE_BYTES, data_s, SNAPSHOT_EVERY_ENTRIES, behind, runs,
+               snapshot_bytes / 1e6, bytes_, chunks, ms, serving, zxid, took))
+    print("\n" + line)
+    report_summary(line)
