@@ -473,6 +473,21 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         self.retry_snapshots();
     }
 
+    /// The transport finished (or gave up) sending a snapshot to `to`: a
+    /// failure is reported to raft-rs at once; a success restarts the
+    /// retry timer, so a large transfer is not sent twice.
+    pub fn snapshot_transfer_ended(&mut self, to: u64, sent: bool) {
+        if !self.leader {
+            return;
+        }
+        if sent {
+            self.snapshot_sends.insert(to, self.ticks);
+        } else {
+            self.snapshot_sends.remove(&to);
+            self.raw.report_snapshot(to, raft::SnapshotStatus::Failure);
+        }
+    }
+
     /// raft-rs pauses a follower while it sends it a snapshot and resumes
     /// it only when the follower answers. If the snapshot or the follower
     /// was lost (a crash, a dropped frame), report the failure after

@@ -482,6 +482,16 @@ impl<S: StateMachine> Driver<S> {
             while let Ok(input) = self.peer_inputs.try_recv() {
                 self.core.peer(input);
             }
+            let reports = self
+                .core
+                .io()
+                .transport
+                .as_ref()
+                .map(|t| t.take_snapshot_reports())
+                .unwrap_or_default();
+            for report in reports {
+                self.core.snapshot_transfer_ended(report.to, report.sent);
+            }
             if Instant::now() >= next_tick {
                 self.core.tick();
                 next_tick = Instant::now() + self.tick;

@@ -84,6 +84,8 @@ pub struct Stats {
     pub snapshots_written: u64,
     pub watch_events: u64,
     pub sessions_expired: u64,
+    /// Runs whose linearizability search ran out of budget (undecided).
+    pub linearizability_undecided: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -1433,6 +1435,7 @@ impl World {
                 self.fail(format!("history is not linearizable:\n{report}"))
             }
             keel_linearize::Outcome::Unknown { reason } => {
+                self.stats.linearizability_undecided += 1;
                 self.note(format!("linearizability unknown: {reason}"))
             }
         }

@@ -63,6 +63,7 @@ fn add_stats(total: &mut sim::Stats, run: &sim::Stats) {
     total.snapshots_written += run.snapshots_written;
     total.watch_events += run.watch_events;
     total.sessions_expired += run.sessions_expired;
+    total.linearizability_undecided += run.linearizability_undecided;
 }
 
 #[test]
