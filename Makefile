@@ -5,6 +5,8 @@
 #   make test-compat    differential suites (kazoo/raw, Java client, C client, zkCli.sh) + bad input
 #   make test-crash     kill -9 durability test (KEEL_CRASH_KILLS=N for more kills)
 #   make test-selfcheck the Python suites with ZooKeeper in place of Keel (validates the harness)
+#   make sim            simulator soak: SIM_FIRST_SEED=N SIM_SEEDS=M (default 0 and 1000)
+#   make fuzz           cargo-fuzz targets: FUZZ_TARGET=name (default all) FUZZ_SECONDS=S
 #
 # PYTEST_ARGS="-k watch -x" passes extra arguments to pytest.
 
@@ -19,7 +21,7 @@ SUITES      := tests/compat tests/badinput tests/crash tests/cluster
 # suites that compare against ZooKeeper (the cluster suite is Keel-only)
 SELFCHECK_SUITES := tests/compat tests/badinput tests/crash
 
-.PHONY: all build run cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare
+.PHONY: all build run cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare sim fuzz
 
 all: build
 
@@ -63,3 +65,13 @@ test-selfcheck: test-deps clean-test
 # Side-by-side benchmark vs a 3-node ZooKeeper 3.8 ensemble (COMPARE_DURATION=S per run).
 compare: test-deps build
 	python3 bench/compare.py
+
+# Deterministic simulator: a seed range with every checker (crates/sim/README.md).
+sim:
+	$(CARGO) test --release -p sim --test seeds seed_batch -- --nocapture
+
+# Fuzzing with cargo-fuzz (nightly): docs/FUZZING.md.
+FUZZ_TARGET  ?=
+FUZZ_SECONDS ?= 60
+fuzz:
+	bash scripts/fuzz.sh $(FUZZ_TARGET) $(FUZZ_SECONDS)
