@@ -24,6 +24,8 @@ pub mod codec;
 pub mod consts;
 pub mod error;
 pub mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod message;
 pub mod records;
 

@@ -69,9 +69,14 @@ fn scheme_id_valid(id: &Id) -> bool {
 /// ZooKeeper's PrepRequestProcessor.fixupACL: dedupe, reject empty or
 /// invalid entries, expand `auth` to the caller's authenticated ids.
 pub fn fixup(acl: &[Acl], auth: &[Id]) -> Result<Vec<Acl>, ErrorCode> {
-    let mut unique: Vec<&Acl> = Vec::with_capacity(acl.len());
+    let mut unique: Vec<&Acl> = Vec::with_capacity(acl.len().min(ACL_ENTRIES_MAX));
     for entry in acl {
         if !unique.contains(&entry) {
+            // Stop at the bound: deduplicating a frame's worth of distinct
+            // entries is quadratic (seconds of apply time per request).
+            if unique.len() == ACL_ENTRIES_MAX {
+                return Err(ErrorCode::InvalidAcl);
+            }
             unique.push(entry);
         }
     }

@@ -372,7 +372,8 @@ impl DataTree {
         }
         match owner_kind(node.stat.ephemeral_owner) {
             OwnerKind::Container => {}
-            OwnerKind::Ttl(ttl_ms) if ctx.time_ms - node.stat.mtime > ttl_ms => {}
+            // Saturating: a clock far off (either way) must not overflow.
+            OwnerKind::Ttl(ttl_ms) if ctx.time_ms.saturating_sub(node.stat.mtime) > ttl_ms => {}
             // ZooKeeper answers BadVersion for a node that is not a container.
             _ => return Err(ErrorCode::BadVersion),
         }

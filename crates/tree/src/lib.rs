@@ -10,6 +10,8 @@
 
 pub mod acl;
 mod apply;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod path;
 mod quota;
 mod read;

@@ -42,8 +42,13 @@ impl DataTree {
     /// data changed: charge its quota root.
     pub(crate) fn charge_quota(&mut self, path: &str, bytes_diff: i64, count_diff: i64) {
         if let Some(prefix) = self.quota_prefix(path) {
+            // Java long arithmetic, as ZooKeeper's: a client may write any
+            // count into the stats node, so the sum can overflow.
             self.update_stats(&prefix, |count, bytes| {
-                (count + count_diff, bytes + bytes_diff)
+                (
+                    count.wrapping_add(count_diff),
+                    bytes.wrapping_add(bytes_diff),
+                )
             });
         }
     }

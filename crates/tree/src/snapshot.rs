@@ -8,7 +8,7 @@ use std::sync::Arc;
 use keel_jute::{Acl, JuteError, Reader, Record, Stat};
 
 use crate::path;
-use crate::tree::{DataTree, Node, NodeMap};
+use crate::tree::{owner_kind, DataTree, Node, NodeMap, OwnerKind};
 
 const MAGIC: &[u8; 8] = b"KEELSNAP";
 const FORMAT_VERSION: i32 = 2;
@@ -176,6 +176,19 @@ fn rebuild_indexes(tree: &mut DataTree) -> Result<(), SnapshotError> {
             .get_mut(path::parent_key(parent))
             .ok_or_else(|| SnapshotError::Inconsistent(format!("orphan {node_path}")))?;
         parent_node.children.insert(name.into());
+    }
+    // apply never gives an ephemeral children, and relies on it: deleting a
+    // child or closing the owner's session would hit an assertion.
+    for (node_path, node) in nodes.iter() {
+        if matches!(
+            owner_kind(node.stat.ephemeral_owner),
+            OwnerKind::Ephemeral(_)
+        ) && !node.children.is_empty()
+        {
+            return Err(SnapshotError::Inconsistent(format!(
+                "ephemeral {node_path} has children"
+            )));
+        }
     }
     tree.digest = 0;
     tree.ephemerals = imbl::OrdMap::new();

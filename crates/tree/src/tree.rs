@@ -242,7 +242,9 @@ impl DataTree {
         for path in self.ttls.iter() {
             if let Some(node) = self.nodes.get(path) {
                 if let OwnerKind::Ttl(ttl_ms) = owner_kind(node.stat.ephemeral_owner) {
-                    if node.children.is_empty() && ttl_ms != 0 && now_ms - node.stat.mtime > ttl_ms
+                    if node.children.is_empty()
+                        && ttl_ms != 0
+                        && now_ms.saturating_sub(node.stat.mtime) > ttl_ms
                     {
                         candidates.push(path.to_string());
                     }
@@ -347,7 +349,7 @@ fn empty_node(acl: Arc<[Acl]>) -> Node {
 
 /// FNV-1a over the path, data and persisted Stat: cheap, stable across
 /// processes and versions (it goes into replica comparisons).
-fn node_digest(path: &str, node: &Node) -> u64 {
+pub(crate) fn node_digest(path: &str, node: &Node) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     let mut feed = |bytes: &[u8]| {
         for byte in bytes {
