@@ -74,4 +74,4 @@ sim:
 FUZZ_TARGET  ?=
 FUZZ_SECONDS ?= 60
 fuzz:
-	bash scripts/fuzz.sh $(FUZZ_TARGET) $(FUZZ_SECONDS)
+	bash scripts/fuzz.sh $(or $(FUZZ_TARGET),all) $(FUZZ_SECONDS)
