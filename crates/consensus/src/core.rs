@@ -36,11 +36,15 @@ pub const BATCH_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// Entries kept in the log behind a snapshot, so a slightly lagging
 /// follower catches up from the log rather than by snapshot install.
 pub const LOG_KEPT_BEHIND_SNAPSHOT: u64 = 1_000;
-/// Raft ticks per election timeout (the randomized timeout lies in
-/// [ELECTION_TICKS, ELECTION_TICKS + ELECTION_TICKS_SPREAD)) and per
-/// heartbeat. A spread of half a timeout (raft-rs's default is a whole
-/// one) keeps a failover under two election timeouts; pre-vote and
-/// distinct random draws still keep split votes rare.
+/// Raft ticks per election timeout and per heartbeat. A follower's
+/// randomized timeout lies in [ELECTION_TICKS + 1, ELECTION_TICKS + 1 +
+/// ELECTION_TICKS_SPREAD): one tick above the leader lease that
+/// check-quorum makes the other followers honour (they refuse votes while
+/// they heard from a leader less than ELECTION_TICKS ago), so the first
+/// follower to time out after a leader dies is not refused and waits a
+/// second timeout; a spread of half a timeout (raft-rs's default is a
+/// whole one) keeps a failover under two election timeouts while distinct
+/// random draws and pre-vote keep split votes rare.
 pub const ELECTION_TICKS: usize = 10;
 pub const ELECTION_TICKS_SPREAD: usize = 5;
 pub const HEARTBEAT_TICKS: usize = 2;
@@ -285,8 +289,8 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         let raft_config = Config {
             id: config.node_id,
             election_tick: ELECTION_TICKS,
-            min_election_tick: ELECTION_TICKS,
-            max_election_tick: ELECTION_TICKS + ELECTION_TICKS_SPREAD,
+            min_election_tick: ELECTION_TICKS + 1,
+            max_election_tick: ELECTION_TICKS + 1 + ELECTION_TICKS_SPREAD,
             heartbeat_tick: HEARTBEAT_TICKS,
             applied: config.applied,
             pre_vote: true,
@@ -530,7 +534,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^= z >> 31;
-        let timeout = ELECTION_TICKS + (z % ELECTION_TICKS_SPREAD as u64) as usize;
+        let timeout = ELECTION_TICKS + 1 + (z % ELECTION_TICKS_SPREAD as u64) as usize;
         self.raw.raft.set_randomized_election_timeout(timeout);
     }
 
