@@ -429,7 +429,7 @@ impl World {
                 client,
                 generation,
                 out,
-            } => self.to_client(client, generation, out),
+            } => self.client_receives(client, generation, out),
             Ev::ReadDone {
                 client,
                 generation,
@@ -1201,7 +1201,7 @@ impl World {
         }
     }
 
-    fn to_client(&mut self, client: usize, generation: u64, out: MachineOut) {
+    fn client_receives(&mut self, client: usize, generation: u64, out: MachineOut) {
         if self.clients[client].generation != generation {
             return;
         }

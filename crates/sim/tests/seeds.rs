@@ -34,7 +34,7 @@ fn run_batch(seeds: Vec<u64>, options: impl Fn(u64) -> Options + Sync) -> (Vec<R
                 let Some(&seed) = seeds.get(at) else { return };
                 let report = World::new(options(seed)).run();
                 add_stats(&mut totals.lock().unwrap(), &report.stats);
-                if (at + 1) % 100 == 0 {
+                if (at + 1).is_multiple_of(100) {
                     eprintln!("sim: {} / {} seeds", at + 1, seeds.len());
                 }
                 if !report.ok() {
