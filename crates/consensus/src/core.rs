@@ -69,9 +69,15 @@ const READ_CONTEXT_HEADER_BYTES: usize = 16;
 pub enum Outbound {
     Raft(Message),
     /// A follower's client transactions for the leader, one encoded batch.
-    Forward { to: u64, batch: Vec<u8> },
+    Forward {
+        to: u64,
+        batch: Vec<u8>,
+    },
     /// Sessions with activity here, for the leader's session tracker.
-    Touch { to: u64, sessions: Vec<i64> },
+    Touch {
+        to: u64,
+        sessions: Vec<i64>,
+    },
 }
 
 /// The node's IO: the network, the raft log and the snapshot files. The
@@ -303,7 +309,9 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         let logger = slog::Logger::root(slog::Discard, slog::o!());
         let storage = KeelStorage { memory, source };
         let raw = RawNode::new(&raft_config, storage, &logger)?;
-        status.applied_index.store(config.applied, Ordering::Release);
+        status
+            .applied_index
+            .store(config.applied, Ordering::Release);
         let mut core = Core {
             raw,
             io,

@@ -9,12 +9,11 @@ mod store;
 pub mod transport;
 
 pub use crate::core::{
-    Core, CoreConfig, Durable, Io, Outbound, PlantedBug, SnapshotSource, BATCH_BYTES_MAX, ELECTION_TICKS,
-    LOG_KEPT_BEHIND_SNAPSHOT,
+    Core, CoreConfig, Durable, Io, Outbound, PlantedBug, SnapshotSource, BATCH_BYTES_MAX,
+    ELECTION_TICKS, LOG_KEPT_BEHIND_SNAPSHOT,
 };
 pub use driver::{
-    recover, start, RaftConfig, RaftHandle, RaftStatus, Recovery, StateMachine,
-    PROPOSAL_QUEUE_MAX,
+    recover, start, RaftConfig, RaftHandle, RaftStatus, Recovery, StateMachine, PROPOSAL_QUEUE_MAX,
 };
 pub use store::LogStore;
 

@@ -642,9 +642,10 @@ impl Connection {
                 op_code,
                 result,
             } => {
-                let ours = self.queue.iter().any(
-                    |q| matches!(q, Queued::InFlight { xid, .. } if *xid == reply_xid),
-                );
+                let ours = self
+                    .queue
+                    .iter()
+                    .any(|q| matches!(q, Queued::InFlight { xid, .. } if *xid == reply_xid));
                 if !ours {
                     // A request of an earlier connection of this session.
                     tracing::debug!(peer = %self.peer, reply_xid, "reply for an earlier connection dropped");

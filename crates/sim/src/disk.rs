@@ -184,7 +184,10 @@ mod tests {
         assert_eq!(terms, vec![(1, 1), (2, 2)]);
         assert_eq!(io.busy_ms, 4);
         io.compact_to(2).unwrap();
-        assert_eq!(disk.borrow().entries.keys().copied().collect::<Vec<_>>(), vec![2]);
+        assert_eq!(
+            disk.borrow().entries.keys().copied().collect::<Vec<_>>(),
+            vec![2]
+        );
     }
 
     #[test]

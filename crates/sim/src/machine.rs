@@ -96,7 +96,8 @@ impl SimMachine {
         }
         if let Some((session, timeout_ms)) = applied.session_created {
             if !self.tracker.contains(session) {
-                self.tracker.add(session, timeout_ms, self.now_ms.load(Ordering::Relaxed));
+                self.tracker
+                    .add(session, timeout_ms, self.now_ms.load(Ordering::Relaxed));
             }
         }
         // As the server: only the node the request arrived at answers it.
@@ -168,7 +169,8 @@ impl StateMachine for SimMachine {
 
     fn touched(&mut self, sessions: &[i64]) {
         for session in sessions {
-            self.tracker.touch(*session, self.now_ms.load(Ordering::Relaxed));
+            self.tracker
+                .touch(*session, self.now_ms.load(Ordering::Relaxed));
         }
     }
 

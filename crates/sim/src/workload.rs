@@ -245,7 +245,9 @@ pub fn ret_of(call: &Call, result: &Result<Response, ErrorCode>) -> Ret {
 
 fn multi_ret(results: &[MultiResult]) -> Ret {
     let failed = results.iter().find_map(|r| match r {
-        MultiResult::Error(code) if *code != 0 && *code != ErrorCode::RuntimeInconsistency.code() => {
+        MultiResult::Error(code)
+            if *code != 0 && *code != ErrorCode::RuntimeInconsistency.code() =>
+        {
             Some(*code)
         }
         _ => None,

@@ -349,7 +349,13 @@ impl World {
         }
         for client in 0..self.clients.len() {
             let delay = self.rng.between(1_000, 300_000);
-            self.schedule(delay, Ev::ClientWake { client, generation: 0 });
+            self.schedule(
+                delay,
+                Ev::ClientWake {
+                    client,
+                    generation: 0,
+                },
+            );
         }
         if self.options.faults {
             self.plan_faults();
@@ -365,7 +371,9 @@ impl World {
             self.clock_ms.store(time / 1000, Ordering::Relaxed);
             self.stats.events += 1;
             if self.stats.events > EVENTS_PER_RUN_MAX {
-                self.fail(format!("more than {EVENTS_PER_RUN_MAX} events: runaway run"));
+                self.fail(format!(
+                    "more than {EVENTS_PER_RUN_MAX} events: runaway run"
+                ));
                 break;
             }
             self.handle(event);
@@ -689,7 +697,8 @@ impl World {
             if let Some(session) = txn.closed_session {
                 if let Some(&at) = self.expiries.get(&session) {
                     if self.history[at].ret.is_none() {
-                        self.history[at].ret = Some((self.now_us.max(self.history[at].invoke + 1), Ret::Done));
+                        self.history[at].ret =
+                            Some((self.now_us.max(self.history[at].invoke + 1), Ret::Done));
                         self.stats.sessions_expired += 1;
                     }
                 }
@@ -746,7 +755,9 @@ impl World {
         if mid_write {
             let reached = self.rng.chance(500_000);
             self.stats.torn_writes += 1;
-            self.note(format!("n{id} will die in its next log write (reached disk: {reached})"));
+            self.note(format!(
+                "n{id} will die in its next log write (reached disk: {reached})"
+            ));
             let node = self.node(id);
             node.core
                 .as_mut()
@@ -1082,7 +1093,12 @@ impl World {
         let old_node = self.clients[client].node;
         let session = self.clients[client].session;
         if let (Some(session), true) = (session, self.alive(old_node)) {
-            let machine = self.node(old_node).core.as_mut().expect("alive").machine_mut();
+            let machine = self
+                .node(old_node)
+                .core
+                .as_mut()
+                .expect("alive")
+                .machine_mut();
             machine.local.remove(&session);
             machine.watches.remove_session(session);
         }
@@ -1119,7 +1135,9 @@ impl World {
         let core = self.node(node).core.as_mut().expect("picked alive");
         let machine = core.machine_mut();
         if machine.tree.session_timeout_ms(session).is_none() {
-            self.note(format!("c{client} session {session:#x} expired (seen on n{node})"));
+            self.note(format!(
+                "c{client} session {session:#x} expired (seen on n{node})"
+            ));
             self.clients[client].session = None;
             return;
         }
@@ -1152,9 +1170,12 @@ impl World {
             .into_iter()
             .map(|(path, kind)| WatchRecord { path, kind, zxid })
             .collect();
-        c.watches.extend(watches.iter().filter(|w| {
-            fired.iter().any(|(p, _)| *p == w.path)
-        }).cloned());
+        c.watches.extend(
+            watches
+                .iter()
+                .filter(|w| fired.iter().any(|(p, _)| *p == w.path))
+                .cloned(),
+        );
         for (path, event_type) in fired {
             self.schedule(
                 1,
@@ -1230,7 +1251,13 @@ impl World {
         }
     }
 
-    fn reply(&mut self, client: usize, xid: i32, zxid: i64, result: Result<keel_jute::Response, ErrorCode>) {
+    fn reply(
+        &mut self,
+        client: usize,
+        xid: i32,
+        zxid: i64,
+        result: Result<keel_jute::Response, ErrorCode>,
+    ) {
         // As the server's connection: a reply to an xid not in flight is
         // for an earlier connection of this session (to this same node) and
         // is dropped.
@@ -1345,7 +1372,10 @@ impl World {
         if fired == 0 && seen {
             // ZooKeeper's setWatches answers a deleted path once per watch
             // table (data, child); the client library drops the second.
-            self.note(format!("c{client}: repeated {:?} on {} dropped by the client", event.event_type, event.path));
+            self.note(format!(
+                "c{client}: repeated {:?} on {} dropped by the client",
+                event.event_type, event.path
+            ));
         } else if fired == 0 {
             self.fail(format!(
                 "c{client}: event {:?} on {} at {zxid:#x} without a watch (delivered twice?)",
@@ -1375,7 +1405,10 @@ impl World {
         let mut fingerprint = self.fingerprint;
         for node in &self.nodes {
             if let Some(core) = &node.core {
-                fnv(&mut fingerprint, &core.machine().tree.digest().to_be_bytes());
+                fnv(
+                    &mut fingerprint,
+                    &core.machine().tree.digest().to_be_bytes(),
+                );
             }
         }
         Report {
@@ -1394,7 +1427,11 @@ impl World {
         let states: Vec<(u64, u64, u64)> = self
             .nodes
             .iter()
-            .filter_map(|n| n.core.as_ref().map(|c| (n.id, c.applied(), c.machine().tree.digest())))
+            .filter_map(|n| {
+                n.core
+                    .as_ref()
+                    .map(|c| (n.id, c.applied(), c.machine().tree.digest()))
+            })
             .collect();
         if states.len() != self.nodes.len() {
             return self.fail("a node is down after the settle period".into());
@@ -1469,7 +1506,10 @@ fn fires(watch: &WatchRecord, event: &Event) -> bool {
     }
     match watch.kind {
         WatchKind::Data | WatchKind::Exist => {
-            matches!(event.event_type, NodeCreated | NodeDeleted | NodeDataChanged)
+            matches!(
+                event.event_type,
+                NodeCreated | NodeDeleted | NodeDataChanged
+            )
         }
         WatchKind::Child => matches!(event.event_type, NodeChildrenChanged | NodeDeleted),
         WatchKind::Persistent | WatchKind::PersistentRecursive => false,

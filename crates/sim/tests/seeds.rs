@@ -21,7 +21,10 @@ fn env_u64(name: &str, default: u64) -> u64 {
 
 /// Runs `seeds` on every core; returns the reports of failing seeds and
 /// the summed stats.
-fn run_batch(seeds: Vec<u64>, options: impl Fn(u64) -> Options + Sync) -> (Vec<Report>, sim::Stats) {
+fn run_batch(
+    seeds: Vec<u64>,
+    options: impl Fn(u64) -> Options + Sync,
+) -> (Vec<Report>, sim::Stats) {
     let next = AtomicU64::new(0);
     let failing = Mutex::new(Vec::new());
     let totals = Mutex::new(sim::Stats::default());
@@ -141,7 +144,9 @@ fn a_planted_bug_is_caught_within_the_batch() {
     eprintln!(
         "planted bug caught by {} of 200 seeds; first: {:?}",
         failing.len(),
-        failing.first().map(|r| (r.seed, r.failures.first().cloned()))
+        failing
+            .first()
+            .map(|r| (r.seed, r.failures.first().cloned()))
     );
     assert!(!failing.is_empty(), "the checkers missed a planted bug");
 }
