@@ -102,6 +102,8 @@ class ScenarioClients(ClientFactory):
       ports           every member's client port ([port] for one server);
       port_of(client) the client port of the server `client` is connected to."""
 
+    client_class = SyncingClient
+
     @property
     def ports(self):
         return list(getattr(self.server, "ports", [self.server.port]))
@@ -109,15 +111,6 @@ class ScenarioClients(ClientFactory):
     def port_of(self, client):
         return client._connection._socket.getpeername()[1]
 
-    def __call__(self, name, hosts=None, timeout=None, start=True, **kw):
-        c = SyncingClient(hosts=hosts or self.server.address,
-                          timeout=timeout or self.default_timeout, name=name, **kw)
-        self.clients.append(c)
-        if start:
-            c.start(timeout=20)
-            if self.trace is not None:
-                self.trace.register_session(name, c.client_id[0])
-        return c
 
 
 def xsync(*clients):

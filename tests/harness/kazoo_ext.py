@@ -237,6 +237,8 @@ class ClientFactory:
     """make_client(name, **kazoo_kwargs) -> started RecordingClient whose
     session id is registered with the trace under `name`."""
 
+    client_class = RecordingClient
+
     def __init__(self, server, trace=None, default_timeout=10.0):
         self.server = server
         self.trace = trace
@@ -252,8 +254,8 @@ class ClientFactory:
         return self.server.address
 
     def __call__(self, name, hosts=None, timeout=None, start=True, **kw):
-        c = RecordingClient(hosts=hosts or self.server.address,
-                            timeout=timeout or self.default_timeout, name=name, **kw)
+        c = self.client_class(hosts=hosts or self.server.address,
+                              timeout=timeout or self.default_timeout, name=name, **kw)
         self.clients.append(c)
         if start:
             c.start(timeout=20)

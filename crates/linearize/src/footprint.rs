@@ -21,6 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::check::Prepared;
 use crate::history::Call;
 use crate::model::split;
+use crate::partition::ephemeral_creates;
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Loc {
@@ -96,16 +97,6 @@ fn intern(locs: &BTreeSet<Loc>, ids: &mut BTreeMap<Loc, u32>) -> Vec<u32> {
         .collect();
     out.sort_unstable();
     out
-}
-
-fn ephemeral_creates(call: &Call) -> Vec<&Call> {
-    match call {
-        Call::Create {
-            ephemeral: true, ..
-        } => vec![call],
-        Call::Multi { ops } => ops.iter().flat_map(ephemeral_creates).collect(),
-        _ => Vec::new(),
-    }
 }
 
 /// `Exists(p)`, and `Children(parent)` if p may be a sequential name.

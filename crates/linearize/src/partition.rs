@@ -121,7 +121,8 @@ fn ephemeral_keys(ops: &[Prepared]) -> BTreeMap<i64, BTreeSet<String>> {
     out
 }
 
-fn ephemeral_creates(call: &Call) -> Vec<&Call> {
+/// The ephemeral creates a call makes, inside a multi too.
+pub(crate) fn ephemeral_creates(call: &Call) -> Vec<&Call> {
     match call {
         Call::Create {
             ephemeral: true, ..
