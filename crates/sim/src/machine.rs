@@ -11,7 +11,7 @@ use keel_consensus::StateMachine;
 use keel_jute::{ErrorCode, Response};
 use keel_session::SessionTracker;
 use keel_tree::watch::WatchManager;
-use keel_tree::{DataTree, Event, Txn, TxnOp};
+use keel_tree::{DataTree, Event, Txn};
 
 /// xid of transactions the node proposes itself (expiry).
 pub const INTERNAL_XID: i32 = i32::MIN;
@@ -239,10 +239,4 @@ fn decode_sync_context(context: &[u8]) -> (i64, i32) {
     let session = i64::from_be_bytes(context[..8].try_into().expect("8 bytes"));
     let xid = i32::from_be_bytes(context[8..].try_into().expect("4 bytes"));
     (session, xid)
-}
-
-/// The zxid a write's reply carries and whether the session was closed
-/// (a client op on a closed session fails with SessionExpired).
-pub fn is_close(txn: &Txn) -> bool {
-    matches!(txn.op, TxnOp::CloseSession)
 }

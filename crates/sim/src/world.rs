@@ -640,7 +640,7 @@ impl World {
             self.fail(format!("n{id}: {problem}"));
         }
         self.check_digests(id, &digests);
-        self.record_applied(id, applied);
+        self.record_applied(applied);
         for message in sent {
             self.send(id, message.message, message.after_ms * 1000);
         }
@@ -692,7 +692,7 @@ impl World {
         }
     }
 
-    fn record_applied(&mut self, id: u64, applied: Vec<crate::machine::AppliedTxn>) {
+    fn record_applied(&mut self, applied: Vec<crate::machine::AppliedTxn>) {
         for txn in applied {
             if let Some(session) = txn.closed_session {
                 if let Some(&at) = self.expiries.get(&session) {
@@ -706,7 +706,6 @@ impl World {
             if self.applied_indexes.insert(txn.index) || !self.events.contains_key(&txn.zxid) {
                 self.events.entry(txn.zxid).or_default().extend(txn.events);
             }
-            let _ = id;
         }
     }
 
