@@ -3,13 +3,12 @@
 //! Validation happens here, at apply time, against the tree every replica
 //! holds at this log position; the result is therefore identical everywhere.
 
-use std::sync::Arc;
-
 use keel_jute::{
     perms, Acl, CreateMode, ErrorCode, EventType, Id, MultiOp, MultiResult, Request, Response, Stat,
 };
 
-use crate::tree::{event, owner_kind, ttl_owner, DataTree, Event, Node, OwnerKind, SYSTEM_PATHS};
+use crate::store::{NodeId, PackedStat};
+use crate::tree::{event, owner_kind, ttl_owner, DataTree, Event, OwnerKind, SYSTEM_PATHS};
 use crate::txn::{Txn, TxnOp};
 use crate::{acl, path};
 
@@ -201,22 +200,23 @@ impl DataTree {
         }
     }
 
-    /// All or nothing: ops run in order on a clone; the first failure drops
-    /// the clone and reports ZooKeeper's per-op results (0 before the failing
-    /// op, its code, RuntimeInconsistency after).
+    /// All or nothing: ops run in order with an undo journal; the first
+    /// failure undoes them and reports ZooKeeper's per-op results (0 before
+    /// the failing op, its code, RuntimeInconsistency after).
     fn multi(
         &mut self,
         ops: &[MultiOp],
         ctx: &Context<'_>,
         events: &mut Vec<Event>,
     ) -> Vec<MultiResult> {
-        let mut scratch = self.clone();
-        let mut scratch_events = Vec::new();
+        let mut multi_events = Vec::new();
         let mut results = Vec::with_capacity(ops.len());
+        self.begin_journal();
         for (index, op) in ops.iter().enumerate() {
-            match scratch.multi_op(op, ctx, &mut scratch_events) {
+            match self.multi_op(op, ctx, &mut multi_events) {
                 Ok(result) => results.push(result),
                 Err(code) => {
+                    self.rollback_journal();
                     let mut failed: Vec<MultiResult> = (0..ops.len())
                         .map(|_| MultiResult::Error(ErrorCode::RuntimeInconsistency.code()))
                         .collect();
@@ -228,9 +228,8 @@ impl DataTree {
                 }
             }
         }
-        // The scratch tree carries every change (and the same zxid): keep it.
-        *self = scratch;
-        events.extend(scratch_events);
+        self.commit_journal();
+        events.extend(multi_events);
         results
     }
 
@@ -277,26 +276,29 @@ impl DataTree {
     ) -> Result<(String, Stat), ErrorCode> {
         let mode = CreateMode::from_flags(args.flags).ok_or(ErrorCode::BadArguments)?;
         validate_ttl(mode, args.ttl_ms)?;
-        let (parent, _) = path::split(args.path).ok_or(ErrorCode::BadArguments)?;
+        let (parent_path, _) = path::split(args.path).ok_or(ErrorCode::BadArguments)?;
         if args.path.contains('\0') {
             return Err(ErrorCode::BadArguments);
         }
         let acl = acl::fixup(args.acl, ctx.auth)?;
-        let parent = path::parent_key(parent);
-        let parent_node = self.nodes.get(parent).cloned().ok_or(ErrorCode::NoNode)?;
-        acl::check(&parent_node.acl, perms::CREATE, ctx.auth)?;
+        let parent_path = path::parent_key(parent_path);
+        let parent = self.resolve(parent_path).ok_or(ErrorCode::NoNode)?;
+        acl::check(self.acl_of(parent), perms::CREATE, ctx.auth)?;
+        let parent_stat = self.slot(parent).stat;
         let mut node_path = args.path.to_string();
         if mode.is_sequential() {
-            node_path.push_str(&format!("{:010}", parent_node.stat.cversion));
+            node_path.push_str(&format!("{:010}", parent_stat.cversion));
         }
         if !path::validate(&node_path) {
             return Err(ErrorCode::BadArguments);
         }
-        if self.nodes.contains_key(node_path.as_str()) {
+        let (_, name) = path::split(&node_path).expect("validated");
+        // The only valid path with an empty last name is "/", which exists.
+        if name.is_empty() || self.index.find(&self.arena, parent, name.as_bytes()).is_some() {
             return Err(ErrorCode::NodeExists);
         }
         if matches!(
-            owner_kind(parent_node.stat.ephemeral_owner),
+            owner_kind(parent_stat.ephemeral_owner),
             OwnerKind::Ephemeral(_)
         ) {
             return Err(ErrorCode::NoChildrenForEphemerals);
@@ -307,34 +309,33 @@ impl DataTree {
             CreateOp::Create | CreateOp::Create2 if mode.is_ephemeral() => ctx.session_id,
             CreateOp::Create | CreateOp::Create2 => 0,
         };
-        let stat = Stat {
+        let stat = PackedStat {
             czxid: ctx.zxid,
             mzxid: ctx.zxid,
             ctime: ctx.time_ms,
             mtime: ctx.time_ms,
             ephemeral_owner,
             pzxid: ctx.zxid,
-            ..Stat::default()
+            ..PackedStat::default()
         };
-        let node = Node {
-            stat,
-            data: args.data.as_deref().map(Arc::from),
-            acl: acl.into(),
-            children: imbl::OrdSet::new(),
-        };
-        let (_, name) = path::split(&node_path).expect("validated");
-        let mut parent_node = parent_node;
-        parent_node.children.insert(name.into());
-        parent_node.stat.cversion = parent_node.stat.cversion.wrapping_add(1);
-        parent_node.stat.pzxid = ctx.zxid;
-        let bytes = node.data.as_ref().map_or(0, |d| d.len() as i64);
-        self.put_node(parent.into(), parent_node);
-        self.put_node(node_path.as_str().into(), node);
-        self.quota_node_created(parent, name);
+        let zxid = ctx.zxid;
+        self.update(
+            parent,
+            |s| {
+                s.cversion = s.cversion.wrapping_add(1);
+                s.pzxid = zxid;
+            },
+            None,
+            None,
+        );
+        let acl = self.acls.intern(&acl);
+        let id = self.link(parent, name, stat, args.data.as_deref(), acl);
+        let bytes = self.slot(id).blob.data_len() as i64;
+        self.quota_node_created(parent_path, name);
         self.charge_quota(&node_path, bytes, 1);
-        let stat = DataTree::stat_of(self.nodes.get(node_path.as_str()).expect("just created"));
+        let stat = self.client_stat(id);
         events.push(event(&node_path, EventType::NodeCreated));
-        events.push(event(parent, EventType::NodeChildrenChanged));
+        events.push(event(parent_path, EventType::NodeChildrenChanged));
         Ok((node_path, stat))
     }
 
@@ -346,15 +347,15 @@ impl DataTree {
         ctx: &Context<'_>,
         events: &mut Vec<Event>,
     ) -> Result<(), ErrorCode> {
-        let parent = deletable_parent(path)?;
-        let parent_node = self.nodes.get(parent).ok_or(ErrorCode::NoNode)?;
-        acl::check(&parent_node.acl, perms::DELETE, ctx.auth)?;
-        let node = self.nodes.get(path).ok_or(ErrorCode::NoNode)?;
-        check_version(node.stat.version, version)?;
-        if !node.children.is_empty() {
+        let parent_path = deletable_parent(path)?;
+        let parent = self.resolve(parent_path).ok_or(ErrorCode::NoNode)?;
+        acl::check(self.acl_of(parent), perms::DELETE, ctx.auth)?;
+        let id = self.resolve(path).ok_or(ErrorCode::NoNode)?;
+        check_version(self.slot(id).stat.version, version)?;
+        if !self.slot(id).children.is_empty() {
             return Err(ErrorCode::NotEmpty);
         }
-        self.unlink(path, ctx.zxid, events);
+        self.remove(id, path, ctx.zxid, events);
         Ok(())
     }
 
@@ -366,45 +367,40 @@ impl DataTree {
         events: &mut Vec<Event>,
     ) -> Result<(), ErrorCode> {
         deletable_parent(path)?;
-        let node = self.nodes.get(path).ok_or(ErrorCode::NoNode)?;
-        if !node.children.is_empty() {
+        let id = self.resolve(path).ok_or(ErrorCode::NoNode)?;
+        let slot = self.slot(id);
+        if !slot.children.is_empty() {
             return Err(ErrorCode::NotEmpty);
         }
-        match owner_kind(node.stat.ephemeral_owner) {
+        match owner_kind(slot.stat.ephemeral_owner) {
             OwnerKind::Container => {}
             // Saturating: a clock far off (either way) must not overflow.
-            OwnerKind::Ttl(ttl_ms) if ctx.time_ms.saturating_sub(node.stat.mtime) > ttl_ms => {}
+            OwnerKind::Ttl(ttl_ms) if ctx.time_ms.saturating_sub(slot.stat.mtime) > ttl_ms => {}
             // ZooKeeper answers BadVersion for a node that is not a container.
             _ => return Err(ErrorCode::BadVersion),
         }
-        self.unlink(path, ctx.zxid, events);
+        self.remove(id, path, ctx.zxid, events);
         Ok(())
     }
 
     /// Removes a node known to exist and be childless (DataTree.deleteNode).
-    fn unlink(&mut self, path: &str, zxid: i64, events: &mut Vec<Event>) {
-        let (parent, name) = path::split(path).expect("checked by caller");
-        let parent = path::parent_key(parent);
-        let removed = self.remove_node(path).expect("checked by caller");
-        assert!(removed.children.is_empty(), "deleting {path} with children");
-        let mut parent_node = self
-            .nodes
-            .get(parent)
-            .cloned()
-            .expect("parent of an existing node");
-        let had_child = parent_node.children.remove(name).is_some();
-        assert!(had_child, "{path} missing from its parent's children");
-        if zxid > parent_node.stat.pzxid {
-            parent_node.stat.pzxid = zxid;
-        }
-        self.put_node(parent.into(), parent_node);
-        self.charge_quota(
-            path,
-            -(removed.data.as_ref().map_or(0, |d| d.len() as i64)),
-            -1,
+    fn remove(&mut self, id: NodeId, path: &str, zxid: i64, events: &mut Vec<Event>) {
+        let parent_path = crate::tree::parent_path(path).expect("checked by caller");
+        let parent = self.slot(id).parent;
+        let removed = self.unlink_slot(id);
+        self.update(
+            parent,
+            |s| {
+                if zxid > s.pzxid {
+                    s.pzxid = zxid;
+                }
+            },
+            None,
+            None,
         );
+        self.charge_quota(path, -(removed.blob.data_len() as i64), -1);
         events.push(event(path, EventType::NodeDeleted));
-        events.push(event(parent, EventType::NodeChildrenChanged));
+        events.push(event(parent_path, EventType::NodeChildrenChanged));
         self.check_invariants_of(parent);
     }
 
@@ -419,18 +415,25 @@ impl DataTree {
         if !path::validate(path) {
             return Err(ErrorCode::BadArguments);
         }
-        let mut node = self.nodes.get(path).cloned().ok_or(ErrorCode::NoNode)?;
-        acl::check(&node.acl, perms::WRITE, ctx.auth)?;
-        node.stat.version = check_version(node.stat.version, version)?;
-        node.stat.mtime = ctx.time_ms;
-        node.stat.mzxid = ctx.zxid;
-        let old_bytes = node.data.as_ref().map_or(0, |d| d.len() as i64);
-        node.data = data.as_deref().map(Arc::from);
-        let new_bytes = node.data.as_ref().map_or(0, |d| d.len() as i64);
-        self.put_node(path.into(), node);
+        let id = self.resolve(path).ok_or(ErrorCode::NoNode)?;
+        acl::check(self.acl_of(id), perms::WRITE, ctx.auth)?;
+        let new_version = check_version(self.slot(id).stat.version, version)?;
+        let old_bytes = self.slot(id).blob.data_len() as i64;
+        let (time_ms, zxid) = (ctx.time_ms, ctx.zxid);
+        self.update(
+            id,
+            |s| {
+                s.version = new_version;
+                s.mtime = time_ms;
+                s.mzxid = zxid;
+            },
+            Some(data.as_deref()),
+            None,
+        );
+        let new_bytes = self.slot(id).blob.data_len() as i64;
         self.charge_quota(path, new_bytes - old_bytes, 0);
         events.push(event(path, EventType::NodeDataChanged));
-        Ok(DataTree::stat_of(self.nodes.get(path).expect("just set")))
+        Ok(self.client_stat(id))
     }
 
     fn set_acl(
@@ -444,33 +447,32 @@ impl DataTree {
             return Err(ErrorCode::BadArguments);
         }
         let fixed = acl::fixup(new_acl, ctx.auth)?;
-        let mut node = self.nodes.get(path).cloned().ok_or(ErrorCode::NoNode)?;
-        acl::check(&node.acl, perms::ADMIN, ctx.auth)?;
-        node.stat.aversion = check_version(node.stat.aversion, version)?;
-        node.acl = fixed.into();
-        self.put_node(path.into(), node);
-        Ok(DataTree::stat_of(self.nodes.get(path).expect("just set")))
+        let id = self.resolve(path).ok_or(ErrorCode::NoNode)?;
+        acl::check(self.acl_of(id), perms::ADMIN, ctx.auth)?;
+        let new_version = check_version(self.slot(id).stat.aversion, version)?;
+        let acl = self.acls.intern(&fixed);
+        self.update(id, |s| s.aversion = new_version, None, Some(acl));
+        Ok(self.client_stat(id))
     }
 
     fn check_version(&self, path: &str, version: i32, ctx: &Context<'_>) -> Result<(), ErrorCode> {
         if !path::validate(path) {
             return Err(ErrorCode::BadArguments);
         }
-        let node = self.nodes.get(path).ok_or(ErrorCode::NoNode)?;
-        acl::check(&node.acl, perms::READ, ctx.auth)?;
-        check_version(node.stat.version, version).map(|_| ())
+        let id = self.resolve(path).ok_or(ErrorCode::NoNode)?;
+        acl::check(self.acl_of(id), perms::READ, ctx.auth)?;
+        check_version(self.slot(id).stat.version, version).map(|_| ())
     }
 
     /// Ends a session: its ephemerals go (sorted order), then the session.
     fn close_session(&mut self, ctx: &Context<'_>) -> Applied {
         let mut events = Vec::new();
-        for path in self.ephemerals_in_java_order(ctx.session_id) {
-            let childless = self
-                .nodes
-                .get(path.as_str())
-                .is_some_and(|n| n.children.is_empty());
-            assert!(childless, "ephemeral {path} has children");
-            self.unlink(&path, ctx.zxid, &mut events);
+        for (id, path) in self.ephemerals_in_java_order(ctx.session_id) {
+            assert!(
+                self.slot(id).children.is_empty(),
+                "ephemeral {path} has children"
+            );
+            self.remove(id, &path, ctx.zxid, &mut events);
         }
         assert!(!self.ephemerals.contains_key(&ctx.session_id));
         let existed = self.sessions.remove(&ctx.session_id).is_some();
@@ -486,16 +488,20 @@ impl DataTree {
     /// iteration order of a java.util.HashSet copy of the session's set
     /// (PrepRequestProcessor clones it; the clone is sized for its count).
     /// Ties inside a bucket follow creation order.
-    fn ephemerals_in_java_order(&self, session_id: i64) -> Vec<String> {
-        let mut paths = self.ephemerals_of(session_id);
-        paths.sort_by_key(|p| self.nodes.get(p.as_str()).map_or(0, |n| n.stat.czxid));
+    fn ephemerals_in_java_order(&self, session_id: i64) -> Vec<(NodeId, String)> {
+        let mut paths: Vec<(NodeId, String)> = match self.ephemerals.get(&session_id) {
+            Some(ids) => ids.iter().map(|id| (*id, self.path_of(*id))).collect(),
+            None => Vec::new(),
+        };
+        paths.sort_by(|a, b| a.1.cmp(&b.1));
+        paths.sort_by_key(|(id, _)| self.slot(*id).stat.czxid);
         let count = paths.len();
         let original_capacity = (count.saturating_mul(4).div_ceil(3))
             .next_power_of_two()
             .max(16);
         let clone_capacity = ((count as f32 / 0.75 + 1.0) as usize).next_power_of_two();
-        paths.sort_by_key(|p| java_hash_spread(p) as usize & (original_capacity - 1));
-        paths.sort_by_key(|p| java_hash_spread(p) as usize & (clone_capacity - 1));
+        paths.sort_by_key(|(_, p)| java_hash_spread(p) as usize & (original_capacity - 1));
+        paths.sort_by_key(|(_, p)| java_hash_spread(p) as usize & (clone_capacity - 1));
         paths
     }
 }

@@ -29,7 +29,8 @@ use keel_jute::{
     SetAclRequest, SetDataRequest,
 };
 
-use crate::tree::{node_digest, owner_kind, OwnerKind, SYSTEM_PATHS};
+use crate::store::ROOT;
+use crate::tree::{owner_kind, OwnerKind, SYSTEM_PATHS};
 use crate::txn::{decode_batch, encode_batch};
 use crate::{path, snapshot, Applied, DataTree, Txn, TxnOp};
 
@@ -604,7 +605,7 @@ impl World {
         self.tree.set_applied(self.index, self.term);
         self.restored.set_applied(self.index, self.term);
         let mut bytes = Vec::new();
-        snapshot::encode(&self.restored, &mut bytes);
+        snapshot::encode(&mut self.restored, &mut bytes);
         self.restored = snapshot::decode(&bytes).expect("a snapshot of a valid tree loads");
         assert_same(&self.tree, &self.restored);
     }
@@ -612,8 +613,7 @@ impl World {
     fn finish(&mut self) {
         check_invariants(&self.tree);
         assert_same(&self.tree, &self.restored);
-        let mut bytes = Vec::new();
-        snapshot::encode(&self.tree, &mut bytes);
+        let bytes = snapshot::encode_copy(&self.tree);
         let loaded = snapshot::decode(&bytes).expect("a snapshot of a valid tree loads");
         assert_same(&self.tree, &loaded);
         check_invariants(&loaded);
@@ -635,8 +635,8 @@ fn check_applied(before: &DataTree, after: &DataTree, txn: &Txn, applied: &Appli
     let unchanged = |why: &str| {
         assert_eq!(before.digest, after.digest, "{why}: digest changed");
         assert_eq!(
-            before.nodes.len(),
-            after.nodes.len(),
+            before.node_count,
+            after.node_count,
             "{why}: nodes changed"
         );
         assert_eq!(before.sessions, after.sessions, "{why}: sessions changed");
@@ -707,16 +707,16 @@ fn check_request_outcome(tree: &DataTree, request: &Request, applied: &Applied) 
             Response::Create2(path, stat),
         ) => {
             let node = tree.node(path).expect("created node exists");
-            assert_eq!(&DataTree::stat_of(node), stat);
+            assert_eq!(&DataTree::stat_of(&node), stat);
         }
         (Request::SetData(r), Response::Stat(stat)) => {
             let node = tree.node(&r.path).expect("set node exists");
-            assert_eq!(&DataTree::stat_of(node), stat);
+            assert_eq!(&DataTree::stat_of(&node), stat);
             assert_eq!(node.data.as_deref(), r.data.as_deref());
         }
         (Request::SetAcl(r), Response::Stat(stat)) => {
             let node = tree.node(&r.path).expect("set node exists");
-            assert_eq!(&DataTree::stat_of(node), stat);
+            assert_eq!(&DataTree::stat_of(&node), stat);
         }
         (Request::Delete(DeleteRequest { path, .. }), Response::Empty)
         | (Request::DeleteContainer(path), Response::Empty) => {
@@ -736,98 +736,57 @@ pub fn check_invariants(tree: &DataTree) {
 }
 
 /// The structural part of [`check_invariants`], which must hold of any tree
-/// `snapshot::decode` accepts too: links, counts, digest, owner indexes and
-/// childless ephemerals. (Without `strict`, paths, zxids and ephemeral
-/// owners are not checked against the rest of the tree: a snapshot is
-/// trusted for those.)
+/// `snapshot::decode` accepts too: links, sorted child lists, counts,
+/// digest, path index, owner indexes and childless ephemerals. (Without
+/// `strict`, paths, zxids and ephemeral owners are not checked against the
+/// rest of the tree: a snapshot is trusted for those.)
 pub fn check_tree(tree: &DataTree, strict: bool) {
-    let mut digest = 0u64;
-    let mut ephemerals: BTreeSet<(i64, &str)> = BTreeSet::new();
-    let mut containers: BTreeSet<&str> = BTreeSet::new();
-    let mut ttls: BTreeSet<&str> = BTreeSet::new();
-    assert!(tree.nodes.contains_key("/"), "the root is missing");
+    tree.verify().unwrap_or_else(|e| panic!("{e}"));
+    assert!(!tree.arena.get(ROOT).is_free(), "the root is missing");
     for system in SYSTEM_PATHS {
         assert!(
-            !strict || tree.nodes.contains_key(system),
+            !strict || tree.resolve(system).is_some(),
             "{system} is missing"
         );
     }
-    for (node_path, node) in tree.nodes.iter() {
-        let node_path: &str = node_path;
-        digest = digest.wrapping_add(node_digest(node_path, node));
+    for (id, slot) in tree.arena.iter() {
+        if slot.is_free() {
+            continue;
+        }
+        let node_path = tree.path_of(id);
         if strict {
-            assert!(path::validate(node_path), "invalid path {node_path:?}");
-            assert!(node.stat.czxid <= tree.last_zxid, "{node_path} czxid");
-            assert!(node.stat.mzxid <= tree.last_zxid, "{node_path} mzxid");
-            assert!(node.stat.pzxid <= tree.last_zxid, "{node_path} pzxid");
+            assert!(path::validate(&node_path), "invalid path {node_path:?}");
+            assert!(slot.stat.czxid <= tree.last_zxid, "{node_path} czxid");
+            assert!(slot.stat.mzxid <= tree.last_zxid, "{node_path} mzxid");
+            assert!(slot.stat.pzxid <= tree.last_zxid, "{node_path} pzxid");
         }
-        assert_eq!(
-            node.stat.num_children as usize,
-            node.children.len(),
-            "{node_path}"
-        );
-        assert_eq!(
-            node.stat.data_length as usize,
-            node.data.as_ref().map_or(0, |d| d.len()),
-            "{node_path}"
-        );
-        if node_path != "/" {
-            let (parent, name) = path::split(node_path).expect("absolute");
-            let parent_node = tree
-                .nodes
-                .get(path::parent_key(parent))
-                .unwrap_or_else(|| panic!("{node_path} has no parent"));
+        assert_eq!(tree.resolve(&node_path), Some(id), "{node_path} resolves");
+        if id != ROOT {
+            let parent = tree.arena.get(slot.parent);
+            assert!(!parent.is_free(), "{node_path} has no parent");
+            assert!(parent.children.contains(&id), "{node_path} not linked");
+        }
+        for pair in slot.children.windows(2) {
+            let (a, b) = (tree.arena.get(pair[0]), tree.arena.get(pair[1]));
+            assert!(a.blob.name_bytes() < b.blob.name_bytes(), "{node_path} children unsorted");
+        }
+        for child in slot.children.iter() {
+            let child_slot = tree.arena.get(*child);
+            assert!(!child_slot.is_free(), "a child of {node_path} is dangling");
+            assert_eq!(child_slot.parent, id, "a child of {node_path} names another parent");
+        }
+        if let OwnerKind::Ephemeral(session) = owner_kind(slot.stat.ephemeral_owner) {
             assert!(
-                parent_node.children.contains(name),
-                "{node_path} not linked"
+                slot.children.is_empty(),
+                "ephemeral {node_path} has children"
+            );
+            assert!(
+                !strict || tree.sessions.contains_key(&session),
+                "ephemeral {node_path} of dead session {session:#x}"
             );
         }
-        for child in node.children.iter() {
-            let child_path = path::join(node_path, child);
-            assert!(
-                tree.nodes.contains_key(child_path.as_str()),
-                "{child_path} is dangling"
-            );
-        }
-        let _ = DataTree::stat_of(node);
-        match owner_kind(node.stat.ephemeral_owner) {
-            OwnerKind::Persistent => {}
-            OwnerKind::Ephemeral(session) => {
-                assert!(
-                    node.children.is_empty(),
-                    "ephemeral {node_path} has children"
-                );
-                assert!(
-                    !strict || tree.sessions.contains_key(&session),
-                    "ephemeral {node_path} of dead session {session:#x}"
-                );
-                ephemerals.insert((session, node_path));
-            }
-            OwnerKind::Container => {
-                containers.insert(node_path);
-            }
-            OwnerKind::Ttl(_) => {
-                ttls.insert(node_path);
-            }
-        }
+        let _ = tree.client_stat(id);
     }
-    assert_eq!(
-        digest, tree.digest,
-        "incremental digest != recomputed digest"
-    );
-    let indexed: BTreeSet<(i64, &str)> = tree
-        .ephemerals
-        .iter()
-        .flat_map(|(session, paths)| {
-            assert!(!paths.is_empty(), "empty ephemeral set of {session:#x}");
-            paths.iter().map(move |p| (*session, p.as_ref()))
-        })
-        .collect();
-    assert_eq!(indexed, ephemerals, "ephemeral index");
-    let indexed: BTreeSet<&str> = tree.containers.iter().map(|p| p.as_ref()).collect();
-    assert_eq!(indexed, containers, "container index");
-    let indexed: BTreeSet<&str> = tree.ttls.iter().map(|p| p.as_ref()).collect();
-    assert_eq!(indexed, ttls, "ttl index");
 }
 
 /// Two trees hold the same state (a tree and its snapshot reload).
@@ -838,13 +797,21 @@ pub fn assert_same(a: &DataTree, b: &DataTree) {
     assert_eq!(a.applied_term, b.applied_term, "applied term");
     assert_eq!(a.sessions, b.sessions, "sessions");
     assert_eq!(a.origins, b.origins, "origins");
-    assert_eq!(a.ephemerals, b.ephemerals, "ephemerals");
-    assert_eq!(a.containers, b.containers, "containers");
-    assert_eq!(a.ttls, b.ttls, "ttls");
-    assert_eq!(a.nodes.len(), b.nodes.len(), "node count");
-    for (node_path, node) in a.nodes.iter() {
-        assert_eq!(Some(node), b.nodes.get(node_path), "{node_path}");
+    assert_eq!(a.node_count, b.node_count, "node count");
+    assert_eq!(a.data_size, b.data_size, "data size");
+    let paths = a.paths();
+    assert_eq!(paths, b.paths(), "paths");
+    for node_path in &paths {
+        assert_eq!(a.node(node_path), b.node(node_path), "{node_path}");
     }
+    for session in a.sessions.keys() {
+        assert_eq!(a.ephemerals_of(*session), b.ephemerals_of(*session), "ephemerals");
+    }
+    let by_path = |tree: &DataTree, ids: &BTreeSet<u32>| -> BTreeSet<String> {
+        ids.iter().map(|id| tree.path_of(*id)).collect()
+    };
+    assert_eq!(by_path(a, &a.containers), by_path(b, &b.containers), "containers");
+    assert_eq!(by_path(a, &a.ttls), by_path(b, &b.ttls), "ttls");
 }
 
 // ---------------------------------------------------------------------------
@@ -874,27 +841,38 @@ pub fn tree_batch_decode(data: &[u8]) {
 // snapshot_decode
 
 const SNAPSHOT_MAGIC: &[u8] = b"KEELSNAP";
-const SNAPSHOT_VERSION: i32 = 2;
-/// Offset of the stored digest in a snapshot body (after magic and
-/// version): it follows the applied index, applied term and last zxid.
-const BODY_DIGEST_AT: usize = 8 + 8 + 8;
+/// Offset of the stored digest in a snapshot body (the frames after magic
+/// and version): the header frame's 9-byte frame header, then the applied
+/// index, applied term and last zxid.
+const BODY_DIGEST_AT: usize = 9 + 8 + 8 + 8;
 
-/// Magic + version + `body` + CRC: a snapshot whose envelope is right.
+/// Magic + version + `body` with every whole frame's CRC recomputed: a
+/// snapshot whose envelope is right, so the fuzzer reaches the structure.
 pub fn seal_snapshot(body: &[u8]) -> Vec<u8> {
     let mut bytes = SNAPSHOT_MAGIC.to_vec();
-    bytes.extend_from_slice(&SNAPSHOT_VERSION.to_be_bytes());
+    bytes.extend_from_slice(&snapshot::FORMAT_VERSION.to_be_bytes());
+    let start = bytes.len();
     bytes.extend_from_slice(body);
-    let crc = crc32fast::hash(&bytes);
-    bytes.extend_from_slice(&crc.to_be_bytes());
+    let mut offset = start;
+    while bytes.len() - offset >= 9 {
+        let len = u32::from_be_bytes(bytes[offset + 1..offset + 5].try_into().expect("4")) as usize;
+        if bytes.len() - offset - 9 < len {
+            break;
+        }
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&bytes[offset..offset + 1]);
+        crc.update(&bytes[offset + 9..offset + 9 + len]);
+        let crc = crc.finalize();
+        bytes[offset + 5..offset + 9].copy_from_slice(&crc.to_be_bytes());
+        offset += 9 + len;
+    }
     bytes
 }
 
 /// The part of a snapshot `seal_snapshot` wraps.
 pub fn snapshot_body(tree: &DataTree) -> Vec<u8> {
-    let mut bytes = Vec::new();
-    snapshot::encode(tree, &mut bytes);
-    let end = bytes.len() - 4;
-    bytes[SNAPSHOT_MAGIC.len() + 4..end].to_vec()
+    let bytes = snapshot::encode_copy(tree);
+    bytes[SNAPSHOT_MAGIC.len() + 4..].to_vec()
 }
 
 /// Target `snapshot_decode`: `snapshot::decode` must reject bad bytes with
@@ -913,8 +891,8 @@ pub fn snapshot_decode(data: &[u8]) {
 }
 
 /// [`seal_snapshot`], and if `decode` then gets as far as the digest check
-/// and only that fails, with the stored digest (bytes 24..32 of `body`)
-/// replaced by the one `decode` computed.
+/// and only that fails, with the stored digest (in the header frame of
+/// `body`) replaced by the one `decode` computed.
 pub fn seal_snapshot_fixing_digest(body: &[u8]) -> Vec<u8> {
     let sealed = seal_snapshot(body);
     let Err(snapshot::SnapshotError::Inconsistent(message)) = snapshot::decode(&sealed) else {
@@ -928,14 +906,16 @@ pub fn seal_snapshot_fixing_digest(body: &[u8]) -> Vec<u8> {
         return sealed;
     };
     let mut body = body.to_vec();
+    if body.len() < BODY_DIGEST_AT + 8 {
+        return sealed;
+    }
     body[BODY_DIGEST_AT..BODY_DIGEST_AT + 8].copy_from_slice(&computed.to_be_bytes());
     seal_snapshot(&body)
 }
 
 fn check_loaded(mut tree: DataTree) {
     check_tree(&tree, false);
-    let mut bytes = Vec::new();
-    snapshot::encode(&tree, &mut bytes);
+    let bytes = snapshot::encode_copy(&tree);
     let again = snapshot::decode(&bytes).expect("re-encoded snapshot loads");
     assert_same(&tree, &again);
     // The loaded tree must be usable: close every session (which deletes

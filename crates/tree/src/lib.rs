@@ -4,7 +4,9 @@
 //!   their ephemerals, containers and TTL nodes; `apply` runs a committed
 //!   [`Txn`], `read` serves a read request.
 //! - [`watch::WatchManager`]: path → bitmap of watching sessions.
-//! - [`snapshot`]: checked encoding of a frozen tree.
+//! - [`snapshot`]: chunked, checksummed snapshots written without stopping
+//!   the apply side (per-node copy-on-write) and loaded on every core.
+//! - [`store`]: the compact storage (arena, path index, interned ACLs).
 //!
 //! No IO, no clock, no randomness: time arrives inside each transaction.
 
@@ -16,6 +18,7 @@ pub mod path;
 mod quota;
 mod read;
 pub mod snapshot;
+pub mod store;
 mod tree;
 pub mod txn;
 pub mod watch;

@@ -5,8 +5,6 @@
 //! stats node's data changes, never its version or mzxid; the deepest
 //! quota root containing a path is the one charged.
 
-use std::sync::Arc;
-
 use crate::tree::DataTree;
 
 const QUOTA_ROOT: &str = "/zookeeper/quota";
@@ -17,9 +15,8 @@ impl DataTree {
     /// The deepest quota root containing `path` (never "/"), if any.
     pub(crate) fn quota_prefix(&self, path: &str) -> Option<String> {
         if self
-            .nodes
-            .get(QUOTA_ROOT)
-            .is_none_or(|n| n.children.is_empty())
+            .resolve(QUOTA_ROOT)
+            .is_none_or(|id| self.slot(id).children.is_empty())
         {
             return None;
         }
@@ -29,8 +26,8 @@ impl DataTree {
             prefix.push('/');
             prefix.push_str(segment);
             if self
-                .nodes
-                .contains_key(format!("{QUOTA_ROOT}{prefix}/{LIMIT_NODE}").as_str())
+                .resolve(&format!("{QUOTA_ROOT}{prefix}/{LIMIT_NODE}"))
+                .is_some()
             {
                 deepest = Some(prefix.clone());
             }
@@ -66,38 +63,36 @@ impl DataTree {
 
     fn subtree_counts(&self, path: &str) -> (i64, i64) {
         let (mut count, mut bytes) = (0i64, 0i64);
-        let mut stack = vec![path.to_string()];
+        let Some(top) = self.resolve(path).filter(|_| !path.is_empty()) else {
+            return (0, 0);
+        };
+        let mut stack = vec![top];
         while let Some(current) = stack.pop() {
-            let Some(node) = self.nodes.get(current.as_str()) else {
-                continue;
-            };
+            let slot = self.slot(current);
             count += 1;
-            bytes += node.data.as_ref().map_or(0, |d| d.len() as i64);
-            stack.extend(
-                node.children
-                    .iter()
-                    .map(|child| crate::path::join(&current, child)),
-            );
+            bytes += slot.blob.data_len() as i64;
+            stack.extend(slot.children.iter().copied());
         }
         (count, bytes)
     }
 
     fn update_stats(&mut self, quota_path: &str, change: impl FnOnce(i64, i64) -> (i64, i64)) {
         let stat_path = format!("{QUOTA_ROOT}{quota_path}/{STAT_NODE}");
-        let Some(mut node) = self.nodes.get(stat_path.as_str()).cloned() else {
+        let Some(id) = self.resolve(&stat_path) else {
             return;
         };
-        let text = node
-            .data
-            .as_deref()
+        let text = self
+            .slot(id)
+            .blob
+            .data()
             .map(|d| String::from_utf8_lossy(d).into_owned())
             .unwrap_or_default();
         let mut stats = StatsTrack::parse(&text);
         let (count, bytes) = change(stats.get("count"), stats.get("bytes"));
         stats.set("count", count);
         stats.set("bytes", bytes);
-        node.data = Some(Arc::from(stats.to_string().into_bytes()));
-        self.put_node(stat_path.as_str().into(), node);
+        let text = stats.to_string();
+        self.update(id, |_| {}, Some(Some(text.as_bytes())), None);
     }
 }
 

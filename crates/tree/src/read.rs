@@ -4,9 +4,10 @@
 
 use keel_jute::{perms, ErrorCode, EventType, Id, MultiOp, MultiResult, Request, Response, Stat};
 
+use crate::store::NodeId;
 use crate::tree::DataTree;
 use crate::watch::WatchKind;
-use crate::{acl, path};
+use crate::acl;
 
 /// Most children one getChildren reply may list; a frame bounds it anyway
 /// (ZooKeeper fails such a reply at serialization), we fail it up front.
@@ -56,7 +57,7 @@ impl DataTree {
         }
         // ZooKeeper 3.8.0 checks no ACL on exists (later 3.8 releases check
         // READ); Keel matches the 3.8.0 server its tests compare against.
-        let node = self.lookup(path);
+        let node = self.resolve(path);
         // An exists watch is set whether or not the node is there.
         let kind = if node.is_some() {
             WatchKind::Data
@@ -69,7 +70,7 @@ impl DataTree {
             Vec::new()
         };
         let result = match node {
-            Some(node) => Ok(Response::Stat(DataTree::stat_of(node))),
+            Some(id) => Ok(Response::Stat(self.client_stat(id))),
             None => Err(ErrorCode::NoNode),
         };
         ReadOutcome { result, watches }
@@ -77,10 +78,10 @@ impl DataTree {
 
     fn get_data(&self, path: &str, watch: bool, auth: &[Id]) -> ReadOutcome {
         match self.readable(path, auth) {
-            Ok(node) => ReadOutcome {
+            Ok(id) => ReadOutcome {
                 result: Ok(Response::GetData(
-                    node.data.as_ref().map(|d| d.to_vec()),
-                    DataTree::stat_of(node),
+                    self.slot(id).blob.data().map(|d| d.to_vec()),
+                    self.client_stat(id),
                 )),
                 watches: watch_if(watch, path, WatchKind::Data),
             },
@@ -89,16 +90,21 @@ impl DataTree {
     }
 
     fn get_children(&self, path: &str, watch: bool, with_stat: bool, auth: &[Id]) -> ReadOutcome {
-        let node = match self.readable(path, auth) {
-            Ok(node) => node,
+        let id = match self.readable(path, auth) {
+            Ok(id) => id,
             Err(code) => return ReadOutcome::plain(Err(code)),
         };
-        if node.children.len() > CHILDREN_PER_RESPONSE_MAX {
+        let slot = self.slot(id);
+        if slot.children.len() > CHILDREN_PER_RESPONSE_MAX {
             return ReadOutcome::plain(Err(ErrorCode::MarshallingError));
         }
-        let children: Vec<String> = node.children.iter().map(|c| c.to_string()).collect();
+        let children: Vec<String> = slot
+            .children
+            .iter()
+            .map(|c| self.slot(*c).blob.name().to_string())
+            .collect();
         let result = if with_stat {
-            Response::GetChildren2(children, DataTree::stat_of(node))
+            Response::GetChildren2(children, self.client_stat(id))
         } else {
             Response::GetChildren(children)
         };
@@ -110,27 +116,28 @@ impl DataTree {
 
     /// getACL needs READ or ADMIN; without ADMIN, digests are redacted.
     fn get_acl(&self, path: &str, auth: &[Id]) -> Result<Response, ErrorCode> {
-        let node = self.lookup(path).ok_or(ErrorCode::NoNode)?;
-        acl::check(&node.acl, perms::READ | perms::ADMIN, auth)?;
-        let list = match acl::check(&node.acl, perms::ADMIN, auth) {
-            Ok(()) => node.acl.to_vec(),
-            Err(_) => acl::redact_digests(&node.acl),
+        let id = self.resolve(path).ok_or(ErrorCode::NoNode)?;
+        let node_acl = self.acl_of(id);
+        acl::check(node_acl, perms::READ | perms::ADMIN, auth)?;
+        let list = match acl::check(node_acl, perms::ADMIN, auth) {
+            Ok(()) => node_acl.to_vec(),
+            Err(_) => acl::redact_digests(node_acl),
         };
-        Ok(Response::GetAcl(list, DataTree::stat_of(node)))
+        Ok(Response::GetAcl(list, self.client_stat(id)))
     }
 
     fn all_children_number(&self, path: &str, auth: &[Id]) -> Result<Response, ErrorCode> {
-        let node = self.readable(path, auth)?;
+        let id = self.readable(path, auth)?;
         if path == "/" {
-            return Ok(Response::GetAllChildrenNumber(self.nodes.len() as i32 - 1));
+            return Ok(Response::GetAllChildrenNumber(
+                (self.node_count() as i64 - 1).min(i32::MAX as i64) as i32,
+            ));
         }
         let mut count: i64 = 0;
-        let mut stack: Vec<String> = node.children.iter().map(|c| path::join(path, c)).collect();
+        let mut stack: Vec<NodeId> = self.slot(id).children.to_vec();
         while let Some(child) = stack.pop() {
             count += 1;
-            if let Some(child_node) = self.nodes.get(child.as_str()) {
-                stack.extend(child_node.children.iter().map(|c| path::join(&child, c)));
-            }
+            stack.extend(self.slot(child).children.iter().copied());
         }
         Ok(Response::GetAllChildrenNumber(
             count.min(i32::MAX as i64) as i32
@@ -173,15 +180,11 @@ impl DataTree {
     }
 
     /// ZooKeeper's node map also holds the root under "": a read of the
-    /// empty path answers for "/".
-    fn lookup(&self, path: &str) -> Option<&crate::tree::Node> {
-        self.nodes.get(if path.is_empty() { "/" } else { path })
-    }
-
-    fn readable(&self, path: &str, auth: &[Id]) -> Result<&crate::tree::Node, ErrorCode> {
-        let node = self.lookup(path).ok_or(ErrorCode::NoNode)?;
-        acl::check(&node.acl, perms::READ, auth)?;
-        Ok(node)
+    /// empty path answers for "/" (`resolve` does so).
+    fn readable(&self, path: &str, auth: &[Id]) -> Result<NodeId, ErrorCode> {
+        let id = self.resolve(path).ok_or(ErrorCode::NoNode)?;
+        acl::check(self.acl_of(id), perms::READ, auth)?;
+        Ok(id)
     }
 
     /// setWatches after a reconnect: events the client missed since
@@ -196,7 +199,7 @@ impl DataTree {
         let mut fired = Vec::new();
         let mut watches = Vec::new();
         for path in data {
-            match self.nodes.get(path.as_str()) {
+            match self.lookup_slot(path) {
                 None => fired.push((path.clone(), EventType::NodeDeleted)),
                 Some(node) if node.stat.mzxid > relative_zxid => {
                     fired.push((path.clone(), EventType::NodeDataChanged))
@@ -205,13 +208,13 @@ impl DataTree {
             }
         }
         for path in exist {
-            match self.nodes.get(path.as_str()) {
+            match self.lookup_slot(path) {
                 Some(_) => fired.push((path.clone(), EventType::NodeCreated)),
                 None => watches.push((path.clone(), WatchKind::Exist)),
             }
         }
         for path in child {
-            match self.nodes.get(path.as_str()) {
+            match self.lookup_slot(path) {
                 None => fired.push((path.clone(), EventType::NodeDeleted)),
                 Some(node) if node.stat.pzxid > relative_zxid => {
                     fired.push((path.clone(), EventType::NodeChildrenChanged))
@@ -224,7 +227,20 @@ impl DataTree {
 
     /// The Stat of a path, if present (tests, cli, dump).
     pub fn stat(&self, path: &str) -> Option<Stat> {
-        self.nodes.get(path).map(DataTree::stat_of)
+        self.resolve_exact(path).map(|id| self.client_stat(id))
+    }
+
+    /// The slot at exactly `path` ("" is not the root here, as the old
+    /// node map's keys).
+    fn lookup_slot(&self, path: &str) -> Option<&crate::store::Slot> {
+        self.resolve_exact(path).map(|id| self.slot(id))
+    }
+
+    fn resolve_exact(&self, path: &str) -> Option<NodeId> {
+        if path.is_empty() {
+            return None;
+        }
+        self.resolve(path)
     }
 }
 

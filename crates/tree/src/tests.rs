@@ -162,9 +162,8 @@ fn sequential_names_use_the_parent_cversion_with_10_digits() {
 fn sequential_names_go_negative_after_cversion_overflow() {
     let mut h = Harness::new();
     h.create("/q", 0).unwrap();
-    let mut node = h.tree.nodes.get("/q").unwrap().clone();
-    node.stat.cversion = i32::MAX;
-    h.tree.put_node("/q".into(), node);
+    let id = h.tree.resolve("/q").unwrap();
+    h.tree.update(id, |s| s.cversion = i32::MAX, None, None);
     assert_eq!(h.create("/q/n", 2).unwrap(), format!("/q/n{}", i32::MAX));
     assert_eq!(h.create("/q/n", 2).unwrap(), "/q/n-2147483648");
 }
@@ -477,7 +476,7 @@ fn snapshots_round_trip_and_reject_corruption() {
     h.create("/a/s", 2).unwrap();
     h.tree.set_applied(9, TERM);
     let mut bytes = Vec::new();
-    snapshot::encode(&h.tree, &mut bytes);
+    snapshot::encode(&mut h.tree, &mut bytes);
     let loaded = snapshot::decode(&bytes).unwrap();
     assert_eq!(loaded.digest(), h.tree.digest());
     assert_eq!(loaded.paths(), h.tree.paths());

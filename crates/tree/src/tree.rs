@@ -2,20 +2,21 @@
 //! ephemerals, containers and TTL nodes. Pure and deterministic: the same
 //! transactions in the same order give the same tree on every node.
 //!
-//! Every collection is a persistent (structurally shared) map, so cloning
-//! the whole tree is O(1): a multi runs on a clone and is dropped on
-//! failure, and a snapshot freezes a clone while service goes on.
+//! Storage is compact (store.rs): a node is a slot in an arena, found by
+//! (parent id, name). Every change goes through four edits — `link`,
+//! `unlink_slot`, `update`, and the undo of each — so the digest, the data
+//! size, the owner indexes, a multi's undo journal and a running
+//! snapshot's copy-on-write stay exact.
 
-use std::hash::BuildHasherDefault;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use keel_jute::{Acl, EventType, Stat};
+use thin_vec::ThinVec;
 
 use crate::path;
-
-/// Deterministic hashing: iteration order must not depend on the process.
-pub(crate) type Hasher = BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
-pub(crate) type NodeMap = imbl::HashMap<Arc<str>, Node, Hasher>;
+use crate::snapshot::SnapshotState;
+use crate::store::{AclTable, Arena, Blob, NodeId, PackedStat, PathIndex, Slot, NIL, ROOT};
 
 /// ZooKeeper's CONTAINER_EPHEMERAL_OWNER (Long.MIN_VALUE).
 pub const CONTAINER_OWNER: i64 = i64::MIN;
@@ -59,13 +60,16 @@ pub fn ttl_owner(ttl_ms: i64) -> Option<i64> {
     Some(EXTENDED_OWNER_MASK | ttl_ms)
 }
 
+/// An owned copy of one node, for tests, tools and replica comparison
+/// (the tree itself never stores nodes in this form).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Node {
-    /// Persisted Stat fields; data_length and num_children are kept current.
+    /// Persisted Stat fields; data_length and num_children are current.
     pub stat: Stat,
-    pub data: Option<Arc<[u8]>>,
-    pub acl: Arc<[Acl]>,
-    pub children: imbl::OrdSet<Arc<str>>,
+    pub data: Option<Vec<u8>>,
+    pub acl: Vec<Acl>,
+    /// Child names, sorted.
+    pub children: Vec<String>,
 }
 
 /// A change a watch may care about, in the order ZooKeeper fires them.
@@ -75,22 +79,41 @@ pub struct Event {
     pub event_type: EventType,
 }
 
-#[derive(Clone)]
+/// How to undo one edit of a multi that fails.
+#[derive(Debug, Clone)]
+pub(crate) enum Undo {
+    Linked(NodeId),
+    Unlinked(NodeId, Box<Slot>),
+    Updated(NodeId, Box<(PackedStat, Option<Blob>, Option<u32>)>),
+}
+
+#[derive(Debug, Clone)]
 pub struct DataTree {
-    pub(crate) nodes: NodeMap,
-    pub(crate) sessions: imbl::OrdMap<i64, u32>,
-    pub(crate) ephemerals: imbl::OrdMap<i64, imbl::OrdSet<Arc<str>>>,
-    pub(crate) containers: imbl::OrdSet<Arc<str>>,
-    pub(crate) ttls: imbl::OrdSet<Arc<str>>,
+    pub(crate) arena: Arena,
+    pub(crate) index: PathIndex,
+    pub(crate) acls: AclTable,
+    pub(crate) node_count: u64,
+    pub(crate) sessions: BTreeMap<i64, u32>,
+    pub(crate) ephemerals: BTreeMap<i64, BTreeSet<NodeId>>,
+    pub(crate) containers: BTreeSet<NodeId>,
+    pub(crate) ttls: BTreeSet<NodeId>,
     pub(crate) last_zxid: i64,
     /// Per origin node, the highest proposal sequence applied: a proposal
     /// resent after a leader change is recognised and applied once.
-    pub(crate) origins: imbl::OrdMap<u64, u64>,
+    pub(crate) origins: BTreeMap<u64, u64>,
     /// Raft index of the last applied entry (0 = none): a snapshot's position.
     pub(crate) applied_index: u64,
     pub(crate) applied_term: u64,
     /// Sum of node digests: equal trees have equal digests (replica checks).
     pub(crate) digest: u64,
+    /// ZooKeeper's approximate data size: Σ path length + data length.
+    pub(crate) data_size: u64,
+    /// Heap bytes of blobs and child lists (keel_tree_bytes).
+    pub(crate) heap_bytes: u64,
+    /// The undo journal of the multi being applied.
+    pub(crate) journal: Option<Vec<Undo>>,
+    /// The snapshot being written, if any (copy-on-write state).
+    pub(crate) snapshot: Option<SnapshotState>,
 }
 
 impl Default for DataTree {
@@ -100,51 +123,69 @@ impl Default for DataTree {
 }
 
 impl DataTree {
-    /// A fresh tree: /, /zookeeper, /zookeeper/quota, /zookeeper/config,
-    /// all with zxid 0 and time 0, like ZooKeeper's.
-    pub fn new() -> DataTree {
-        let mut tree = DataTree {
-            nodes: NodeMap::default(),
-            sessions: imbl::OrdMap::new(),
-            ephemerals: imbl::OrdMap::new(),
-            containers: imbl::OrdSet::new(),
-            ttls: imbl::OrdSet::new(),
+    /// A tree with only the root (snapshot load fills in the rest).
+    pub(crate) fn bare() -> DataTree {
+        DataTree {
+            arena: Arena::default(),
+            index: PathIndex::default(),
+            acls: AclTable::default(),
+            node_count: 0,
+            sessions: BTreeMap::new(),
+            ephemerals: BTreeMap::new(),
+            containers: BTreeSet::new(),
+            ttls: BTreeSet::new(),
             last_zxid: 0,
-            origins: imbl::OrdMap::new(),
+            origins: BTreeMap::new(),
             applied_index: 0,
             applied_term: 0,
             digest: 0,
-        };
-        let open: Arc<[Acl]> = crate::acl::open_acl_unsafe().into();
-        tree.put_node("/".into(), empty_node(open.clone()));
+            data_size: 0,
+            heap_bytes: 0,
+            journal: None,
+            snapshot: None,
+        }
+    }
+
+    /// A fresh tree: /, /zookeeper, /zookeeper/quota, /zookeeper/config,
+    /// all with zxid 0 and time 0, like ZooKeeper's.
+    pub fn new() -> DataTree {
+        let mut tree = DataTree::bare();
+        let open = crate::acl::open_acl_unsafe();
+        let acl = tree.acls.intern(&open);
+        let root = tree.arena.alloc(
+            Slot {
+                stat: PackedStat::default(),
+                parent: NIL,
+                acl,
+                blob: Blob::new("", Some(&[])),
+                children: ThinVec::new(),
+            },
+            false,
+        );
+        assert_eq!(root, ROOT);
+        tree.account(ROOT, true);
+        let zookeeper = tree.create_system(ROOT, "zookeeper", &open, PackedStat::default());
+        tree.create_system(zookeeper, "quota", &open, PackedStat::default());
         // ZooKeeper 3.8's quirk, as its clients see it: /zookeeper/config is
         // read-only with aversion -1.
-        tree.insert_child("/zookeeper", empty_node(open.clone()));
-        tree.insert_child("/zookeeper/quota", empty_node(open));
-        let read_only: Arc<[Acl]> = vec![Acl {
+        let read_only = vec![Acl {
             perms: keel_jute::perms::READ,
             id: keel_jute::Id {
                 scheme: "world".into(),
                 id: "anyone".into(),
             },
-        }]
-        .into();
-        let mut config = empty_node(read_only);
-        config.stat.aversion = -1;
-        tree.insert_child("/zookeeper/config", config);
+        }];
+        let stat = PackedStat {
+            aversion: -1,
+            ..PackedStat::default()
+        };
+        tree.create_system(zookeeper, "config", &read_only, stat);
         tree
     }
 
-    /// Adds `node` at `path` under its existing parent (no Stat changes to
-    /// the parent: used for system nodes and snapshot loading).
-    fn insert_child(&mut self, path: &str, node: Node) {
-        let (parent, name) = path::split(path).expect("absolute path");
-        let parent = path::parent_key(parent);
-        let mut parent_node = self.nodes.get(parent).expect("parent exists").clone();
-        parent_node.children.insert(name.into());
-        parent_node.stat.num_children = parent_node.children.len() as i32;
-        self.put_node(parent.into(), parent_node);
-        self.put_node(path.into(), node);
+    fn create_system(&mut self, parent: NodeId, name: &str, acl: &[Acl], stat: PackedStat) -> NodeId {
+        let acl = self.acls.intern(acl);
+        self.link(parent, name, stat, Some(&[]), acl)
     }
 
     pub fn last_zxid(&self) -> i64 {
@@ -180,11 +221,26 @@ impl DataTree {
     }
 
     pub fn node_count(&self) -> usize {
-        self.nodes.len()
+        self.node_count as usize
     }
 
-    pub fn node(&self, path: &str) -> Option<&Node> {
-        self.nodes.get(path)
+    /// An owned copy of the node at `path`.
+    pub fn node(&self, path: &str) -> Option<Node> {
+        self.resolve(path).map(|id| self.node_copy(id))
+    }
+
+    pub(crate) fn node_copy(&self, id: NodeId) -> Node {
+        let slot = self.arena.get(id);
+        Node {
+            stat: self.persisted_stat(id),
+            data: slot.blob.data().map(|d| d.to_vec()),
+            acl: self.acls.get(slot.acl).to_vec(),
+            children: slot
+                .children
+                .iter()
+                .map(|c| self.arena.get(*c).blob.name().to_string())
+                .collect(),
+        }
     }
 
     pub fn session_timeout_ms(&self, session_id: i64) -> Option<u32> {
@@ -199,103 +255,151 @@ impl DataTree {
             .collect()
     }
 
+    /// The session's ephemeral paths, sorted.
     pub fn ephemerals_of(&self, session_id: i64) -> Vec<String> {
-        match self.ephemerals.get(&session_id) {
-            Some(paths) => paths.iter().map(|p| p.to_string()).collect(),
+        let mut paths: Vec<String> = match self.ephemerals.get(&session_id) {
+            Some(ids) => ids.iter().map(|id| self.path_of(*id)).collect(),
             None => Vec::new(),
-        }
+        };
+        paths.sort();
+        paths
     }
 
     pub fn ephemeral_count(&self) -> usize {
-        self.ephemerals.values().map(|paths| paths.len()).sum()
+        self.ephemerals.values().map(|ids| ids.len()).sum()
     }
 
-    /// Approximate bytes of node data (mntr's zk_approximate_data_size).
+    /// Approximate bytes of node data (mntr's zk_approximate_data_size):
+    /// Σ path length + data length, as ZooKeeper's.
     pub fn approximate_data_size(&self) -> u64 {
-        self.nodes
-            .iter()
-            .map(|(path, node)| {
-                path.len() as u64 + node.data.as_ref().map_or(0, |d| d.len() as u64)
-            })
-            .sum()
+        self.data_size
     }
 
-    /// Every path with its Stat, sorted (dump, tests, replica comparison).
+    /// The tree's own accounting of its memory (keel_tree_bytes): slots,
+    /// blobs, child lists, the path index, ACLs and the owner indexes.
+    pub fn memory_bytes(&self) -> u64 {
+        const BTREE_ENTRY_BYTES: u64 = 24;
+        let owners = (self.ephemeral_count() + self.containers.len() + self.ttls.len()) as u64
+            * BTREE_ENTRY_BYTES
+            + self.sessions.len() as u64 * BTREE_ENTRY_BYTES;
+        self.arena.slot_bytes() as u64
+            + self.heap_bytes
+            + self.index.heap_bytes() as u64
+            + self.acls.heap_bytes() as u64
+            + owners
+    }
+
+    /// Distinct ACL lists in use (ZooKeeper's ACL cache size).
+    pub fn acl_lists(&self) -> usize {
+        self.acls.len()
+    }
+
+    /// Every path, sorted (dump, tests, replica comparison).
     pub fn paths(&self) -> Vec<String> {
-        let mut paths: Vec<String> = self.nodes.keys().map(|p| p.to_string()).collect();
+        let mut paths: Vec<String> = self
+            .arena
+            .iter()
+            .filter(|(_, slot)| !slot.is_free())
+            .map(|(id, _)| self.path_of(id))
+            .collect();
         paths.sort();
         paths
     }
 
     /// Containers with no children that had one once, and TTL nodes with no
     /// children unmodified for longer than their ttl: ZooKeeper's
-    /// ContainerManager candidates.
+    /// ContainerManager candidates, sorted by path.
     pub fn reap_candidates(&self, now_ms: i64) -> Vec<String> {
         let mut candidates = Vec::new();
-        for path in self.containers.iter() {
-            if let Some(node) = self.nodes.get(path) {
-                if node.children.is_empty() && node.stat.cversion > 0 {
-                    candidates.push(path.to_string());
+        for id in self.containers.iter() {
+            let slot = self.arena.get(*id);
+            if slot.children.is_empty() && slot.stat.cversion > 0 {
+                candidates.push(self.path_of(*id));
+            }
+        }
+        for id in self.ttls.iter() {
+            let slot = self.arena.get(*id);
+            if let OwnerKind::Ttl(ttl_ms) = owner_kind(slot.stat.ephemeral_owner) {
+                if slot.children.is_empty()
+                    && ttl_ms != 0
+                    && now_ms.saturating_sub(slot.stat.mtime) > ttl_ms
+                {
+                    candidates.push(self.path_of(*id));
                 }
             }
         }
-        for path in self.ttls.iter() {
-            if let Some(node) = self.nodes.get(path) {
-                if let OwnerKind::Ttl(ttl_ms) = owner_kind(node.stat.ephemeral_owner) {
-                    if node.children.is_empty()
-                        && ttl_ms != 0
-                        && now_ms.saturating_sub(node.stat.mtime) > ttl_ms
-                    {
-                        candidates.push(path.to_string());
-                    }
-                }
-            }
-        }
+        candidates.sort();
         candidates
     }
 
-    // ---- low-level node edits: every change goes through these two, so the
-    // digest and the container/ttl/ephemeral indexes stay exact.
+    // ---- lookup
 
-    pub(crate) fn put_node(&mut self, path: Arc<str>, mut node: Node) {
-        node.stat.num_children = node.children.len() as i32;
-        node.stat.data_length = node.data.as_ref().map_or(0, |d| d.len() as i32);
-        let added = node_digest(&path, &node);
-        if let Some(old) = self.nodes.insert(path.clone(), node.clone()) {
-            self.digest = self.digest.wrapping_sub(node_digest(&path, &old));
-        } else {
-            self.index_owner(&path, node.stat.ephemeral_owner, true);
+    /// The node at `path`; "" is the root, as in ZooKeeper's node map.
+    pub(crate) fn resolve(&self, path: &str) -> Option<NodeId> {
+        if path.is_empty() || path == "/" {
+            return Some(ROOT);
         }
-        self.digest = self.digest.wrapping_add(added);
-    }
-
-    pub(crate) fn remove_node(&mut self, path: &str) -> Option<Node> {
-        let old = self.nodes.remove(path)?;
-        self.digest = self.digest.wrapping_sub(node_digest(path, &old));
-        self.index_owner(path, old.stat.ephemeral_owner, false);
-        Some(old)
-    }
-
-    fn index_owner(&mut self, path: &str, ephemeral_owner: i64, present: bool) {
-        let key: Arc<str> = path.into();
-        match owner_kind(ephemeral_owner) {
-            OwnerKind::Persistent => {}
-            OwnerKind::Container => toggle(&mut self.containers, key, present),
-            OwnerKind::Ttl(_) => toggle(&mut self.ttls, key, present),
-            OwnerKind::Ephemeral(session_id) => {
-                let mut paths = self
-                    .ephemerals
-                    .get(&session_id)
-                    .cloned()
-                    .unwrap_or_default();
-                toggle(&mut paths, key, present);
-                if paths.is_empty() {
-                    self.ephemerals.remove(&session_id);
-                } else {
-                    self.ephemerals.insert(session_id, paths);
-                }
+        let rest = path.strip_prefix('/')?;
+        let mut id = ROOT;
+        for name in rest.split('/') {
+            if name.is_empty() {
+                return None;
             }
+            id = self.index.find(&self.arena, id, name.as_bytes())?;
         }
+        Some(id)
+    }
+
+    pub(crate) fn slot(&self, id: NodeId) -> &Slot {
+        self.arena.get(id)
+    }
+
+    pub(crate) fn acl_of(&self, id: NodeId) -> &Arc<[Acl]> {
+        self.acls.get(self.arena.get(id).acl)
+    }
+
+    /// The full path of a node, rebuilt from its ancestors' names.
+    pub fn path_of(&self, id: NodeId) -> String {
+        if id == ROOT {
+            return "/".to_string();
+        }
+        let chain = self.chain(id);
+        let mut path = String::new();
+        for ancestor in chain.iter().rev() {
+            path.push('/');
+            path.push_str(self.arena.get(*ancestor).blob.name());
+        }
+        path
+    }
+
+    /// The node and its ancestors below the root, deepest first.
+    fn chain(&self, mut id: NodeId) -> Vec<NodeId> {
+        let mut chain = Vec::with_capacity(8);
+        while id != ROOT {
+            chain.push(id);
+            id = self.arena.get(id).parent;
+            assert!(id != NIL, "node outside the tree");
+        }
+        chain
+    }
+
+    fn path_len(&self, id: NodeId) -> u64 {
+        if id == ROOT {
+            return 1;
+        }
+        self.chain(id)
+            .iter()
+            .map(|a| 1 + self.arena.get(*a).blob.name_bytes().len() as u64)
+            .sum()
+    }
+
+    /// The position of `name` among the sorted children of `parent`.
+    fn child_position(&self, parent: NodeId, name: &[u8]) -> Result<usize, usize> {
+        let arena = &self.arena;
+        arena
+            .get(parent)
+            .children
+            .binary_search_by(|child| arena.get(*child).blob.name_bytes().cmp(name))
     }
 
     /// The client-visible Stat of a node, as ZooKeeper's DataNode.copyStat
@@ -303,84 +407,355 @@ impl DataTree {
     /// creates + deletes = 2 × creates − children; containers and TTL nodes
     /// show ephemeralOwner 0.
     pub fn stat_of(node: &Node) -> Stat {
-        let mut stat = node.stat.clone();
-        stat.cversion = stat
-            .cversion
-            .wrapping_mul(2)
-            .wrapping_sub(stat.num_children);
-        if !matches!(owner_kind(stat.ephemeral_owner), OwnerKind::Ephemeral(_)) {
-            stat.ephemeral_owner = 0;
-        }
-        stat
+        client_stat(node.stat.clone())
     }
 
-    /// Invariants of one node: counts match, ephemerals never have children.
-    pub(crate) fn check_invariants_of(&self, path: &str) {
-        let Some(node) = self.nodes.get(path) else {
-            return;
-        };
-        assert_eq!(
-            node.stat.num_children as usize,
-            node.children.len(),
-            "{path}"
+    pub(crate) fn client_stat(&self, id: NodeId) -> Stat {
+        client_stat(self.persisted_stat(id))
+    }
+
+    /// The stored Stat with data_length and num_children filled in.
+    pub(crate) fn persisted_stat(&self, id: NodeId) -> Stat {
+        let slot = self.arena.get(id);
+        let s = &slot.stat;
+        Stat {
+            czxid: s.czxid,
+            mzxid: s.mzxid,
+            ctime: s.ctime,
+            mtime: s.mtime,
+            version: s.version,
+            cversion: s.cversion,
+            aversion: s.aversion,
+            ephemeral_owner: s.ephemeral_owner,
+            data_length: slot.blob.data_len() as i32,
+            num_children: slot.children.len() as i32,
+            pzxid: s.pzxid,
+        }
+    }
+
+    // ---- the edits: every change of a node goes through these.
+
+    /// Adds a child `name` under `parent` (which must not have it).
+    pub(crate) fn link(
+        &mut self,
+        parent: NodeId,
+        name: &str,
+        stat: PackedStat,
+        data: Option<&[u8]>,
+        acl: u32,
+    ) -> NodeId {
+        let position = self
+            .child_position(parent, name.as_bytes())
+            .expect_err("linking an existing name");
+        let fresh_only = self.snapshot.is_some();
+        let blob = Blob::new(name, data);
+        let id = self.arena.alloc(
+            Slot {
+                stat,
+                parent,
+                acl,
+                blob,
+                children: ThinVec::new(),
+            },
+            fresh_only,
         );
-        if let OwnerKind::Ephemeral(_) = owner_kind(node.stat.ephemeral_owner) {
-            assert!(node.children.is_empty(), "ephemeral {path} has children");
+        self.index.insert(&self.arena, id);
+        let before = self.arena.get(parent).children_heap_bytes();
+        self.arena.get_mut(parent).children.insert(position, id);
+        let after = self.arena.get(parent).children_heap_bytes();
+        self.heap_bytes = self.heap_bytes + after as u64 - before as u64;
+        self.account(id, true);
+        if let Some(journal) = &mut self.journal {
+            journal.push(Undo::Linked(id));
+        }
+        id
+    }
+
+    /// Removes a childless node; returns its slot.
+    pub(crate) fn unlink_slot(&mut self, id: NodeId) -> Slot {
+        assert!(id != ROOT, "unlinking the root");
+        assert!(
+            self.arena.get(id).children.is_empty(),
+            "unlinking a node with children"
+        );
+        self.before_change(id);
+        self.account(id, false);
+        self.index.remove(&self.arena, id);
+        let parent = self.arena.get(id).parent;
+        let position = self
+            .child_position(parent, self.arena.get(id).blob.name_bytes())
+            .expect("a node is listed by its parent");
+        let before = self.arena.get(parent).children_heap_bytes();
+        let removed = self.arena.get_mut(parent).children.remove(position);
+        assert_eq!(removed, id);
+        let after = self.arena.get(parent).children_heap_bytes();
+        self.heap_bytes = self.heap_bytes + after as u64 - before as u64;
+        let slot = self.arena.release(id);
+        self.heap_bytes -= slot.children_heap_bytes() as u64;
+        match &mut self.journal {
+            // The journal keeps the ACL reference until the multi ends.
+            Some(journal) => journal.push(Undo::Unlinked(id, Box::new(slot.clone()))),
+            None => self.acls.release(slot.acl),
+        }
+        slot
+    }
+
+    /// Changes a node's Stat and, if given, its data and ACL id (the new
+    /// ACL id carries the reference the caller took).
+    pub(crate) fn update(
+        &mut self,
+        id: NodeId,
+        change: impl FnOnce(&mut PackedStat),
+        data: Option<Option<&[u8]>>,
+        acl: Option<u32>,
+    ) {
+        self.before_change(id);
+        self.account(id, false);
+        let slot = self.arena.get_mut(id);
+        let old_stat = slot.stat;
+        change(&mut slot.stat);
+        assert_eq!(
+            old_stat.ephemeral_owner, slot.stat.ephemeral_owner,
+            "a node's owner never changes"
+        );
+        let old_blob = data.map(|data| {
+            let blob = slot.blob.with_data(data);
+            std::mem::replace(&mut slot.blob, blob)
+        });
+        let old_acl = acl.map(|acl| std::mem::replace(&mut slot.acl, acl));
+        self.account(id, true);
+        match &mut self.journal {
+            Some(journal) => journal.push(Undo::Updated(id, Box::new((old_stat, old_blob, old_acl)))),
+            None => {
+                if let Some(old) = old_acl {
+                    self.acls.release(old);
+                }
+            }
+        }
+    }
+
+    /// Adds (or removes) a node's share of the digest, data size, memory
+    /// and owner indexes; an ACL reference is dropped on removal only by
+    /// the caller that frees the slot for good.
+    fn account(&mut self, id: NodeId, present: bool) {
+        let digest = self.slot_digest(id);
+        let slot = self.arena.get(id);
+        let size = self.path_len(id) + slot.blob.data_len() as u64;
+        let heap = slot.blob.heap_bytes() as u64;
+        let owner = slot.stat.ephemeral_owner;
+        if present {
+            self.node_count += 1;
+            self.digest = self.digest.wrapping_add(digest);
+            self.data_size += size;
+            self.heap_bytes += heap;
+        } else {
+            self.node_count -= 1;
+            self.digest = self.digest.wrapping_sub(digest);
+            self.data_size -= size;
+            self.heap_bytes -= heap;
+        }
+        match owner_kind(owner) {
+            OwnerKind::Persistent => {}
+            OwnerKind::Container => toggle(&mut self.containers, id, present),
+            OwnerKind::Ttl(_) => toggle(&mut self.ttls, id, present),
+            OwnerKind::Ephemeral(session_id) => {
+                let ids = self.ephemerals.entry(session_id).or_default();
+                toggle(ids, id, present);
+                if ids.is_empty() {
+                    self.ephemerals.remove(&session_id);
+                }
+            }
+        }
+    }
+
+    // ---- multi: all or nothing
+
+    pub(crate) fn begin_journal(&mut self) {
+        assert!(self.journal.is_none(), "nested multi");
+        self.journal = Some(Vec::new());
+    }
+
+    /// Keeps the multi's changes: ACL references the edits dropped go now.
+    pub(crate) fn commit_journal(&mut self) {
+        let journal = self.journal.take().expect("a multi is running");
+        for undo in journal {
+            match undo {
+                Undo::Linked(_) => {}
+                Undo::Unlinked(_, slot) => self.acls.release(slot.acl),
+                Undo::Updated(_, old) => {
+                    if let Some(acl) = old.2 {
+                        self.acls.release(acl);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Undoes every edit of the multi, newest first.
+    pub(crate) fn rollback_journal(&mut self) {
+        let journal = self.journal.take().expect("a multi is running");
+        for undo in journal.into_iter().rev() {
+            match undo {
+                Undo::Linked(id) => {
+                    self.unlink_slot(id);
+                }
+                Undo::Unlinked(id, slot) => self.relink(id, *slot),
+                Undo::Updated(id, old) => {
+                    let (stat, blob, acl) = *old;
+                    self.account(id, false);
+                    let slot = self.arena.get_mut(id);
+                    slot.stat = stat;
+                    if let Some(blob) = blob {
+                        slot.blob = blob;
+                    }
+                    let replaced = acl.map(|acl| std::mem::replace(&mut slot.acl, acl));
+                    self.account(id, true);
+                    if let Some(new_acl) = replaced {
+                        self.acls.release(new_acl);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Puts an unlinked slot back at its id (undo of `unlink_slot`).
+    fn relink(&mut self, id: NodeId, slot: Slot) {
+        let parent = slot.parent;
+        let position = self
+            .child_position(parent, slot.blob.name_bytes())
+            .expect_err("relinking over an existing name");
+        self.heap_bytes += slot.children_heap_bytes() as u64;
+        self.arena.restore(id, slot);
+        self.index.insert(&self.arena, id);
+        let before = self.arena.get(parent).children_heap_bytes();
+        self.arena.get_mut(parent).children.insert(position, id);
+        let after = self.arena.get(parent).children_heap_bytes();
+        self.heap_bytes = self.heap_bytes + after as u64 - before as u64;
+        self.account(id, true);
+    }
+
+    // ---- digest
+
+    /// FNV-1a over the path, data and persisted Stat: cheap, stable across
+    /// processes and versions (it goes into replica comparisons).
+    pub(crate) fn slot_digest(&self, id: NodeId) -> u64 {
+        let mut hash = FNV_OFFSET;
+        if id == ROOT {
+            hash = fnv(hash, b"/");
+        } else {
+            for ancestor in self.chain(id).iter().rev() {
+                hash = fnv(hash, b"/");
+                hash = fnv(hash, self.arena.get(*ancestor).blob.name_bytes());
+            }
+        }
+        finish_digest(hash, self.arena.get(id))
+    }
+
+    /// Invariants of one node: ephemerals never have children.
+    pub(crate) fn check_invariants_of(&self, id: NodeId) {
+        let slot = self.arena.get(id);
+        assert!(!slot.is_free(), "node {id} is free");
+        if let OwnerKind::Ephemeral(_) = owner_kind(slot.stat.ephemeral_owner) {
+            assert!(slot.children.is_empty(), "ephemeral {id} has children");
+        }
+    }
+
+    /// Recomputes everything derived (digest, data size, memory, owner
+    /// indexes) from the nodes and compares (tests, fuzzing, load checks).
+    pub fn verify(&self) -> Result<(), String> {
+        let mut copy = DataTree::bare();
+        let mut count = 0u64;
+        for (id, slot) in self.arena.iter() {
+            if slot.is_free() {
+                continue;
+            }
+            count += 1;
+            copy.digest = copy.digest.wrapping_add(self.slot_digest(id));
+            copy.data_size += self.path_len(id) + slot.blob.data_len() as u64;
+            copy.heap_bytes += (slot.blob.heap_bytes() + slot.children_heap_bytes()) as u64;
+            let owner = slot.stat.ephemeral_owner;
+            match owner_kind(owner) {
+                OwnerKind::Persistent => {}
+                OwnerKind::Container => toggle(&mut copy.containers, id, true),
+                OwnerKind::Ttl(_) => toggle(&mut copy.ttls, id, true),
+                OwnerKind::Ephemeral(session) => {
+                    toggle(copy.ephemerals.entry(session).or_default(), id, true)
+                }
+            }
+            if id != ROOT && self.index.find(&self.arena, slot.parent, slot.blob.name_bytes()) != Some(id) {
+                return Err(format!("{} is not indexed", self.path_of(id)));
+            }
+        }
+        let checks = [
+            ("node count", count, self.node_count),
+            ("digest", copy.digest, self.digest),
+            ("data size", copy.data_size, self.data_size),
+            ("heap bytes", copy.heap_bytes, self.heap_bytes),
+            ("index entries", count - 1, self.index.len() as u64),
+        ];
+        for (what, computed, kept) in checks {
+            if computed != kept {
+                return Err(format!("{what}: kept {kept:#x}, computed {computed:#x}"));
+            }
+        }
+        if copy.ephemerals != self.ephemerals || copy.containers != self.containers || copy.ttls != self.ttls {
+            return Err("owner indexes differ from the nodes".into());
+        }
+        Ok(())
+    }
+
+    /// Marks a node about to change for a running snapshot (copy-on-write).
+    fn before_change(&mut self, id: NodeId) {
+        if let Some(snapshot) = &mut self.snapshot {
+            snapshot.preserve(id, &self.arena, &self.acls);
         }
     }
 }
 
-fn toggle(set: &mut imbl::OrdSet<Arc<str>>, key: Arc<str>, present: bool) {
-    if present {
-        set.insert(key);
-    } else {
-        set.remove(&key);
-    }
-}
+pub(crate) const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 
-fn empty_node(acl: Arc<[Acl]>) -> Node {
-    Node {
-        stat: Stat::default(),
-        data: Some(Arc::from(&[][..])),
-        acl,
-        children: imbl::OrdSet::new(),
-    }
-}
-
-/// FNV-1a over the path, data and persisted Stat: cheap, stable across
-/// processes and versions (it goes into replica comparisons).
-pub(crate) fn node_digest(path: &str, node: &Node) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut feed = |bytes: &[u8]| {
-        for byte in bytes {
-            hash ^= *byte as u64;
-            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    };
-    feed(path.as_bytes());
-    feed(&[0xff]);
-    match &node.data {
-        Some(data) => {
-            feed(&(data.len() as u64).to_be_bytes());
-            feed(data);
-        }
-        None => feed(&u64::MAX.to_be_bytes()),
-    }
-    let s = &node.stat;
-    for value in [
-        s.czxid,
-        s.mzxid,
-        s.ctime,
-        s.mtime,
-        s.ephemeral_owner,
-        s.pzxid,
-    ] {
-        feed(&value.to_be_bytes());
-    }
-    for value in [s.version, s.cversion, s.aversion] {
-        feed(&value.to_be_bytes());
+pub(crate) fn fnv(mut hash: u64, bytes: &[u8]) -> u64 {
+    for byte in bytes {
+        hash ^= *byte as u64;
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
     }
     hash
+}
+
+/// The rest of a node's digest after its path has been fed.
+pub(crate) fn finish_digest(mut hash: u64, slot: &Slot) -> u64 {
+    hash = fnv(hash, &[0xff]);
+    match slot.blob.data() {
+        Some(data) => {
+            hash = fnv(hash, &(data.len() as u64).to_be_bytes());
+            hash = fnv(hash, data);
+        }
+        None => hash = fnv(hash, &u64::MAX.to_be_bytes()),
+    }
+    let s = &slot.stat;
+    for value in [s.czxid, s.mzxid, s.ctime, s.mtime, s.ephemeral_owner, s.pzxid] {
+        hash = fnv(hash, &value.to_be_bytes());
+    }
+    for value in [s.version, s.cversion, s.aversion] {
+        hash = fnv(hash, &value.to_be_bytes());
+    }
+    hash
+}
+
+fn client_stat(mut stat: Stat) -> Stat {
+    stat.cversion = stat
+        .cversion
+        .wrapping_mul(2)
+        .wrapping_sub(stat.num_children);
+    if !matches!(owner_kind(stat.ephemeral_owner), OwnerKind::Ephemeral(_)) {
+        stat.ephemeral_owner = 0;
+    }
+    stat
+}
+
+fn toggle(set: &mut BTreeSet<NodeId>, id: NodeId, present: bool) {
+    let changed = if present { set.insert(id) } else { set.remove(&id) };
+    assert!(changed, "owner index out of step for node {id}");
 }
 
 pub(crate) fn event(path: &str, event_type: EventType) -> Event {
@@ -388,4 +763,20 @@ pub(crate) fn event(path: &str, event_type: EventType) -> Event {
         path: path.to_string(),
         event_type,
     }
+}
+
+/// Counts of references per ACL id (snapshot load).
+pub(crate) fn acl_refs(arena: &Arena) -> HashMap<u32, u64> {
+    let mut counts = HashMap::new();
+    for (_, slot) in arena.iter() {
+        if !slot.is_free() {
+            *counts.entry(slot.acl).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
+/// The parent path of `path` as the tree keys it ("" → "/").
+pub(crate) fn parent_path(path: &str) -> Option<&str> {
+    path::split(path).map(|(parent, _)| path::parent_key(parent))
 }

@@ -128,7 +128,8 @@ fn quota_stats_near_i64_max_do_not_overflow() {
 /// input, which libFuzzer's tmin could not shrink): a checksummed snapshot
 /// whose root is an ephemeral node with a child loaded fine. Closing the
 /// owner's session (or deleting the child) then trips the tree's
-/// "ephemeral has children" assertion in apply. `decode` now rejects it.
+/// "ephemeral has children" assertion in apply. `decode` now rejects it,
+/// in the legacy format 2 and in format 3.
 #[test]
 fn snapshot_with_a_childful_ephemeral_is_rejected() {
     #[rustfmt::skip]
@@ -155,9 +156,50 @@ fn snapshot_with_a_childful_ephemeral_is_rejected() {
         0, 0, 0, 0, 0, 0, 0, 0,
         0, 0, 0, 0,  0, 0, 0, 0,  0, 0, 0, 0, 0, 0, 0, 0,
     ];
-    fuzzing::snapshot_decode(&BODY);
-    let sealed = fuzzing::seal_snapshot_fixing_digest(&BODY);
-    match snapshot::decode(&sealed) {
+    match snapshot::decode(&seal_v2(&BODY)) {
+        Err(snapshot::SnapshotError::Inconsistent(message)) => {
+            assert!(message.contains("owner"), "{message}")
+        }
+        Err(other) => panic!("rejected for the wrong reason: {other}"),
+        Ok(_) => panic!("a childful ephemeral was accepted"),
+    }
+
+    // Format 3: a valid snapshot of / and /a, with the root's owner set.
+    let mut tree = keel_tree::DataTree::new();
+    let create = |path: &str| Txn {
+        proposal_id: 0,
+        session_id: 5,
+        xid: 1,
+        time_ms: 1,
+        auth: vec![],
+        op: TxnOp::Request {
+            op_code: keel_jute::opcode::CREATE,
+            body: {
+                let mut body = Vec::new();
+                Request::Create(CreateRequest {
+                    path: path.into(),
+                    data: None,
+                    acl: acl::open_acl_unsafe(),
+                    flags: 0,
+                })
+                .encode(&mut body);
+                body
+            },
+        },
+    };
+    let session = Txn {
+        op: TxnOp::CreateSession { timeout_ms: 30_000 },
+        ..create("/a")
+    };
+    tree.apply(1, &session);
+    assert!(tree.apply(1, &create("/a")).result.is_ok());
+    let body = fuzzing::snapshot_body(&tree);
+    let header_len = u32::from_be_bytes(body[1..5].try_into().unwrap()) as usize;
+    // NODES frame header, segment, the root's id/parent/ACL, five i64s.
+    let owner_at = 9 + header_len + 9 + 4 + 12 + 40;
+    let mut bad = body.clone();
+    bad[owner_at + 7] = 5;
+    match snapshot::decode(&fuzzing::seal_snapshot_fixing_digest(&bad)) {
         Err(snapshot::SnapshotError::Inconsistent(message)) => {
             assert_eq!(message, "ephemeral / has children")
         }
@@ -165,9 +207,17 @@ fn snapshot_with_a_childful_ephemeral_is_rejected() {
         Ok(_) => panic!("a childful ephemeral was accepted"),
     }
     // The same snapshot with a persistent root loads.
-    let mut fine = BODY;
-    fine[124] = 0; // the root's ephemeralOwner low byte
-    assert!(snapshot::decode(&fuzzing::seal_snapshot_fixing_digest(&fine)).is_ok());
+    assert!(snapshot::decode(&fuzzing::seal_snapshot_fixing_digest(&body)).is_ok());
+}
+
+/// Format 2's envelope: magic, version 2, body, CRC32 of all before it.
+fn seal_v2(body: &[u8]) -> Vec<u8> {
+    let mut bytes = b"KEELSNAP".to_vec();
+    bytes.extend_from_slice(&2i32.to_be_bytes());
+    bytes.extend_from_slice(body);
+    let crc = crc32fast::hash(&bytes);
+    bytes.extend_from_slice(&crc.to_be_bytes());
+    bytes
 }
 
 /// Found auditing the "no hang on hostile input" paths: fixupACL

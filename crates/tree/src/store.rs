@@ -1,0 +1,510 @@
+//! The compact storage under the tree: node slots in a segmented arena
+//! addressed by a u32 id, each child's name stored once (in its own slot,
+//! beside its data), a path index keyed by (parent id, name), and ACL lists
+//! interned once and referenced by id. The byte budget is in ARCHITECTURE.md
+//! ("The data tree in memory").
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher as _};
+use std::sync::Arc;
+
+use keel_jute::{Acl, Reader, Record};
+use thin_vec::ThinVec;
+
+/// A node's address in the arena.
+pub type NodeId = u32;
+/// "No node": the root's parent, an empty link.
+pub const NIL: NodeId = u32::MAX;
+/// The root is always slot 0.
+pub const ROOT: NodeId = 0;
+/// Slots per arena segment: an arena grows a segment at a time (no large
+/// reallocation, so no stall), and a snapshot chunk is one segment.
+pub const SEGMENT_SLOTS: usize = 1 << SEGMENT_SLOTS_LOG2;
+pub const SEGMENT_SLOTS_LOG2: u32 = 16;
+/// Most slots an arena may hold: ids stay below NIL and FREE_ACL.
+pub const SLOTS_MAX: usize = (u32::MAX - 2) as usize;
+/// The ACL id of a free slot.
+pub const FREE_ACL: u32 = u32::MAX;
+/// Path index shards: a shard resizes alone, so growing the index never
+/// rehashes more than 1/INDEX_SHARDS of the nodes at once.
+pub const INDEX_SHARDS: usize = 256;
+/// Longest child name: a path fits 64 KiB (crate::path::PATH_BYTES_MAX).
+pub const NAME_BYTES_MAX: usize = u16::MAX as usize;
+
+/// The persisted Stat fields of a node, packed (data_length and
+/// num_children are derived from the blob and the child list).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PackedStat {
+    pub czxid: i64,
+    pub mzxid: i64,
+    pub pzxid: i64,
+    pub ctime: i64,
+    pub mtime: i64,
+    pub ephemeral_owner: i64,
+    pub version: i32,
+    pub cversion: i32,
+    pub aversion: i32,
+}
+
+/// A node's name and data in one allocation:
+/// `[has_data u8][name_len u16 LE][name][data]`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Blob(Box<[u8]>);
+
+const BLOB_HEADER_BYTES: usize = 3;
+
+impl Blob {
+    pub fn new(name: &str, data: Option<&[u8]>) -> Blob {
+        assert!(name.len() <= NAME_BYTES_MAX, "name of {} bytes", name.len());
+        let data_len = data.map_or(0, |d| d.len());
+        let mut bytes = Vec::with_capacity(BLOB_HEADER_BYTES + name.len() + data_len);
+        bytes.push(data.is_some() as u8);
+        bytes.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        bytes.extend_from_slice(name.as_bytes());
+        if let Some(data) = data {
+            bytes.extend_from_slice(data);
+        }
+        Blob(bytes.into_boxed_slice())
+    }
+
+    fn name_len(&self) -> usize {
+        u16::from_le_bytes([self.0[1], self.0[2]]) as usize
+    }
+
+    pub fn name_bytes(&self) -> &[u8] {
+        &self.0[BLOB_HEADER_BYTES..BLOB_HEADER_BYTES + self.name_len()]
+    }
+
+    pub fn name(&self) -> &str {
+        std::str::from_utf8(self.name_bytes()).expect("names are stored from &str")
+    }
+
+    pub fn data(&self) -> Option<&[u8]> {
+        if self.0[0] == 0 {
+            return None;
+        }
+        Some(&self.0[BLOB_HEADER_BYTES + self.name_len()..])
+    }
+
+    pub fn data_len(&self) -> usize {
+        self.0.len() - BLOB_HEADER_BYTES - self.name_len()
+    }
+
+    /// The same name with other data.
+    pub fn with_data(&self, data: Option<&[u8]>) -> Blob {
+        Blob::new(self.name(), data)
+    }
+
+    /// Heap bytes as the allocator rounds them (16-byte classes plus an
+    /// 8-byte header, as glibc's malloc).
+    pub fn heap_bytes(&self) -> usize {
+        alloc_bytes(self.0.len())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// What malloc uses for a request of `len` bytes (0 = no allocation).
+pub fn alloc_bytes(len: usize) -> usize {
+    if len == 0 {
+        0
+    } else {
+        (len + 8).div_ceil(16).max(2) * 16
+    }
+}
+
+/// One node. A free slot has `acl == FREE_ACL` and an empty blob.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slot {
+    pub stat: PackedStat,
+    pub parent: NodeId,
+    pub acl: u32,
+    pub blob: Blob,
+    /// Child ids sorted by name.
+    pub children: ThinVec<NodeId>,
+}
+
+impl Slot {
+    pub fn free() -> Slot {
+        Slot {
+            stat: PackedStat::default(),
+            parent: NIL,
+            acl: FREE_ACL,
+            blob: Blob(Box::new([])),
+            children: ThinVec::new(),
+        }
+    }
+
+    pub fn is_free(&self) -> bool {
+        self.acl == FREE_ACL
+    }
+
+    pub fn children_heap_bytes(&self) -> usize {
+        if self.children.capacity() == 0 {
+            0
+        } else {
+            alloc_bytes(16 + 4 * self.children.capacity())
+        }
+    }
+}
+
+/// Slots in segments of SEGMENT_SLOTS, plus a free list.
+#[derive(Debug, Clone, Default)]
+pub struct Arena {
+    segments: Vec<Vec<Slot>>,
+    /// Slots ever handed out (the high-water mark): ids below it exist.
+    len: u32,
+    free: Vec<NodeId>,
+}
+
+impl Arena {
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    pub fn get(&self, id: NodeId) -> &Slot {
+        assert!(id < self.len, "node id {id} beyond {}", self.len);
+        &self.segments[(id >> SEGMENT_SLOTS_LOG2) as usize][(id as usize) & (SEGMENT_SLOTS - 1)]
+    }
+
+    pub fn get_mut(&mut self, id: NodeId) -> &mut Slot {
+        assert!(id < self.len, "node id {id} beyond {}", self.len);
+        &mut self.segments[(id >> SEGMENT_SLOTS_LOG2) as usize][(id as usize) & (SEGMENT_SLOTS - 1)]
+    }
+
+    /// A slot for `slot`: a free one unless `fresh_only` (a snapshot is
+    /// being written and must not see a reused id change under it).
+    pub fn alloc(&mut self, slot: Slot, fresh_only: bool) -> NodeId {
+        assert!(!slot.is_free());
+        if !fresh_only {
+            if let Some(id) = self.free.pop() {
+                let target = self.get_mut(id);
+                assert!(target.is_free(), "free list holds live slot {id}");
+                *target = slot;
+                return id;
+            }
+        }
+        assert!((self.len as usize) < SLOTS_MAX, "arena full");
+        let id = self.len;
+        if (id as usize) & (SEGMENT_SLOTS - 1) == 0 {
+            self.segments.push(Vec::with_capacity(SEGMENT_SLOTS));
+        }
+        self.segments.last_mut().expect("a segment").push(slot);
+        self.len += 1;
+        id
+    }
+
+    /// Frees a live slot and returns what it held.
+    pub fn release(&mut self, id: NodeId) -> Slot {
+        let old = std::mem::replace(self.get_mut(id), Slot::free());
+        assert!(!old.is_free(), "double free of {id}");
+        self.free.push(id);
+        old
+    }
+
+    /// Puts `slot` back into the free slot `id` (undo of a release).
+    pub fn restore(&mut self, id: NodeId, slot: Slot) {
+        assert!(self.get(id).is_free(), "restore into live slot {id}");
+        let at = self
+            .free
+            .iter()
+            .rposition(|free| *free == id)
+            .expect("a released slot is on the free list");
+        self.free.remove(at);
+        *self.get_mut(id) = slot;
+    }
+
+    pub fn segments(&self) -> &[Vec<Slot>] {
+        &self.segments
+    }
+
+    /// An arena made of loaded segments (snapshot load): every segment but
+    /// the last is full; free slots go on the free list.
+    pub fn from_segments(segments: Vec<Vec<Slot>>) -> Arena {
+        let count = segments.len();
+        let mut len = 0usize;
+        let mut free = Vec::new();
+        for (index, segment) in segments.iter().enumerate() {
+            assert!(index + 1 == count || segment.len() == SEGMENT_SLOTS);
+            for (offset, slot) in segment.iter().enumerate() {
+                if slot.is_free() {
+                    free.push((len + offset) as NodeId);
+                }
+            }
+            len += segment.len();
+        }
+        assert!(len <= SLOTS_MAX);
+        free.reverse();
+        Arena {
+            segments,
+            len: len as u32,
+            free,
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (NodeId, &Slot)> {
+        self.segments
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(id, slot)| (id as NodeId, slot))
+    }
+
+    /// Bytes of the slots themselves and the free list.
+    pub fn slot_bytes(&self) -> usize {
+        let slots: usize = self.segments.iter().map(|s| s.capacity()).sum();
+        slots * std::mem::size_of::<Slot>() + self.free.capacity() * 4
+    }
+}
+
+/// (parent id, name) → child id, in INDEX_SHARDS hash tables holding only
+/// ids: the key is read from the slot itself.
+#[derive(Clone)]
+pub struct PathIndex {
+    shards: Vec<hashbrown::HashTable<NodeId>>,
+    hasher: hashbrown::DefaultHashBuilder,
+}
+
+impl Default for PathIndex {
+    fn default() -> Self {
+        PathIndex {
+            shards: (0..INDEX_SHARDS)
+                .map(|_| hashbrown::HashTable::new())
+                .collect(),
+            hasher: hashbrown::DefaultHashBuilder::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for PathIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PathIndex({} entries)", self.len())
+    }
+}
+
+fn shard_of(hash: u64) -> usize {
+    // Not the top bits: hashbrown keeps those as its control tag.
+    (hash >> 32) as usize % INDEX_SHARDS
+}
+
+impl PathIndex {
+    pub fn hash(&self, parent: NodeId, name: &[u8]) -> u64 {
+        let mut hasher = self.hasher.build_hasher();
+        hasher.write_u32(parent);
+        hasher.write(name);
+        hasher.finish()
+    }
+
+    fn hash_slot(&self, arena: &Arena, id: NodeId) -> u64 {
+        let slot = arena.get(id);
+        self.hash(slot.parent, slot.blob.name_bytes())
+    }
+
+    pub fn find(&self, arena: &Arena, parent: NodeId, name: &[u8]) -> Option<NodeId> {
+        let hash = self.hash(parent, name);
+        self.shards[shard_of(hash)]
+            .find(hash, |id| {
+                let slot = arena.get(*id);
+                slot.parent == parent && slot.blob.name_bytes() == name
+            })
+            .copied()
+    }
+
+    pub fn insert(&mut self, arena: &Arena, id: NodeId) {
+        let hash = self.hash_slot(arena, id);
+        let hasher = &self.hasher;
+        let rehash = |id: &NodeId| {
+            let slot = arena.get(*id);
+            let mut h = hasher.build_hasher();
+            h.write_u32(slot.parent);
+            h.write(slot.blob.name_bytes());
+            h.finish()
+        };
+        self.shards[shard_of(hash)].insert_unique(hash, id, rehash);
+    }
+
+    pub fn remove(&mut self, arena: &Arena, id: NodeId) {
+        let hash = self.hash_slot(arena, id);
+        match self.shards[shard_of(hash)].find_entry(hash, |other| *other == id) {
+            Ok(entry) => {
+                entry.remove();
+            }
+            Err(_) => panic!("node {id} missing from the path index"),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.len()).sum()
+    }
+
+    /// Bytes of the tables: 4-byte ids plus one control byte per bucket.
+    pub fn heap_bytes(&self) -> usize {
+        self.shards.iter().map(|s| s.capacity() * 5).sum()
+    }
+}
+
+/// ACL lists interned once, referenced by id, freed when the last node
+/// that uses one goes (as ZooKeeper's ReferenceCountedACLCache).
+#[derive(Debug, Clone, Default)]
+pub struct AclTable {
+    entries: Vec<AclEntry>,
+    by_encoding: HashMap<Vec<u8>, u32>,
+    free: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct AclEntry {
+    list: Arc<[Acl]>,
+    encoded: Vec<u8>,
+    refs: u64,
+}
+
+/// Most distinct ACL lists the table holds (ids stay below FREE_ACL).
+pub const ACL_LISTS_MAX: usize = 1 << 30;
+
+pub fn encode_acl(list: &[Acl]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 * list.len() + 4);
+    keel_jute::write_i32(&mut out, list.len() as i32);
+    for entry in list {
+        entry.write(&mut out);
+    }
+    out
+}
+
+impl AclTable {
+    /// The id of `list`, one reference more.
+    pub fn intern(&mut self, list: &[Acl]) -> u32 {
+        let encoded = encode_acl(list);
+        if let Some(id) = self.by_encoding.get(&encoded) {
+            self.entries[*id as usize].refs += 1;
+            return *id;
+        }
+        let entry = AclEntry {
+            list: list.into(),
+            encoded: encoded.clone(),
+            refs: 1,
+        };
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.entries[id as usize] = entry;
+                id
+            }
+            None => {
+                assert!(self.entries.len() < ACL_LISTS_MAX, "ACL table full");
+                self.entries.push(entry);
+                (self.entries.len() - 1) as u32
+            }
+        };
+        self.by_encoding.insert(encoded, id);
+        id
+    }
+
+    pub fn retain(&mut self, id: u32) {
+        let entry = &mut self.entries[id as usize];
+        assert!(entry.refs > 0, "retain of freed ACL {id}");
+        entry.refs += 1;
+    }
+
+    pub fn release(&mut self, id: u32) {
+        let entry = &mut self.entries[id as usize];
+        assert!(entry.refs > 0, "release of freed ACL {id}");
+        entry.refs -= 1;
+        if entry.refs == 0 {
+            let encoded = std::mem::take(&mut entry.encoded);
+            entry.list = Arc::from(Vec::new());
+            self.by_encoding.remove(&encoded);
+            self.free.push(id);
+        }
+    }
+
+    pub fn get(&self, id: u32) -> &Arc<[Acl]> {
+        let entry = &self.entries[id as usize];
+        assert!(entry.refs > 0, "ACL {id} is not in use");
+        &entry.list
+    }
+
+    /// (id, encoded list) of every list in use, by id (snapshot header).
+    pub fn live(&self) -> impl Iterator<Item = (u32, &[u8])> {
+        self.entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.refs > 0)
+            .map(|(id, e)| (id as u32, e.encoded.as_slice()))
+    }
+
+    /// Restores a list at its id (snapshot load); references are counted
+    /// afterwards with `set_refs`.
+    pub fn load(&mut self, id: u32, encoded: &[u8]) -> Result<(), String> {
+        let mut reader = Reader::new(encoded);
+        let count = reader.read_i32().map_err(|e| e.to_string())?;
+        if count < 0 || count as usize > crate::acl::ACL_ENTRIES_MAX {
+            return Err(format!("ACL {id} has {count} entries"));
+        }
+        let mut list = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            list.push(Acl::read(&mut reader).map_err(|e| e.to_string())?);
+        }
+        if reader.remaining() != 0 || id as usize >= ACL_LISTS_MAX {
+            return Err(format!("ACL {id} is malformed"));
+        }
+        if (id as usize) < self.entries.len() && self.entries[id as usize].refs > 0 {
+            return Err(format!("ACL {id} listed twice"));
+        }
+        if self.by_encoding.contains_key(encoded) {
+            return Err(format!("ACL {id} duplicates another list"));
+        }
+        while self.entries.len() <= id as usize {
+            self.entries.push(AclEntry::default());
+        }
+        self.entries[id as usize] = AclEntry {
+            list: list.into(),
+            encoded: encoded.to_vec(),
+            // Placeholder until set_refs counts the nodes.
+            refs: u64::MAX,
+        };
+        self.by_encoding.insert(encoded.to_vec(), id);
+        Ok(())
+    }
+
+    /// After a load: every list's reference count from the nodes' ids; a
+    /// list no node uses is dropped, an id no list has is an error.
+    pub fn set_refs(&mut self, counts: &HashMap<u32, u64>) -> Result<(), String> {
+        for (id, count) in counts {
+            match self.entries.get_mut(*id as usize) {
+                Some(entry) if entry.refs > 0 => entry.refs = *count,
+                _ => return Err(format!("a node uses ACL {id}, which the snapshot lacks")),
+            }
+        }
+        for id in 0..self.entries.len() {
+            let entry = &mut self.entries[id];
+            if entry.refs == u64::MAX || entry.refs == 0 {
+                let encoded = std::mem::take(&mut entry.encoded);
+                entry.list = Arc::from(Vec::new());
+                entry.refs = 0;
+                self.by_encoding.remove(&encoded);
+                self.free.push(id as u32);
+            }
+        }
+        self.free.sort_unstable_by(|a, b| b.cmp(a));
+        Ok(())
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_encoding.len()
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        self.entries
+            .iter()
+            .map(|e| 2 * e.encoded.capacity() + 64)
+            .sum::<usize>()
+            + self.by_encoding.capacity() * 40
+    }
+}
+
+/// The blob's name is empty only for free slots and the root.
+pub fn check_blob(blob: &Blob) -> bool {
+    !blob.is_empty()
+}
