@@ -22,7 +22,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use keel_tree::txn::{decode_batch, encode_batch, BATCH_TXNS_MAX};
-use keel_tree::{DataTree, Txn};
+use keel_tree::Txn;
 use raft::eraftpb::{ConfState, Entry, EntryType, HardState, Message, Snapshot};
 use raft::storage::MemStorage;
 use raft::{Config, RawNode, StateRole};
@@ -678,19 +678,20 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     fn install_snapshot(&mut self, snapshot: Snapshot) -> Result<(), ConsensusError> {
         let index = snapshot.get_metadata().index;
         let term = snapshot.get_metadata().term;
-        let tree = match keel_tree::snapshot::decode(&snapshot.data) {
-            Ok(tree) if tree.applied_index() == index => tree,
-            Ok(_) | Err(_) => {
-                tracing::error!(index, "snapshot from the leader fails its checks; ignored");
-                return Ok(());
-            }
-        };
+        if self.snapshot_running {
+            // The state is about to be replaced under the writer: it will
+            // fail, and report so through snapshot_done.
+            tracing::info!(index, "a snapshot being written is abandoned for the leader's");
+        }
+        if let Err(error) = self.machine.restore(index, &snapshot.data) {
+            tracing::error!(index, %error, "snapshot from the leader fails its checks; ignored");
+            return Ok(());
+        }
         self.io.save_snapshot(index, term, &snapshot.data)?;
         self.io
             .persist(&[], None, Some(snapshot.get_metadata().get_conf_state()))?;
         self.io.compact_to(index + 1)?;
         self.raw.mut_store().wl().apply_snapshot(snapshot)?;
-        self.machine.restore(tree);
         self.applied = index;
         self.status.applied_index.store(index, Ordering::Release);
         self.last_snapshot_index = index;
@@ -859,29 +860,31 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         }
     }
 
-    /// A frozen copy of the state to snapshot, when one is due. The shell
-    /// writes it (in the background) and calls `snapshot_done`.
-    pub fn take_snapshot_job(&mut self) -> Option<DataTree> {
+    /// A snapshot to write, when one is due. The shell writes it (in the
+    /// background, while applies go on) and calls `snapshot_done`.
+    pub fn take_snapshot_job(&mut self) -> Option<crate::SnapshotJob> {
         if !std::mem::take(&mut self.snapshot_wanted) {
             return None;
         }
-        let frozen = self.machine.freeze();
+        let job = self.machine.snapshot_begin();
         assert_eq!(
-            frozen.applied_index(),
-            self.applied,
+            job.index, self.applied,
             "state machine and driver disagree on the applied index"
         );
         self.snapshot_running = true;
-        Some(frozen)
+        Some(job)
     }
 
     pub fn snapshot_running(&self) -> bool {
         self.snapshot_running
     }
 
-    pub fn snapshot_done(&mut self, index: u64, result: Result<(), String>) {
+    pub fn snapshot_done(&mut self, index: u64, result: Result<(), String>, ms: u64) {
         assert!(self.snapshot_running, "no snapshot was running");
         self.snapshot_running = false;
+        self.machine.snapshot_end();
+        self.status.snapshot_last_ms.store(ms, Ordering::Relaxed);
+        self.status.snapshot_max_ms.fetch_max(ms, Ordering::Relaxed);
         if let Err(error) = result {
             tracing::error!(index, %error, "snapshot failed; log kept");
             return;

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use keel_tree::{DataTree, Txn};
+use keel_tree::Txn;
 use raft::eraftpb::{ConfState, Entry, HardState};
 use raft::storage::MemStorage;
 
@@ -37,21 +37,51 @@ pub trait StateMachine: Send + 'static {
     fn apply(&mut self, index: u64, term: u64, txns: Vec<Txn>);
     /// An entry with nothing to apply (a new leader's empty entry).
     fn skip(&mut self, index: u64, term: u64);
-    /// An O(1) frozen copy of the state for a background snapshot.
-    fn freeze(&self) -> DataTree;
+    /// Starts a snapshot of the state as applied now; the writer runs on
+    /// its own thread while applies go on (it must not stall them).
+    fn snapshot_begin(&mut self) -> SnapshotJob;
+    /// The snapshot started last is written (or abandoned): whatever the
+    /// state machine kept for it can go.
+    fn snapshot_end(&mut self);
     /// Proposals Raft refused (no leader): their sessions must hear so.
     fn dropped(&mut self, txns: Vec<Txn>);
     /// This node became leader (true) or stopped being leader (false).
     fn role_changed(&mut self, leader: bool);
     /// Followers saw activity from these sessions (leader only).
     fn touched(&mut self, sessions: &[i64]);
-    /// A snapshot from the leader replaces the whole state.
-    fn restore(&mut self, tree: DataTree);
+    /// A snapshot from the leader (a whole snapshot file's bytes, at
+    /// `index`) replaces the whole state; refused bytes change nothing.
+    fn restore(&mut self, index: u64, bytes: &[u8]) -> Result<(), String>;
     /// A ReadIndex barrier asked with `context` passed: every entry
     /// committed before it is applied here.
     fn read_ready(&mut self, context: Vec<u8>);
     /// A ReadIndex barrier could not be queued (too many pending).
     fn read_failed(&mut self, context: Vec<u8>);
+}
+
+/// Writes a snapshot's bytes, opaque to consensus, part by part.
+pub trait SnapshotWriter: Send + 'static {
+    /// Appends the next part of the snapshot to `out`; false once the
+    /// last part is out.
+    fn next_chunk(&mut self, out: &mut Vec<u8>) -> Result<bool, String>;
+}
+
+/// A snapshot to write: its position and its writer.
+pub struct SnapshotJob {
+    pub index: u64,
+    pub term: u64,
+    /// The first bytes of the file (header), taken when the job started.
+    pub head: Vec<u8>,
+    pub writer: Box<dyn SnapshotWriter>,
+}
+
+/// Where the state machine's snapshot (loaded by the caller) left off.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SnapshotPosition {
+    pub index: u64,
+    pub term: u64,
+    /// The highest proposal sequence of this node's that it holds.
+    pub own_sequence: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -131,6 +161,9 @@ pub struct RaftStatus {
     pub last_index: AtomicU64,
     pub snapshots_taken: AtomicU64,
     pub snapshot_index: AtomicU64,
+    /// How long the newest snapshot took to write, and the longest.
+    pub snapshot_last_ms: AtomicU64,
+    pub snapshot_max_ms: AtomicU64,
     pub fsyncs: AtomicU64,
     pub proposals: AtomicU64,
     pub batches: AtomicU64,
@@ -145,6 +178,7 @@ enum Input {
     SnapshotDone {
         index: u64,
         result: Result<(), String>,
+        ms: u64,
     },
     Shutdown,
 }
@@ -190,20 +224,23 @@ impl RaftHandle {
 
 /// What a node recovers from its data dir before it starts.
 pub struct Recovery {
-    pub tree: DataTree,
+    pub position: SnapshotPosition,
     store: LogStore,
     storage: MemStorage,
     config: RaftConfig,
 }
 
-/// Loads the newest valid snapshot and the log tail; creates the data dir
-/// and a one-member group on first start.
-pub fn recover(config: RaftConfig) -> Result<Recovery, ConsensusError> {
+/// Checks the data dir's identity (creating the data dir and a one-member
+/// group on first start). Call before loading a snapshot.
+pub fn prepare(config: &RaftConfig) -> Result<(), ConsensusError> {
     assert!(config.node_id > 0, "raft node ids start at 1");
-    let snapshot_dir = config.data_dir.join("snapshots");
-    std::fs::create_dir_all(&snapshot_dir)?;
-    check_identity(&config)?;
-    let tree = snapfile::load_newest(&snapshot_dir)?.unwrap_or_default();
+    std::fs::create_dir_all(config.data_dir.join("snapshots"))?;
+    check_identity(config)
+}
+
+/// Opens the log behind the snapshot the caller loaded (at `position`).
+pub fn recover(config: RaftConfig, position: SnapshotPosition) -> Result<Recovery, ConsensusError> {
+    prepare(&config)?;
     let store = LogStore::open(&config.data_dir.join("raft"))?;
     let recovered = store.recover()?;
     let conf_state = match recovered.conf_state {
@@ -229,21 +266,21 @@ pub fn recover(config: RaftConfig) -> Result<Recovery, ConsensusError> {
     let log_entries = recovered.entries.len();
     let last_log_index = recovered.entries.last().map_or(0, |e| e.index);
     let storage = storage_from(Durable {
-        snapshot_index: tree.applied_index(),
-        snapshot_term: tree.applied_term(),
+        snapshot_index: position.index,
+        snapshot_term: position.term,
         conf_state,
         hard_state: recovered.hard_state,
         entries: recovered.entries,
     })?;
-    let last = tree.applied_index().max(last_log_index);
+    let last = position.index.max(last_log_index);
     tracing::info!(
-        snapshot_index = tree.applied_index(),
+        snapshot_index = position.index,
         log_entries,
         last_index = last,
         "recovered"
     );
     Ok(Recovery {
-        tree,
+        position,
         store,
         storage,
         config,
@@ -351,7 +388,7 @@ struct Driver<S: StateMachine> {
     snapshot_dir: PathBuf,
 }
 
-/// Starts the driver thread; `machine` already holds `recovery.tree`.
+/// Starts the driver thread; `machine` already holds the loaded snapshot.
 pub fn start<S: StateMachine>(
     recovery: Recovery,
     machine: S,
@@ -363,7 +400,7 @@ pub fn start<S: StateMachine>(
     ConsensusError,
 > {
     let config = recovery.config;
-    let applied = recovery.tree.applied_index();
+    let applied = recovery.position.index;
     // Sequences must grow across restarts: start from the clock (ms << 12)
     // or past the last applied one, whichever is higher.
     let clock_ms = std::time::SystemTime::now()
@@ -371,7 +408,7 @@ pub fn start<S: StateMachine>(
         .map_or(0, |d| d.as_millis() as u64);
     let sequence_mask = (1u64 << keel_tree::PROPOSAL_SEQUENCE_BITS) - 1;
     let first_sequence =
-        ((clock_ms << 12) & sequence_mask).max(recovery.tree.origin_applied(config.node_id) + 1);
+        ((clock_ms << 12) & sequence_mask).max(recovery.position.own_sequence + 1);
     let (peer_sender, peer_inputs) = crossbeam_channel::bounded(PROPOSAL_QUEUE_MAX);
     let transport = start_transport(&config, peer_sender)?;
     let (sender, inputs) = crossbeam_channel::bounded(PROPOSAL_QUEUE_MAX);
@@ -507,7 +544,7 @@ impl<S: StateMachine> Driver<S> {
         let deadline = Instant::now() + Duration::from_millis(SNAPSHOT_SHUTDOWN_WAIT_MS);
         while self.core.snapshot_running() {
             match self.inputs.recv_deadline(deadline) {
-                Ok(Input::SnapshotDone { index, result }) => self.core.snapshot_done(index, result),
+                Ok(Input::SnapshotDone { index, result, ms }) => self.core.snapshot_done(index, result, ms),
                 Ok(_) => {}
                 Err(_) => return tracing::warn!("stopping with a snapshot still being written"),
             }
@@ -519,45 +556,41 @@ impl<S: StateMachine> Driver<S> {
             Input::Propose(txn) => self.core.propose(txn),
             Input::ReadIndex(context) => self.core.read_index(context),
             Input::Touches(sessions) => self.core.touches(sessions),
-            Input::SnapshotDone { index, result } => self.core.snapshot_done(index, result),
+            Input::SnapshotDone { index, result, ms } => self.core.snapshot_done(index, result, ms),
             Input::Shutdown => unreachable!("handled by the loop"),
         }
     }
 
-    /// Encodes and writes a due snapshot on its own thread; the driver
-    /// keeps serving and hears back through `loopback`.
+    /// Writes a due snapshot on its own thread, part by part, while the
+    /// driver keeps applying; it hears back through `loopback`.
     fn maybe_snapshot(&mut self, loopback: &Sender<Input>) {
-        let Some(frozen) = self.core.take_snapshot_job() else {
+        let Some(job) = self.core.take_snapshot_job() else {
             return;
         };
         let dir = self.snapshot_dir.clone();
         let loopback = loopback.clone();
-        let index = frozen.applied_index();
+        let index = job.index;
         let spawned = std::thread::Builder::new()
             .name("keel-snapshot".into())
             .spawn(move || {
                 let started = Instant::now();
-                let mut bytes = Vec::new();
-                keel_tree::snapshot::encode(&frozen, &mut bytes);
-                let result =
-                    snapfile::write(&dir, frozen.applied_index(), frozen.applied_term(), &bytes)
-                        .map(|_| ())
-                        .map_err(|e| e.to_string());
-                tracing::info!(
-                    index = frozen.applied_index(),
-                    bytes = bytes.len(),
-                    ms = started.elapsed().as_millis() as u64,
-                    ok = result.is_ok(),
-                    "snapshot written"
-                );
+                let (index, term) = (job.index, job.term);
+                let result = snapfile::write_streaming(&dir, index, term, &job.head, job.writer)
+                    .map_err(|e| e.to_string());
+                let ms = started.elapsed().as_millis() as u64;
+                match &result {
+                    Ok(bytes) => tracing::info!(index, bytes, ms, "snapshot written"),
+                    Err(error) => tracing::error!(index, %error, ms, "snapshot failed"),
+                }
                 let _ = loopback.send(Input::SnapshotDone {
-                    index: frozen.applied_index(),
-                    result,
+                    index,
+                    result: result.map(|_| ()),
+                    ms,
                 });
             });
         if let Err(error) = spawned {
             tracing::error!(%error, "cannot start snapshot thread");
-            self.core.snapshot_done(index, Err(error.to_string()));
+            self.core.snapshot_done(index, Err(error.to_string()), 0);
         }
     }
 }

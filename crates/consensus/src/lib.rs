@@ -13,7 +13,8 @@ pub use crate::core::{
     ELECTION_TICKS, LOG_KEPT_BEHIND_SNAPSHOT,
 };
 pub use driver::{
-    recover, start, RaftConfig, RaftHandle, RaftStatus, Recovery, StateMachine, PROPOSAL_QUEUE_MAX,
+    prepare, recover, start, RaftConfig, RaftHandle, RaftStatus, Recovery, SnapshotJob,
+    SnapshotPosition, SnapshotWriter, StateMachine, PROPOSAL_QUEUE_MAX,
 };
 pub use store::LogStore;
 

@@ -5,9 +5,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use keel_tree::{snapshot, DataTree};
-
-use crate::ConsensusError;
+use crate::{ConsensusError, SnapshotWriter};
 
 /// Snapshots kept on disk: the newest plus one fallback.
 pub const SNAPSHOTS_KEPT: usize = 2;
@@ -46,26 +44,80 @@ pub fn write(dir: &Path, index: u64, term: u64, bytes: &[u8]) -> Result<PathBuf,
         file.write_all(bytes)?;
         file.sync_all()?;
     }
-    fs::rename(&temp, &target)?;
+    publish(dir, &temp, &target)?;
+    Ok(target)
+}
+
+/// Writes a snapshot part by part as `writer` produces it (never the
+/// whole snapshot in memory), durably; returns the bytes written.
+pub fn write_streaming(
+    dir: &Path,
+    index: u64,
+    term: u64,
+    head: &[u8],
+    mut writer: Box<dyn SnapshotWriter>,
+) -> Result<u64, ConsensusError> {
+    let target = dir.join(file_name(index, term));
+    let temp = dir.join(format!("{}.tmp", file_name(index, term)));
+    let result = (|| {
+        let mut file = std::io::BufWriter::with_capacity(1 << 20, fs::File::create(&temp)?);
+        file.write_all(head)?;
+        let mut written = head.len() as u64;
+        let mut chunk = Vec::with_capacity(1 << 20);
+        loop {
+            chunk.clear();
+            let more = writer
+                .next_chunk(&mut chunk)
+                .map_err(|e| std::io::Error::other(format!("snapshot writer: {e}")))?;
+            file.write_all(&chunk)?;
+            written += chunk.len() as u64;
+            if !more {
+                break;
+            }
+        }
+        let file = file.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        Ok::<u64, ConsensusError>(written)
+    })();
+    match result {
+        Ok(written) => {
+            publish(dir, &temp, &target)?;
+            Ok(written)
+        }
+        Err(error) => {
+            let _ = fs::remove_file(&temp);
+            Err(error)
+        }
+    }
+}
+
+/// Renames a complete temp file into place, fsyncs the directory, prunes.
+fn publish(dir: &Path, temp: &Path, target: &Path) -> Result<(), ConsensusError> {
+    fs::rename(temp, target)?;
     fs::File::open(dir)?.sync_all()?;
     for (_, _, old) in list(dir)?.into_iter().skip(SNAPSHOTS_KEPT) {
         fs::remove_file(old)?;
     }
-    Ok(target)
+    Ok(())
 }
 
-/// The newest snapshot that loads and verifies; corrupt ones are logged
-/// and skipped, never half-loaded.
-pub fn load_newest(dir: &Path) -> Result<Option<DataTree>, ConsensusError> {
+/// The newest snapshot that `load` accepts and whose position matches its
+/// name; corrupt ones are logged with the file name and skipped (the
+/// previous one is tried), never half-loaded.
+pub fn load_newest<T>(
+    dir: &Path,
+    load: impl Fn(&[u8]) -> Result<T, String>,
+    index_of: impl Fn(&T) -> u64,
+) -> Result<Option<T>, ConsensusError> {
     for (index, _, path) in list(dir)? {
         let bytes = fs::read(&path)?;
-        match snapshot::decode(&bytes) {
-            Ok(tree) if tree.applied_index() == index => return Ok(Some(tree)),
-            Ok(tree) => {
-                tracing::warn!(path = %path.display(), inner = tree.applied_index(), "snapshot index does not match its name; skipped")
+        match load(&bytes) {
+            Ok(state) if index_of(&state) == index => return Ok(Some(state)),
+            Ok(state) => {
+                tracing::warn!(path = %path.display(), inner = index_of(&state), "snapshot index does not match its name; skipped")
             }
             Err(error) => {
-                tracing::warn!(path = %path.display(), %error, "corrupt snapshot skipped")
+                tracing::error!(path = %path.display(), %error, "corrupt snapshot skipped; trying the previous one")
             }
         }
     }

@@ -121,7 +121,7 @@ fn mntr(shared: &Shared) -> String {
     // and holding `sessions` while waiting for the tree deadlocks with the
     // apply thread (tree write lock, then `sessions` for a new or closed
     // session).
-    let (nodes, ephemerals, data_size, digest, last_zxid) = {
+    let (nodes, ephemerals, data_size, digest, last_zxid, tree_bytes, preimage_bytes) = {
         let tree = shared.tree.read();
         (
             tree.node_count(),
@@ -129,6 +129,8 @@ fn mntr(shared: &Shared) -> String {
             tree.approximate_data_size(),
             tree.digest(),
             tree.last_zxid(),
+            tree.memory_bytes(),
+            tree.snapshot_preimage_bytes(),
         )
     };
     let watches = shared.watches.lock().watch_count();
@@ -173,6 +175,16 @@ fn mntr(shared: &Shared) -> String {
         ("zk_global_sessions", sessions.to_string()),
         ("zk_local_sessions", "0".into()),
         ("keel_tree_digest", format!("{digest:#018x}")),
+        ("keel_tree_bytes", tree_bytes.to_string()),
+        ("keel_snapshot_preimage_bytes", preimage_bytes.to_string()),
+        (
+            "keel_snapshot_last_ms",
+            status.snapshot_last_ms.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "keel_snapshot_max_ms",
+            status.snapshot_max_ms.load(Ordering::Relaxed).to_string(),
+        ),
         ("keel_last_zxid", format!("{last_zxid:#x}")),
         (
             "keel_raft_leader_id",

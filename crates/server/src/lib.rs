@@ -33,6 +33,36 @@ pub enum ServerError {
     RaftStopped(String),
 }
 
+/// Loads the newest snapshot that verifies (on every core) and opens the
+/// log behind it.
+fn recover(
+    raft_config: keel_consensus::RaftConfig,
+) -> Result<(keel_tree::DataTree, keel_consensus::Recovery), ServerError> {
+    keel_consensus::prepare(&raft_config)?;
+    let started = std::time::Instant::now();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let tree = keel_consensus::snapfile::load_newest(
+        &raft_config.data_dir.join("snapshots"),
+        |bytes| keel_tree::snapshot::load(bytes, threads).map_err(|e| e.to_string()),
+        |tree| tree.applied_index(),
+    )?
+    .unwrap_or_default();
+    tracing::info!(
+        nodes = tree.node_count(),
+        index = tree.applied_index(),
+        ms = started.elapsed().as_millis() as u64,
+        threads,
+        "snapshot loaded"
+    );
+    let position = keel_consensus::SnapshotPosition {
+        index: tree.applied_index(),
+        term: tree.applied_term(),
+        own_sequence: tree.origin_applied(raft_config.node_id),
+    };
+    let recovery = keel_consensus::recover(raft_config, position)?;
+    Ok((tree, recovery))
+}
+
 /// Recovers the data dir, starts the Raft driver and serves `listener`
 /// until `shutdown` resolves.
 pub async fn run(
@@ -51,8 +81,8 @@ pub async fn run(
         preferred_leader: (config.preferred_leader != 0).then_some(config.preferred_leader),
         observers: config.observers.clone(),
     };
-    let recovery = tokio::task::block_in_place(|| keel_consensus::recover(raft_config))?;
-    let shared = Arc::new(Shared::new(config, recovery.tree.clone()));
+    let (tree, recovery) = tokio::task::block_in_place(|| recover(raft_config))?;
+    let shared = Arc::new(Shared::new(config, tree));
     let machine = machine::Machine {
         shared: shared.clone(),
     };

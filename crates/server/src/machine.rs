@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use keel_consensus::StateMachine;
+use keel_consensus::{SnapshotJob, SnapshotWriter, StateMachine};
 use keel_jute::{opcode, ErrorCode, KeeperState, WatcherEvent};
 use keel_tree::{Applied, DataTree, Txn, TxnOp};
 
@@ -32,8 +32,21 @@ impl StateMachine for Machine {
         self.shared.tree.write().set_applied(index, term);
     }
 
-    fn freeze(&self) -> DataTree {
-        self.shared.tree.read().clone()
+    fn snapshot_begin(&mut self) -> SnapshotJob {
+        let mut tree = self.shared.tree.write();
+        let head = tree.snapshot_begin();
+        SnapshotJob {
+            index: tree.applied_index(),
+            term: tree.applied_term(),
+            head,
+            writer: Box::new(TreeWriter {
+                shared: self.shared.clone(),
+            }),
+        }
+    }
+
+    fn snapshot_end(&mut self) {
+        self.shared.tree.write().snapshot_end();
     }
 
     fn dropped(&mut self, txns: Vec<Txn>) {
@@ -55,26 +68,17 @@ impl StateMachine for Machine {
         }
     }
 
-    fn restore(&mut self, tree: DataTree) {
-        let mut current = self.shared.tree.write();
-        let now_ms = self.shared.now_ms();
-        let mut tracker = keel_session::SessionTracker::new(self.shared.config.tick_time_ms as u64);
-        for (session_id, timeout_ms) in tree.sessions() {
-            tracker.add(session_id, timeout_ms, now_ms);
+    fn restore(&mut self, index: u64, bytes: &[u8]) -> Result<(), String> {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let tree = keel_tree::snapshot::load(bytes, threads).map_err(|e| e.to_string())?;
+        if tree.applied_index() != index {
+            return Err(format!(
+                "snapshot holds index {}, not {index}",
+                tree.applied_index()
+            ));
         }
-        *self.shared.sessions.lock() = tracker;
-        *current = tree;
-        // The changes the snapshot jumped over fired no watch. As a
-        // ZooKeeper follower that resyncs from a SNAP, drop every client
-        // connection: clients reconnect and setWatches fires what they
-        // missed since their last zxid.
-        let mut watches = self.shared.watches.lock();
-        for (session_id, route) in self.shared.routes.lock().iter() {
-            watches.remove_session(*session_id);
-            let _ = route.sender.send(Outbound::Close {
-                reason: "state replaced by a snapshot from the leader",
-            });
-        }
+        self.replace(tree);
+        Ok(())
     }
 
     fn read_ready(&mut self, context: Vec<u8>) {
@@ -116,6 +120,29 @@ impl StateMachine for Machine {
 }
 
 impl Machine {
+    /// A snapshot from the leader replaces the tree.
+    fn replace(&mut self, tree: DataTree) {
+        let mut current = self.shared.tree.write();
+        let now_ms = self.shared.now_ms();
+        let mut tracker = keel_session::SessionTracker::new(self.shared.config.tick_time_ms as u64);
+        for (session_id, timeout_ms) in tree.sessions() {
+            tracker.add(session_id, timeout_ms, now_ms);
+        }
+        *self.shared.sessions.lock() = tracker;
+        *current = tree;
+        // The changes the snapshot jumped over fired no watch. As a
+        // ZooKeeper follower that resyncs from a SNAP, drop every client
+        // connection: clients reconnect and setWatches fires what they
+        // missed since their last zxid.
+        let mut watches = self.shared.watches.lock();
+        for (session_id, route) in self.shared.routes.lock().iter() {
+            watches.remove_session(*session_id);
+            let _ = route.sender.send(Outbound::Close {
+                reason: "state replaced by a snapshot from the leader",
+            });
+        }
+    }
+
     /// Events first, then the reply: ZooKeeper sends a watch notification
     /// before the response of the request that fired it.
     fn deliver(&self, txn: &Txn, applied: &Applied) {
@@ -203,4 +230,20 @@ fn decode_sync_context(context: &[u8]) -> Option<(i64, i32, String)> {
     let xid = i32::from_be_bytes(context[8..12].try_into().ok()?);
     let path = String::from_utf8(context[12..].to_vec()).ok()?;
     Some((session_id, xid, path))
+}
+
+/// Writes the snapshot started by `snapshot_begin` a segment at a time,
+/// each under the tree's read lock: applies wait at most one segment.
+struct TreeWriter {
+    shared: Arc<Shared>,
+}
+
+impl SnapshotWriter for TreeWriter {
+    fn next_chunk(&mut self, out: &mut Vec<u8>) -> Result<bool, String> {
+        self.shared
+            .tree
+            .read()
+            .snapshot_chunk(out)
+            .map_err(|e| e.to_string())
+    }
 }

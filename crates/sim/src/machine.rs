@@ -7,7 +7,8 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use keel_consensus::StateMachine;
+use keel_consensus::{SnapshotJob, SnapshotWriter, StateMachine};
+use parking_lot::RwLock;
 use keel_jute::{ErrorCode, Response};
 use keel_session::SessionTracker;
 use keel_tree::watch::WatchManager;
@@ -49,7 +50,8 @@ pub struct AppliedTxn {
 
 pub struct SimMachine {
     pub node_id: u64,
-    pub tree: DataTree,
+    /// Shared with the snapshot writer, as the server's tree is.
+    pub tree: SharedTree,
     pub watches: WatchManager,
     pub tracker: SessionTracker,
     /// Sessions whose client is connected to this node.
@@ -64,8 +66,9 @@ pub struct SimMachine {
 
 impl SimMachine {
     pub fn new(node_id: u64, tree: DataTree, tick_ms: u64, now_ms: Arc<AtomicU64>) -> SimMachine {
+        let tree = Arc::new(RwLock::new(tree));
         let mut tracker = SessionTracker::new(tick_ms);
-        for (session, timeout_ms) in tree.sessions() {
+        for (session, timeout_ms) in tree.read().sessions() {
             tracker.add(session, timeout_ms, now_ms.load(Ordering::Relaxed));
         }
         SimMachine {
@@ -131,23 +134,39 @@ impl SimMachine {
 
 impl StateMachine for SimMachine {
     fn apply(&mut self, index: u64, term: u64, txns: Vec<Txn>) {
+        let shared = self.tree.clone();
+        let mut tree = shared.write();
         for txn in &txns {
-            let applied = self.tree.apply(term, txn);
+            let applied = tree.apply(term, txn);
             if !applied.duplicate {
                 self.deliver(index, txn, applied);
             }
         }
-        self.tree.set_applied(index, term);
-        self.digests.push((index, self.tree.digest()));
+        tree.set_applied(index, term);
+        self.digests.push((index, tree.digest()));
     }
 
     fn skip(&mut self, index: u64, term: u64) {
-        self.tree.set_applied(index, term);
-        self.digests.push((index, self.tree.digest()));
+        let mut tree = self.tree.write();
+        tree.set_applied(index, term);
+        self.digests.push((index, tree.digest()));
     }
 
-    fn freeze(&self) -> DataTree {
-        self.tree.clone()
+    fn snapshot_begin(&mut self) -> SnapshotJob {
+        let mut tree = self.tree.write();
+        let head = tree.snapshot_begin();
+        SnapshotJob {
+            index: tree.applied_index(),
+            term: tree.applied_term(),
+            head,
+            writer: Box::new(TreeWriter {
+                tree: self.tree.clone(),
+            }),
+        }
+    }
+
+    fn snapshot_end(&mut self) {
+        self.tree.write().snapshot_end();
     }
 
     fn dropped(&mut self, txns: Vec<Txn>) {
@@ -174,7 +193,11 @@ impl StateMachine for SimMachine {
         }
     }
 
-    fn restore(&mut self, tree: DataTree) {
+    fn restore(&mut self, index: u64, bytes: &[u8]) -> Result<(), String> {
+        let tree = keel_tree::snapshot::decode(bytes).map_err(|e| e.to_string())?;
+        if tree.applied_index() != index {
+            return Err(format!("snapshot holds index {}", tree.applied_index()));
+        }
         let mut tracker = SessionTracker::new(self.tracker_tick_ms());
         for (session, timeout_ms) in tree.sessions() {
             tracker.add(session, timeout_ms, self.now_ms.load(Ordering::Relaxed));
@@ -183,13 +206,14 @@ impl StateMachine for SimMachine {
         // server, drop every client connection; clients reconnect and
         // setWatches fires what they missed.
         self.tracker = tracker;
-        self.tree = tree;
+        *self.tree.write() = tree;
         for session in std::mem::take(&mut self.local) {
             self.watches.remove_session(session);
             self.out.push(MachineOut::Dropped { session });
         }
-        self.digests
-            .push((self.tree.applied_index(), self.tree.digest()));
+        let tree = self.tree.read();
+        self.digests.push((tree.applied_index(), tree.digest()));
+        Ok(())
     }
 
     fn read_ready(&mut self, context: Vec<u8>) {
@@ -211,17 +235,17 @@ impl SimMachine {
     /// Every ephemeral belongs to a live session and no closed session
     /// owns one: ZooKeeper's ephemeral contract, checked after each apply.
     pub fn ephemerals_consistent(&self) -> Result<(), String> {
-        let owned: usize = self
-            .tree
+        let tree = self.tree.read();
+        let owned: usize = tree
             .sessions()
             .iter()
-            .map(|(session, _)| self.tree.ephemerals_of(*session).len())
+            .map(|(session, _)| tree.ephemerals_of(*session).len())
             .sum();
-        let total = self.tree.ephemeral_count();
+        let total = tree.ephemeral_count();
         if owned != total {
             return Err(format!(
                 "{total} ephemerals but live sessions own {owned} (index {})",
-                self.tree.applied_index()
+                tree.applied_index()
             ));
         }
         Ok(())
@@ -239,4 +263,21 @@ fn decode_sync_context(context: &[u8]) -> (i64, i32) {
     let session = i64::from_be_bytes(context[..8].try_into().expect("8 bytes"));
     let xid = i32::from_be_bytes(context[8..].try_into().expect("4 bytes"));
     (session, xid)
+}
+
+pub type SharedTree = Arc<RwLock<DataTree>>;
+
+/// The server's snapshot writer, as the simulator runs it: one segment
+/// per call under the read lock, while applies go on between calls.
+struct TreeWriter {
+    tree: SharedTree,
+}
+
+impl SnapshotWriter for TreeWriter {
+    fn next_chunk(&mut self, out: &mut Vec<u8>) -> Result<bool, String> {
+        self.tree
+            .read()
+            .snapshot_chunk(out)
+            .map_err(|e| e.to_string())
+    }
 }

@@ -121,12 +121,10 @@ enum Ev {
         node: u64,
         epoch: u64,
     },
-    SnapshotWritten {
+    /// The snapshot writer of `node` writes its next part.
+    SnapshotChunk {
         node: u64,
         epoch: u64,
-        index: u64,
-        term: u64,
-        bytes: Vec<u8>,
     },
     ClientWake {
         client: usize,
@@ -179,6 +177,15 @@ struct Node {
     advance_scheduled: bool,
     busy_until_us: u64,
     next_session: i64,
+    /// The snapshot being written, part by part.
+    snapshot: Option<Writing>,
+}
+
+struct Writing {
+    index: u64,
+    term: u64,
+    bytes: Vec<u8>,
+    writer: Box<dyn keel_consensus::SnapshotWriter>,
 }
 
 #[derive(Debug)]
@@ -279,6 +286,7 @@ impl World {
                 advance_scheduled: false,
                 busy_until_us: 0,
                 next_session: 0,
+                snapshot: None,
             })
             .collect();
         let clients = (0..options.clients)
@@ -420,13 +428,7 @@ impl World {
             Ev::Deliver { to, epoch, input } => self.deliver(to, epoch, input),
             Ev::Tick { node, epoch } => self.tick(node, epoch),
             Ev::Advance { node, epoch } => self.advance(node, epoch),
-            Ev::SnapshotWritten {
-                node,
-                epoch,
-                index,
-                term,
-                bytes,
-            } => self.snapshot_written(node, epoch, index, term, bytes),
+            Ev::SnapshotChunk { node, epoch } => self.snapshot_chunk(node, epoch),
             Ev::ClientWake { client, generation } => self.client_wake(client, generation),
             Ev::ClientTimeout {
                 client,
@@ -648,32 +650,50 @@ impl World {
         if more {
             self.request_advance(id);
         }
-        if let Some(tree) = job {
-            let mut bytes = Vec::new();
-            keel_tree::snapshot::encode(&tree, &mut bytes);
-            let delay_us = self.rng.between(1_000, 200_000);
-            self.stats.snapshots_written += 1;
-            self.schedule(
-                delay_us,
-                Ev::SnapshotWritten {
-                    node: id,
-                    epoch,
-                    index: tree.applied_index(),
-                    term: tree.applied_term(),
-                    bytes,
-                },
-            );
+        if let Some(job) = job {
+            let delay_us = self.rng.between(1_000, 20_000);
+            let node = self.node(id);
+            node.snapshot = Some(Writing {
+                index: job.index,
+                term: job.term,
+                bytes: job.head,
+                writer: job.writer,
+            });
+            self.schedule(delay_us, Ev::SnapshotChunk { node: id, epoch });
         }
     }
 
-    fn snapshot_written(&mut self, id: u64, epoch: u64, index: u64, term: u64, bytes: Vec<u8>) {
+    /// One part of a snapshot is written; applies go on between parts
+    /// (the tree keeps the old version of what changes under the writer).
+    fn snapshot_chunk(&mut self, id: u64, epoch: u64) {
         let node = self.node(id);
         if node.epoch != epoch {
             return; // lost with the crash: it was never synced
         }
-        node.disk.borrow_mut().keep_snapshot(index, term, bytes);
+        let writing = node.snapshot.as_mut().expect("a snapshot is being written");
+        let more = match writing.writer.next_chunk(&mut writing.bytes) {
+            Ok(more) => more,
+            Err(error) => {
+                let index = writing.index;
+                node.snapshot = None;
+                let core = node.core.as_mut().expect("a live epoch has a core");
+                core.snapshot_done(index, Err(error.clone()), 0);
+                self.note(format!("n{id} snapshot {index} abandoned: {error}"));
+                return self.request_advance(id);
+            }
+        };
+        if more {
+            let delay_us = self.rng.between(1_000, 40_000);
+            return self.schedule(delay_us, Ev::SnapshotChunk { node: id, epoch });
+        }
+        let writing = node.snapshot.take().expect("checked above");
+        let index = writing.index;
+        node.disk
+            .borrow_mut()
+            .keep_snapshot(index, writing.term, writing.bytes);
         let core = node.core.as_mut().expect("a live epoch has a core");
-        core.snapshot_done(index, Ok(()));
+        core.snapshot_done(index, Ok(()), 0);
+        self.stats.snapshots_written += 1;
         self.note(format!("n{id} snapshot {index}"));
         self.request_advance(id);
     }
@@ -773,6 +793,7 @@ impl World {
         self.note(format!("n{id} crash"));
         let node = self.node(id);
         node.core = None;
+        node.snapshot = None;
         node.epoch += 1;
         for client in 0..self.clients.len() {
             if self.clients[client].node == id {
@@ -913,7 +934,7 @@ impl World {
                 self.nodes[(id - 1) as usize]
                     .core
                     .as_ref()
-                    .is_some_and(|core| core.machine().tree.last_zxid() >= last_zxid)
+                    .is_some_and(|core| core.machine().tree.read().last_zxid() >= last_zxid)
             })
             .collect();
         if candidates.is_empty() {
@@ -1018,9 +1039,10 @@ impl World {
         let machine = core.machine_mut();
         let outcome = machine
             .tree
+            .read()
             .read(&request, session, &[])
             .expect("a tree read");
-        let zxid = machine.tree.last_zxid();
+        let zxid = machine.tree.read().last_zxid();
         for (path, kind) in &outcome.watches {
             machine.watches.add(path, session, *kind);
         }
@@ -1133,7 +1155,7 @@ impl World {
         self.clients[client].node = node;
         let core = self.node(node).core.as_mut().expect("picked alive");
         let machine = core.machine_mut();
-        if machine.tree.session_timeout_ms(session).is_none() {
+        if machine.tree.read().session_timeout_ms(session).is_none() {
             self.note(format!(
                 "c{client} session {session:#x} expired (seen on n{node})"
             ));
@@ -1153,8 +1175,8 @@ impl World {
             list(&[WatchKind::Exist]),
             list(&[WatchKind::Child]),
         );
-        let (fired, kept) = machine.tree.missed_events(last_zxid, &data, &exist, &child);
-        let zxid = machine.tree.last_zxid();
+        let (fired, kept) = machine.tree.read().missed_events(last_zxid, &data, &exist, &child);
+        let zxid = machine.tree.read().last_zxid();
         for (path, kind) in &kept {
             machine.watches.add(path, session, *kind);
         }
@@ -1406,7 +1428,7 @@ impl World {
             if let Some(core) = &node.core {
                 fnv(
                     &mut fingerprint,
-                    &core.machine().tree.digest().to_be_bytes(),
+                    &core.machine().tree.read().digest().to_be_bytes(),
                 );
             }
         }
@@ -1429,7 +1451,7 @@ impl World {
             .filter_map(|n| {
                 n.core
                     .as_ref()
-                    .map(|c| (n.id, c.applied(), c.machine().tree.digest()))
+                    .map(|c| (n.id, c.applied(), c.machine().tree.read().digest()))
             })
             .collect();
         if states.len() != self.nodes.len() {
@@ -1451,7 +1473,7 @@ impl World {
         let Some(tree) = self
             .nodes
             .iter()
-            .find_map(|n| n.core.as_ref().map(|c| c.machine().tree.clone()))
+            .find_map(|n| n.core.as_ref().map(|c| c.machine().tree.read().clone()))
         else {
             return;
         };
