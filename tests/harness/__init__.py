@@ -1,6 +1,8 @@
 """Test harness for Keel: real Apache ZooKeeper 3.8 and Keel servers
 (servers.py), clusters and ensembles of them (cluster.py), TCP proxies
 (proxy.py), raw protocol client, kazoo extensions and trace normalisation.
+Import clusters from harness.cluster (not re-exported here, so that
+`python3 -m harness.cluster` runs it as the one copy of that module).
 
 servers, cluster and proxy use the Python 3 standard library only (no
 pytest, no kazoo), so bench/compare.py and `python3 -m harness.cluster`
@@ -11,7 +13,4 @@ from .servers import (  # noqa: F401
     four_letter_word, keel_available, make_workdir, mntr, run_bench, server_state, srvr_zxid,
     KEEL_BIN, REPO_ROOT, WORK_ROOT,
     SUPER_DIGEST, SUPER_PASSWORD, ZK_CLIENT_CLASSPATH, ZKCLI, CLI_MT, JAVA_DIR,
-)
-from .cluster import (  # noqa: F401
-    ServerGroup, KeelCluster, ZooKeeperEnsemble, Converged, make_cluster, make_topology,
 )
