@@ -499,8 +499,10 @@ def _up(args):
     def on_signal(signum, _frame):
         raise KeyboardInterrupt("signal %d" % signum)
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
+    # SIGINT too: a shell without job control starts background commands
+    # with SIGINT ignored, and Python then keeps it ignored.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
     first, last = args.client_port, args.client_port + n - 1
     rel = os.path.relpath(data_root)
     try:
@@ -508,12 +510,18 @@ def _up(args):
         print("keel cluster: %d nodes, clients on 127.0.0.1:%d..%d, logs in %s/N/server.log"
               % (n, first, last, rel), flush=True)
         print("connect string: %s" % cluster.address, flush=True)
+        # Like the shell script it replaces: a node that exits (e.g. killed
+        # by hand to try a failover) is reported, the others keep running
+        # until Ctrl-C or until none is left.
+        reported = set()
         while True:
             for node in cluster.nodes:
-                if not node.running():
+                if not node.running() and node not in reported:
+                    reported.add(node)
                     print("node %d exited (code %s); see %s" % (cluster.member_id(node), node.proc.returncode,
                                                                os.path.relpath(node.log_path)), flush=True)
-                    return 1
+            if len(reported) == len(cluster.nodes):
+                return 1
             time.sleep(0.5)
     except KeyboardInterrupt:
         return 0
