@@ -8,8 +8,11 @@ with the clients spread over all three nodes. Prints one table (TPS, p99,
 Keel/ZooKeeper TPS ratio) plus the peak RSS (VmHWM) of every server, and
 writes the raw rows to bench/work/compare.csv.
 
-Every process it starts runs in its own process group and is killed on exit,
-on exceptions and on SIGINT/SIGTERM.
+The clusters are started, checked (one leader agreed by a majority, the
+others following) and stopped by the test suites' harness (tests/harness/
+cluster.py), the runs by its run_bench. Every process it starts runs in its
+own process group and is stopped on exit, on exceptions and on SIGINT/SIGTERM
+(and killed by the harness's atexit hook if anything is left).
 
 Usage: python3 bench/compare.py [--duration S] [--warmup S]
        (COMPARE_DURATION / COMPARE_WARMUP env vars too)
@@ -19,189 +22,84 @@ Python 3 standard library only.
 import argparse
 import csv
 import os
-import shutil
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(REPO, "tests"))
+
+# The one cluster harness of the test suites (Python standard library only).
+from harness import KEEL_BIN, run_bench  # noqa: E402
+from harness.cluster import make_cluster  # noqa: E402
+from harness.servers import ZK_JAR, ZK_JUTE_JAR, SLF4J_API_JAR, SLF4J_SIMPLE_JAR  # noqa: E402
+
 WORK = os.path.join(REPO, "bench", "work")
-KEEL_BIN = os.environ.get("KEEL_BIN", os.path.join(REPO, "target", "release", "keel"))
-JAVA = os.environ.get("JAVA", shutil.which("java") or "/usr/bin/java")
-JAVA_DIR = "/usr/share/java"
-ZK_CLASSPATH = ":".join(
-    os.path.join(JAVA_DIR, j)
-    for j in ("zookeeper.jar", "zookeeper-jute.jar", "slf4j-api.jar", "slf4j-simple.jar")
-)
 WORKLOADS = ("create", "mix")
 CLIENTS = (10, 100, 400)
 SYSTEMS = ("zookeeper", "keel")
 
+# Each system with its own defaults, fsync on, not the test suites' settings.
+SETTINGS = {
+    "zookeeper": {
+        "tick_time_ms": 2000,
+        "four_letter_words": ["*"],
+        "zk_force_sync": True,
+        # Default is 60 per IP; 400 loopback clients over 3 nodes need more.
+        "max_client_connections_per_ip": 0,
+        "zk_jvm_options": ["-Xmx1g"],
+    },
+    "keel": {
+        "four_letter_words": ["*"],
+    },
+}
+
 T0 = time.monotonic()
-_procs = []  # every Popen we started (servers and bench runs)
-_ports = set()
 
 
 def log(msg):
     print("[%6.1fs] %s" % (time.monotonic() - T0, msg), flush=True)
 
 
-def free_port():
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        if p not in _ports:
-            _ports.add(p)
-            return p
-
-
-def spawn(cmd, logpath, cwd=None):
-    f = open(logpath, "ab")
-    p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                         cwd=cwd, start_new_session=True)
-    f.close()
-    _procs.append(p)
-    return p
-
-
-def kill_all():
-    live = [p for p in _procs if p.poll() is None]
-    for p in live:
-        try:
-            os.killpg(p.pid, signal.SIGTERM)
-        except (ProcessLookupError, PermissionError):
-            pass
-    deadline = time.monotonic() + 10
-    for p in live:
-        try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-    for p in _procs:
-        # Kill the group even if the leader exited (children may linger).
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-
-
 def on_signal(signum, _frame):
     raise KeyboardInterrupt("signal %d" % signum)
 
 
-def four_letter(port, word, timeout=2.0):
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-            s.sendall(word.encode())
-            chunks = []
-            while True:
-                b = s.recv(65536)
-                if not b:
-                    break
-                chunks.append(b)
-            return b"".join(chunks).decode(errors="replace")
-    except OSError:
-        return ""
+def start_cluster(root, system):
+    """A 3-member cluster of `system` (harness.cluster), serving: one leader,
+    two followers."""
+    group = make_cluster(system, 3, name=system, workdir=os.path.join(root, system),
+                         settings=SETTINGS[system], test_defaults=False)
+    _groups.append(group)
+    group.start(timeout=120)
+    states = group.states()
+    log("%s serving: %s" % (system, ", ".join(
+        "node%d@%d=%s" % (group.member_id(n), n.port, m) for n, m in zip(group.nodes, states))))
+    leader = group.leader(timeout=30)
+    log("%s leader: node%d" % (system, group.member_id(leader)))
+    return group
 
 
-def wait_serving(name, nodes, timeout=120.0):
-    """Every node answers ruok with imok, one is leader, the others followers."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for n in nodes:
-            if n["proc"].poll() is not None:
-                raise RuntimeError("%s node %d exited (rc %s); see %s"
-                                   % (name, n["id"], n["proc"].returncode, n["log"]))
-        modes = []
-        for n in nodes:
-            if four_letter(n["client"], "ruok") != "imok":
-                break
-            srvr = four_letter(n["client"], "srvr")
-            mode = next((l.split(":", 1)[1].strip() for l in srvr.splitlines()
-                         if l.startswith("Mode:")), "")
-            modes.append(mode)
-        if len(modes) == len(nodes) and sorted(modes) == ["follower"] * (len(nodes) - 1) + ["leader"]:
-            log("%s serving: %s" % (name, ", ".join(
-                "node%d@%d=%s" % (n["id"], n["client"], m) for n, m in zip(nodes, modes))))
-            return
-        time.sleep(0.5)
-    raise RuntimeError("%s did not become ready within %.0fs" % (name, timeout))
+_groups = []
 
 
-def start_zookeeper(root):
-    ids = (1, 2, 3)
-    ports = {i: (free_port(), free_port(), free_port()) for i in ids}  # client, peer, election
-    nodes = []
-    for i in ids:
-        d = os.path.join(root, "zk%d" % i)
-        data = os.path.join(d, "data")
-        os.makedirs(data)
-        with open(os.path.join(data, "myid"), "w") as f:
-            f.write("%d\n" % i)
-        cfg = [
-            "tickTime=2000",
-            "initLimit=10",
-            "syncLimit=5",
-            "dataDir=%s" % data,
-            "clientPort=%d" % ports[i][0],
-            "clientPortAddress=127.0.0.1",
-            "4lw.commands.whitelist=*",
-            "admin.enableServer=false",
-            "forceSync=yes",
-            # Default is 60 per IP; 400 loopback clients over 3 nodes need more.
-            "maxClientCnxns=0",
-        ] + ["server.%d=127.0.0.1:%d:%d" % (j, ports[j][1], ports[j][2]) for j in ids]
-        cfgpath = os.path.join(d, "zoo.cfg")
-        with open(cfgpath, "w") as f:
-            f.write("\n".join(cfg) + "\n")
-        cmd = [JAVA, "-Xmx1g", "-Dzookeeper.log.dir=" + d, "-cp", ZK_CLASSPATH,
-               "org.apache.zookeeper.server.quorum.QuorumPeerMain", cfgpath]
-        logp = os.path.join(d, "server.log")
-        nodes.append({"id": i, "client": ports[i][0], "proc": spawn(cmd, logp, cwd=d), "log": logp})
-    return nodes
+def stop_all():
+    for g in _groups:
+        try:
+            g.stop(timeout=10)
+        except Exception:
+            g.kill()
 
 
-def start_keel(root):
-    ids = (1, 2, 3)
-    peer = {i: free_port() for i in ids}
-    client = {i: free_port() for i in ids}
-    peers = ",".join("%d=127.0.0.1:%d" % (i, peer[i]) for i in ids)
-    nodes = []
-    for i in ids:
-        d = os.path.join(root, "keel%d" % i)
-        data = os.path.join(d, "data")
-        os.makedirs(data)
-        cmd = [KEEL_BIN, "server", "--id", str(i), "--peers", peers,
-               "--client-port", str(client[i]), "--client-address", "127.0.0.1",
-               "--data-dir", data, "--four-letter-words", "*"]
-        logp = os.path.join(d, "server.log")
-        nodes.append({"id": i, "client": client[i], "proc": spawn(cmd, logp, cwd=d), "log": logp})
-    return nodes
-
-
-def run_bench(root, system, nodes, workload, clients, duration, tag):
-    servers = ",".join("127.0.0.1:%d" % n["client"] for n in nodes)
+def bench(root, system, group, workload, clients, duration, tag):
+    """One `keel bench` run over every member; its last CSV row."""
     csvp = os.path.join(root, "bench-%s-%s-%d-%s.csv" % (system, workload, clients, tag))
     out = os.path.join(root, "bench-%s-%s-%d-%s.out" % (system, workload, clients, tag))
-    cmd = [KEEL_BIN, "bench", "--servers", servers, "--workload", workload,
-           "--clients", str(clients), "--duration", str(duration), "--csv", csvp]
-    p = spawn(cmd, out)
     try:
-        rc = p.wait(timeout=duration + 180)
-    except subprocess.TimeoutExpired:
-        raise RuntimeError("keel bench hung: %s" % " ".join(cmd))
-    if rc != 0:
-        with open(out, errors="replace") as f:
-            tail = f.read()[-2000:]
-        raise RuntimeError("keel bench failed (rc %d): %s\n%s" % (rc, " ".join(cmd), tail))
+        run_bench(group.address, workload, clients, duration, csv_path=csvp, out_path=out)
+    except AssertionError as e:
+        raise RuntimeError(str(e))
     with open(csvp, newline="") as f:
         rows = list(csv.DictReader(f))
     return rows[-1]
@@ -234,7 +132,7 @@ def main():
 
     if not os.access(KEEL_BIN, os.X_OK):
         sys.exit("no Keel binary at %s (run: cargo build --release -p keel)" % KEEL_BIN)
-    for j in ZK_CLASSPATH.split(":"):
+    for j in (ZK_JAR, ZK_JUTE_JAR, SLF4J_API_JAR, SLF4J_SIMPLE_JAR):
         if not os.path.isfile(j):
             sys.exit("missing ZooKeeper jar %s" % j)
 
@@ -252,31 +150,29 @@ def main():
     rss = {}
     try:
         log("step 1/4: starting 3-node ZooKeeper 3.8 ensemble")
-        clusters = {"zookeeper": start_zookeeper(root)}
+        clusters = {"zookeeper": start_cluster(root, "zookeeper")}
         log("step 1/4: starting 3-node Keel cluster")
-        clusters["keel"] = start_keel(root)
-        wait_serving("zookeeper", clusters["zookeeper"])
-        wait_serving("keel", clusters["keel"])
+        clusters["keel"] = start_cluster(root, "keel")
 
         warmed = set()
         n = 0
         for workload in WORKLOADS:
             for clients in CLIENTS:
                 for system in SYSTEMS:
-                    nodes = clusters[system]
+                    group = clusters[system]
                     if system not in warmed and args.warmup > 0:
                         log("step 2/4: warm-up %s (%s, %d clients, %ds, not recorded)"
                             % (system, workload, clients, args.warmup))
-                        run_bench(root, system, nodes, workload, clients, args.warmup, "warmup")
+                        bench(root, system, group, workload, clients, args.warmup, "warmup")
                         warmed.add(system)
                     n += 1
                     log("step 2/4: run %d/%d: %s %s %d clients (%ds)"
                         % (n, total_runs, system, workload, clients, args.duration))
-                    row = run_bench(root, system, nodes, workload, clients, args.duration, "run")
-                    for nd in nodes:
-                        if nd["proc"].poll() is not None:
+                    row = bench(root, system, group, workload, clients, args.duration, "run")
+                    for nd in group.nodes:
+                        if not nd.running():
                             raise RuntimeError("%s node %d died during the run; see %s"
-                                               % (system, nd["id"], nd["log"]))
+                                               % (system, group.member_id(nd), nd.log_path))
                     results[(system, workload, clients)] = row
                     rows_out.append(dict(system=system, **row))
                     log("          -> %.0f TPS, p99 %s ms, errors %s"
@@ -284,10 +180,11 @@ def main():
 
         log("step 3/4: reading peak RSS (VmHWM)")
         for system in SYSTEMS:
-            rss[system] = [(nd["id"], vm_hwm_kib(nd["proc"].pid)) for nd in clusters[system]]
+            rss[system] = [(clusters[system].member_id(nd), vm_hwm_kib(nd.proc.pid))
+                           for nd in clusters[system].nodes]
     finally:
         log("cleanup: stopping every process started")
-        kill_all()
+        stop_all()
 
     csv_path = os.path.join(WORK, "compare.csv")
     if rows_out:
@@ -330,6 +227,6 @@ if __name__ == "__main__":
     try:
         main()
     except KeyboardInterrupt as e:
-        kill_all()
+        stop_all()
         log("interrupted (%s); all started processes stopped" % (e or "Ctrl-C"))
         sys.exit(130)

@@ -11,7 +11,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (  # noqa: E402
     KEEL_BIN, keel_available, make_server, ZooKeeperServer, KeelServer,
 )
-from harness.servers import make_topology  # noqa: E402
+from harness.cluster import KeelCluster, make_topology  # noqa: E402
 
 SKIP_NO_KEEL = ("Keel binary %s is missing: build it with `cargo build --release -p keel` "
                 "(`make test` always does)" % KEEL_BIN)
@@ -53,12 +53,33 @@ def pytest_runtest_makereport(item, call):
     setattr(item, "rep_" + rep.when, rep)
 
 
+def _test_failed(request):
+    return any(getattr(request.node, "rep_" + w, None) is not None
+               and getattr(request.node, "rep_" + w).failed for w in ("setup", "call"))
+
+
+def _stop_all(request, started, log_lines):
+    """Teardown of the server fixtures: stop (SIGTERM, then SIGKILL) every
+    server/group; print their logs if the test failed, else remove their work
+    dirs."""
+    failed = _test_failed(request)
+    for s in started:
+        try:
+            s.stop()
+        except Exception:
+            s.kill()
+        if failed:
+            sys.stderr.write(s.log_tail(log_lines) + "\n")
+        else:
+            s.cleanup()
+
+
 @pytest.fixture
 def servers(request):
     """servers(kind, **kw) starts a server ("zookeeper" or "keel"); all are
     stopped at teardown; logs of a failed test are printed.
     servers(kind, topology="cluster3", **kw) starts a 3-member group instead
-    (harness.servers.ServerGroup: a Keel cluster, or a ZooKeeper ensemble)."""
+    (harness.cluster.ServerGroup: a Keel cluster, or a ZooKeeper ensemble)."""
     started = []
 
     def start(kind, topology="single", **kw):
@@ -70,17 +91,25 @@ def servers(request):
         return s
 
     yield start
-    failed = any(getattr(request.node, "rep_" + w, None) is not None
-                 and getattr(request.node, "rep_" + w).failed for w in ("setup", "call"))
-    for s in started:
-        try:
-            s.stop()
-        except Exception:
-            s.kill()
-        if failed:
-            sys.stderr.write(s.log_tail(150) + "\n")
-        else:
-            s.cleanup()
+    _stop_all(request, started, 150)
+
+
+@pytest.fixture
+def keel_cluster(request):
+    """keel_cluster(name, size=3, proxied=False, **settings) -> a started
+    harness.cluster.KeelCluster (test settings plus `settings`; serving: one
+    leader, the others following). Stopped at teardown like `servers`; its
+    logs are printed if the test failed."""
+    started = []
+
+    def start(name="keel", size=3, proxied=False, **settings):
+        require_keel()
+        c = KeelCluster(size, name=name, settings=settings, proxied=proxied)
+        started.append(c)
+        return c.start()
+
+    yield start
+    _stop_all(request, started, 240)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from kazoo.client import KazooClient
 
 from conftest import report_summary
 
-from .util import keel_cluster, mntr, run_bench  # noqa: F401 (fixture)
+from harness import mntr, run_bench
 
 LOG_WRITES = int(os.environ.get("KEEL_CATCHUP_WRITES", "100000"))
 SNAPSHOT_DATA_NODES = int(os.environ.get("KEEL_CATCHUP_SNAPSHOT_NODES", "20000"))
@@ -50,14 +50,14 @@ def restart_and_time_catch_up(cluster, follower, leader):
     started = time.time()
     follower.start()
     serving = time.time() - started
-    digest, zxid, _ = cluster.wait_converged(deadline_s=120, nodes=cluster.nodes)
+    digest, zxid, _ = cluster.wait_converged(timeout=120, nodes=cluster.nodes)
     took = time.time() - started
     assert (digest, zxid) == (target["keel_tree_digest"], target["keel_last_zxid"]), \
         "the cluster moved on while the follower caught up: %r vs %r" % ((digest, zxid), target)
     return took, serving, zxid
 
 
-def test_a_restarted_follower_catches_up_from_the_log(keel_cluster):  # noqa: F811
+def test_a_restarted_follower_catches_up_from_the_log(keel_cluster):
     cluster = keel_cluster("logcatchup")
     leader = cluster.leader()
     follower = next(n for n in cluster.nodes if n is not leader)
@@ -68,7 +68,7 @@ def test_a_restarted_follower_catches_up_from_the_log(keel_cluster):  # noqa: F8
     written, runs, tps = 0, 0, 0.0
     duration = 6
     while written < LOG_WRITES:
-        bench = run_bench(cluster.servers(majority), "create", 100, duration)
+        bench = run_bench(cluster.connect_string(majority), "create", 100, duration)
         runs += 1
         created = int(bench["ops"]) - int(bench["errors"])
         tps = float(bench["TPS"])
@@ -107,7 +107,7 @@ def write_data(servers, count, value_bytes):
         c.close()
 
 
-def test_a_follower_behind_the_compacted_log_gets_the_snapshot_in_chunks(keel_cluster):  # noqa: F811
+def test_a_follower_behind_the_compacted_log_gets_the_snapshot_in_chunks(keel_cluster):
     cluster = keel_cluster("snapcatchup", snapshot_every_entries=SNAPSHOT_EVERY_ENTRIES)
     leader = cluster.leader()
     follower = next(n for n in cluster.nodes if n is not leader)
@@ -115,7 +115,7 @@ def test_a_follower_behind_the_compacted_log_gets_the_snapshot_in_chunks(keel_cl
     t0 = time.time()
     write_data("127.0.0.1:%d" % leader.port, SNAPSHOT_DATA_NODES, VALUE_BYTES)
     data_s = time.time() - t0
-    cluster.wait_converged(deadline_s=60)
+    cluster.wait_converged(timeout=60)
     follower_index = applied_index(follower)
     follower.stop()
 
@@ -132,7 +132,7 @@ def test_a_follower_behind_the_compacted_log_gets_the_snapshot_in_chunks(keel_cl
     while not compacted_past_follower():
         assert time.time() < deadline, "the leader's log was not compacted past index %d: snapshots %r, applied %d" % (
             follower_index, snapshot_indexes(leader), applied_index(leader))
-        run_bench(cluster.servers(majority), "create", 4, 3)
+        run_bench(cluster.connect_string(majority), "create", 4, 3)
         runs += 1
     # The newest snapshot must be written out before the follower asks.
     time.sleep(0.5)

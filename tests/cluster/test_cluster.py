@@ -5,91 +5,22 @@ replicas' tree digests (mntr keel_tree_digest) must converge."""
 
 import os
 import random
-import subprocess
 import threading
 import time
 
 import pytest
 from kazoo.client import KazooClient
 
-from conftest import report_summary, require_keel
-from harness import make_server
-from harness.servers import four_letter_word, free_port
+from conftest import report_summary
+from harness import four_letter_word, mntr
 
 KILLS = int(os.environ.get("KEEL_CLUSTER_KILLS", "3"))
 WRITERS = 3
 
 
-def mntr(port):
-    try:
-        text = four_letter_word(port, "mntr", timeout=2).decode()
-    except Exception:
-        return {}
-    return dict(line.split("\t", 1) for line in text.strip().splitlines() if "\t" in line)
-
-
-class Cluster:
-    def __init__(self, size=3, preferred_leader=0, observers=()):
-        require_keel()
-        peer_ports = [free_port() for _ in range(size)]
-        peers = ",".join("%d=127.0.0.1:%d" % (i + 1, p) for i, p in enumerate(peer_ports))
-        self.nodes = [make_server("keel", name="node%d" % (i + 1),
-                                  settings={"server_id": i + 1, "peers": peers, "tick_time_ms": 500,
-                                            "preferred_leader": preferred_leader,
-                                            "observers": list(observers)})
-                      for i in range(size)]
-        self.start_all(self.nodes)
-
-    @staticmethod
-    def start_all(nodes):
-        errors = []
-        threads = [threading.Thread(target=lambda n=n: _start(n, errors)) for n in nodes]
-        [t.start() for t in threads]
-        [t.join() for t in threads]
-        assert not errors, errors
-
-    def connect_string(self):
-        return ",".join("127.0.0.1:%d" % n.port for n in self.nodes)
-
-    def leader(self, deadline_s=10.0):
-        end = time.time() + deadline_s
-        while time.time() < end:
-            for n in self.nodes:
-                if n.running() and mntr(n.port).get("zk_server_state") == "leader":
-                    return n
-            time.sleep(0.05)
-        raise AssertionError("no leader within %.0fs" % deadline_s)
-
-    def wait_converged(self, deadline_s=15.0):
-        end = time.time() + deadline_s
-        while time.time() < end:
-            states = [mntr(n.port) for n in self.nodes if n.running()]
-            digests = {(s.get("keel_tree_digest"), s.get("keel_last_zxid")) for s in states}
-            if len(digests) == 1 and None not in next(iter(digests)):
-                return next(iter(digests))
-            time.sleep(0.1)
-        raise AssertionError("replicas did not converge: %r" % [mntr(n.port) for n in self.nodes])
-
-    def stop(self):
-        for n in self.nodes:
-            try:
-                n.stop()
-            except Exception:
-                n.kill()
-
-
-def _start(node, errors):
-    try:
-        node.start()
-    except Exception as e:  # pragma: no cover - reported by the assert
-        errors.append("%s: %r\n%s" % (node.name, e, node.log_tail(40)))
-
-
 @pytest.fixture
-def cluster():
-    c = Cluster()
-    yield c
-    c.stop()
+def cluster(keel_cluster):
+    return keel_cluster("node")
 
 
 def client(hosts, timeout=10.0):
@@ -108,13 +39,13 @@ def test_writes_through_every_node_are_read_everywhere(cluster):
         assert len([x for x in c.get_children("/") if x.startswith("w")]) == 60
     modes = sorted(four_letter_word(n.port, "srvr").decode().split("Mode: ")[1].split("\n")[0] for n in cluster.nodes)
     assert modes == ["follower", "follower", "leader"]
-    cluster.wait_converged()
+    cluster.wait_converged(timeout=15)
     for c in clients:
         c.stop()
 
 
 def test_a_session_keeps_its_ephemeral_when_its_server_dies(cluster):
-    leader = cluster.leader()
+    leader = cluster.leader(timeout=10)
     home = next(n for n in cluster.nodes if n is not leader)
     others = [n for n in cluster.nodes if n is not home]
     c = KazooClient(hosts="127.0.0.1:%d,%s" % (home.port, ",".join("127.0.0.1:%d" % n.port for n in others)),
@@ -162,11 +93,11 @@ def test_kill_the_leader_under_load_loses_no_acknowledged_write(cluster):
     try:
         for _ in range(KILLS):
             time.sleep(0.5 + rng.random())
-            leader = cluster.leader()
+            leader = cluster.leader(timeout=10)
             before = len(acked)
             t0 = time.time()
             leader.kill()
-            new_leader = cluster.leader(deadline_s=15)
+            new_leader = cluster.leader(timeout=15)
             elections.append(time.time() - t0)
             assert new_leader is not leader
             # Writes flow again: the count of acknowledged writes grows.
@@ -177,7 +108,7 @@ def test_kill_the_leader_under_load_loses_no_acknowledged_write(cluster):
     finally:
         stop.set()
         [t.join() for t in threads]
-    cluster.wait_converged(deadline_s=30)
+    cluster.wait_converged(timeout=30)
     for n in cluster.nodes:
         c = client("127.0.0.1:%d" % n.port)
         c.sync("/")
@@ -193,129 +124,84 @@ def test_kill_the_leader_under_load_loses_no_acknowledged_write(cluster):
                       failovers[len(failovers) // 2], failovers[-1]))
 
 
-class ProxiedCluster(Cluster):
-    """Every directed peer link i→j goes through its own TCP proxy, so a
-    test can cut a node off from the others in both directions."""
-
-    def __init__(self, size=3):
-        require_keel()
-        from harness.proxy import TcpProxy
-        listen = [free_port() for _ in range(size)]
-        self.links = {}
-        for i in range(size):
-            for j in range(size):
-                if i != j:
-                    self.links[(i, j)] = TcpProxy(listen[j]).start()
-        self.nodes = []
-        for i in range(size):
-            peers = ",".join("%d=127.0.0.1:%d" % (j + 1, listen[j] if j == i else self.links[(i, j)].port)
-                             for j in range(size))
-            self.nodes.append(make_server("keel", name="pnode%d" % (i + 1),
-                                          settings={"server_id": i + 1, "peers": peers, "tick_time_ms": 500}))
-        self.start_all(self.nodes)
-
-    def isolate(self, index):
-        for (i, j), link in self.links.items():
-            if index in (i, j):
-                link.cut()
-
-    def heal(self, index):
-        for (i, j), link in self.links.items():
-            if index in (i, j):
-                link.resume()
-
-    def stop(self):
-        super().stop()
-        for link in self.links.values():
-            link.close()
+def test_a_partitioned_node_takes_no_writes_and_converges_after_healing(keel_cluster):
+    # every directed peer link i->j through its own TCP proxy (isolate/heal)
+    cluster = keel_cluster("pnode", proxied=True)
+    leader = cluster.leader(timeout=10)
+    victim_index = next(i for i, n in enumerate(cluster.nodes) if n is not leader)
+    victim = cluster.nodes[victim_index]
+    majority = [n for n in cluster.nodes if n is not victim]
+    on_victim = client("127.0.0.1:%d" % victim.port)
+    on_majority = client(",".join("127.0.0.1:%d" % n.port for n in majority))
+    on_victim.create("/before", b"1")
+    cluster.isolate(victim_index)
+    # The minority side acknowledges no write...
+    result = on_victim.create_async("/minority", b"x")
+    time.sleep(3.0)
+    assert not (result.ready() and result.successful()), "the isolated node acknowledged a write"
+    # ...while the majority keeps going.
+    for i in range(50):
+        on_majority.create("/majority%d" % i, b"y")
+    cluster.heal(victim_index)
+    digest = cluster.wait_converged(timeout=30)
+    victim_view = client("127.0.0.1:%d" % victim.port)
+    victim_view.sync("/")
+    names = set(victim_view.get_children("/"))
+    assert {"majority%d" % i for i in range(50)} <= names and "before" in names
+    report_summary("partition: isolated follower acknowledged no write; after healing all 3 replicas "
+                   "converged to digest %s" % digest[0])
+    for c in (on_victim, on_majority, victim_view):
+        try:
+            c.stop()
+        except Exception:
+            pass
 
 
-def test_a_partitioned_node_takes_no_writes_and_converges_after_healing():
-    cluster = ProxiedCluster()
-    try:
-        leader = cluster.leader()
-        victim_index = next(i for i, n in enumerate(cluster.nodes) if n is not leader)
-        victim = cluster.nodes[victim_index]
-        majority = [n for n in cluster.nodes if n is not victim]
-        on_victim = client("127.0.0.1:%d" % victim.port)
-        on_majority = client(",".join("127.0.0.1:%d" % n.port for n in majority))
-        on_victim.create("/before", b"1")
-        cluster.isolate(victim_index)
-        # The minority side acknowledges no write...
-        result = on_victim.create_async("/minority", b"x")
-        time.sleep(3.0)
-        assert not (result.ready() and result.successful()), "the isolated node acknowledged a write"
-        # ...while the majority keeps going.
-        for i in range(50):
-            on_majority.create("/majority%d" % i, b"y")
-        cluster.heal(victim_index)
-        digest = cluster.wait_converged(deadline_s=30)
-        victim_view = client("127.0.0.1:%d" % victim.port)
-        victim_view.sync("/")
-        names = set(victim_view.get_children("/"))
-        assert {"majority%d" % i for i in range(50)} <= names and "before" in names
-        report_summary("partition: isolated follower acknowledged no write; after healing all 3 replicas "
-                       "converged to digest %s" % digest[0])
-        for c in (on_victim, on_majority, victim_view):
-            try:
-                c.stop()
-            except Exception:
-                pass
-    finally:
-        cluster.stop()
+def test_the_preferred_member_leads_whenever_it_is_healthy(keel_cluster):
+    cluster = keel_cluster("pref", preferred_leader=2)
+    preferred = cluster.nodes[1]
+
+    def leads_within(seconds):
+        end = time.time() + seconds
+        while time.time() < end:
+            if mntr(preferred.port, timeout=2).get("zk_server_state") == "leader":
+                return True
+            time.sleep(0.05)
+        return False
+
+    assert leads_within(10), "node 2 never took the lead"
+    preferred.kill()
+    other = cluster.leader(timeout=10)  # an election is not blocked by its absence
+    assert other is not preferred
+    c = client(",".join("127.0.0.1:%d" % n.port for n in cluster.nodes if n is not preferred))
+    c.create("/while-away", b"x")
+    preferred.restart()
+    assert leads_within(15), "node 2 did not take the lead back after catching up"
+    c.stop()
 
 
-def test_the_preferred_member_leads_whenever_it_is_healthy():
-    cluster = Cluster(preferred_leader=2)
-    try:
-        preferred = cluster.nodes[1]
-
-        def leads_within(seconds):
-            end = time.time() + seconds
-            while time.time() < end:
-                if mntr(preferred.port).get("zk_server_state") == "leader":
-                    return True
-                time.sleep(0.05)
-            return False
-
-        assert leads_within(10), "node 2 never took the lead"
-        preferred.kill()
-        other = cluster.leader(deadline_s=10)  # an election is not blocked by its absence
-        assert other is not preferred
-        c = client(",".join("127.0.0.1:%d" % n.port for n in cluster.nodes if n is not preferred))
-        c.create("/while-away", b"x")
-        preferred.restart()
-        assert leads_within(15), "node 2 did not take the lead back after catching up"
-        c.stop()
-    finally:
-        cluster.stop()
-
-
-def test_an_observer_serves_reads_forwards_writes_and_does_not_vote():
-    cluster = Cluster(size=4, observers=(4,))
-    try:
-        observer = cluster.nodes[3]
-        mode = four_letter_word(observer.port, "srvr").decode().split("Mode: ")[1].split("\n")[0]
-        assert mode == "observer"
-        c = client("127.0.0.1:%d" % observer.port)
-        c.create("/via-observer", b"o")
-        assert c.get("/via-observer")[0] == b"o"
-        # Three voters: losing one voter and the observer keeps a quorum...
-        leader = cluster.leader()
-        follower = next(n for n in cluster.nodes[:3] if n is not leader)
-        follower.kill()
-        observer.kill()
-        survivor = client(",".join("127.0.0.1:%d" % n.port for n in cluster.nodes[:3] if n.running()))
-        survivor.create("/quorum-of-two", b"")
-        # ...and the observer catches up when it comes back.
-        observer.restart()
-        back = client("127.0.0.1:%d" % observer.port)
-        back.sync("/")
-        assert back.exists("/quorum-of-two") is not None
-        for k in (c, survivor, back):
-            try:
-                k.stop()
-            except Exception:
-                pass
-    finally:
-        cluster.stop()
+def test_an_observer_serves_reads_forwards_writes_and_does_not_vote(keel_cluster):
+    cluster = keel_cluster("obs", size=4, observers=[4])
+    observer = cluster.nodes[3]
+    mode = four_letter_word(observer.port, "srvr").decode().split("Mode: ")[1].split("\n")[0]
+    assert mode == "observer"
+    c = client("127.0.0.1:%d" % observer.port)
+    c.create("/via-observer", b"o")
+    assert c.get("/via-observer")[0] == b"o"
+    # Three voters: losing one voter and the observer keeps a quorum...
+    leader = cluster.leader(timeout=10)
+    follower = next(n for n in cluster.nodes[:3] if n is not leader)
+    follower.kill()
+    observer.kill()
+    survivor = client(",".join("127.0.0.1:%d" % n.port for n in cluster.nodes[:3] if n.running()))
+    survivor.create("/quorum-of-two", b"")
+    # ...and the observer catches up when it comes back.
+    observer.restart()
+    back = client("127.0.0.1:%d" % observer.port)
+    back.sync("/")
+    assert back.exists("/quorum-of-two") is not None
+    for k in (c, survivor, back):
+        try:
+            k.stop()
+        except Exception:
+            pass

@@ -10,7 +10,7 @@ import time
 
 from conftest import report_summary
 
-from .util import keel_cluster, mntr, run_bench  # noqa: F401 (fixture)
+from harness import mntr, run_bench
 
 SECONDS = int(os.environ.get("KEEL_HEARTBEAT_SECONDS", "60"))
 CLIENTS = 200
@@ -22,7 +22,7 @@ def heartbeat(state):
     return {k: int(state.get("keel_heartbeat_rtt_" + k, "-1")) for k in ("count", "p50_us", "p99_us", "max_us")}
 
 
-def test_a_saturating_write_load_changes_no_leader(keel_cluster):  # noqa: F811
+def test_a_saturating_write_load_changes_no_leader(keel_cluster):
     cluster = keel_cluster("hb")
     leader = cluster.leader()
     time.sleep(3)  # an idle baseline of ~30 round trips
@@ -31,7 +31,7 @@ def test_a_saturating_write_load_changes_no_leader(keel_cluster):  # noqa: F811
     term, leader_id = before[0]["keel_raft_term"], before[0]["keel_raft_leader_id"]
     assert all((s["keel_raft_term"], s["keel_raft_leader_id"]) == (term, leader_id) for s in before), before
 
-    bench = run_bench(cluster.servers(), "create", CLIENTS, SECONDS)
+    bench = run_bench(cluster.connect_string(), "create", CLIENTS, SECONDS)
 
     after = [mntr(n.port) for n in cluster.nodes]
     role_changes_after = [n.log_text().count("raft role changed") for n in cluster.nodes]

@@ -1,5 +1,7 @@
 """A tiny TCP proxy on 127.0.0.1 used to cut a client off from the server
-(e.g. to let a kazoo session expire while the client keeps retrying)."""
+(e.g. to let a kazoo session expire while the client keeps retrying), and by
+KeelCluster(proxied=True) as one proxy per directed peer link (partitions).
+Python 3 standard library only."""
 
 import socket
 import threading
@@ -19,6 +21,10 @@ class TcpProxy:
     @property
     def address(self):
         return "127.0.0.1:%d" % self.port
+
+    @property
+    def listening(self):
+        return self._lsock is not None
 
     def start(self):
         ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

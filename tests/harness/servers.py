@@ -1,12 +1,18 @@
-"""Start/stop real Apache ZooKeeper 3.8 (standalone) and Keel servers.
+"""Start/stop one real Apache ZooKeeper 3.8 or Keel server; four-letter
+words (`mntr` as a dict, srvr's Zxid); `keel bench` runs.
 
-Every server binds 127.0.0.1 on a free port, runs in its own process group
-(so that kill() reaches every child) and is registered in a module-level set
-that an atexit hook drains, in addition to the pytest fixture finalizers.
+Every server binds 127.0.0.1 (on a free port unless told otherwise), runs in
+its own process group (so that kill() reaches every child) and is registered
+in a module-level set that an atexit hook drains, in addition to the pytest
+fixture finalizers. Clusters and ensembles of these servers: harness.cluster.
+
+Python 3 standard library only, no pytest: bench/compare.py and
+`python3 -m harness.cluster` use it outside pytest.
 """
 
 import atexit
 import os
+import re
 import shutil
 import signal
 import socket
@@ -37,12 +43,18 @@ CLI_MT = "/usr/lib/zookeeper/bin/cli_mt"
 SUPER_DIGEST = "super:D/InIHSb7yEEbrWz8b9l71RjZJU="
 SUPER_PASSWORD = "test"  # base64(sha1("super:test")) == the digest above
 
+# What the test suites run with (settings=... adds to or overrides these).
+# A server made with test_defaults=False starts from {} instead: every key
+# left out is the server's own default (bench/compare.py, `make cluster`).
 DEFAULT_SETTINGS = {
     "tick_time_ms": 500,
     "min_session_timeout_ms": 1000,
     "container_check_interval_ms": 100,
     "super_digest": SUPER_DIGEST,
     "four_letter_words": ["*"],
+    # ZooKeeper only: TTL nodes on; a small, quickly started JVM
+    "zk_extended_types": True,
+    "zk_jvm_options": ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"],
 }
 
 _live = set()
@@ -119,15 +131,16 @@ class BaseServer:
     kind = "server"
     startup_timeout = 60.0
 
-    def __init__(self, name=None, workdir=None, settings=None, port=None):
+    def __init__(self, name=None, workdir=None, settings=None, port=None, data_dir=None, test_defaults=True):
         self.name = name or self.kind
         self.workdir = workdir or make_workdir(self.name)
-        self.settings = dict(DEFAULT_SETTINGS)
+        os.makedirs(self.workdir, exist_ok=True)
+        self.settings = dict(DEFAULT_SETTINGS) if test_defaults else {}
         if settings:
             self.settings.update(settings)
         self.port = port or free_port()
         self.host = "127.0.0.1"
-        self.data_dir = os.path.join(self.workdir, "data")
+        self.data_dir = data_dir or os.path.join(self.workdir, "data")
         os.makedirs(self.data_dir, exist_ok=True)
         self.log_path = os.path.join(self.workdir, "server.log")
         self.proc = None
@@ -287,16 +300,20 @@ class ZooKeeperServer(BaseServer):
     def _prepare(self):
         s = self.settings
         lines = [
-            "tickTime=%d" % s["tick_time_ms"],
-            "minSessionTimeout=%d" % s["min_session_timeout_ms"],
+            "tickTime=%d" % s.get("tick_time_ms", 2000),
             "dataDir=%s" % self.data_dir,
             "clientPort=%d" % self.port,
             "clientPortAddress=127.0.0.1",
-            "4lw.commands.whitelist=%s" % ",".join(s["four_letter_words"]),
-            "extendedTypesEnabled=true",
+            "4lw.commands.whitelist=%s" % ",".join(s.get("four_letter_words", ["*"])),
             "admin.enableServer=false",
             "autopurge.purgeInterval=0",
         ]
+        if "min_session_timeout_ms" in s:
+            lines.insert(1, "minSessionTimeout=%d" % s["min_session_timeout_ms"])
+        if s.get("zk_extended_types"):
+            lines.append("extendedTypesEnabled=true")
+        if "zk_force_sync" in s:
+            lines.append("forceSync=%s" % ("yes" if s["zk_force_sync"] else "no"))
         if "max_session_timeout_ms" in s:
             lines.append("maxSessionTimeout=%d" % s["max_session_timeout_ms"])
         if s.get("max_client_connections_per_ip") is not None:
@@ -308,19 +325,21 @@ class ZooKeeperServer(BaseServer):
     def _command(self):
         s = self.settings
         props = {
-            "znode.container.checkIntervalMs": s["container_check_interval_ms"],
-            "zookeeper.DigestAuthenticationProvider.superDigest": s["super_digest"],
             "zookeeper.admin.enableServer": "false",
             "zookeeper.jmx.log4j.disable": "true",
             "org.slf4j.simpleLogger.defaultLogLevel": os.environ.get("ZK_LOG_LEVEL", "info"),
             "org.slf4j.simpleLogger.showDateTime": "true",
         }
+        if "container_check_interval_ms" in s:
+            props["znode.container.checkIntervalMs"] = s["container_check_interval_ms"]
+        if "super_digest" in s:
+            props["zookeeper.DigestAuthenticationProvider.superDigest"] = s["super_digest"]
         if "jute_max_buffer_bytes" in s:
             props["jute.maxbuffer"] = s["jute_max_buffer_bytes"]
         for k, v in s.get("extra_system_properties", {}).items():
             props[k] = v
         return (
-            [JAVA, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
+            [JAVA] + list(s.get("zk_jvm_options", []))
             + ["-D%s=%s" % (k, v) for k, v in props.items()]
             + ["-cp", ZK_SERVER_CLASSPATH, "org.apache.zookeeper.server.ZooKeeperServerMain", self.config_path]
         )
@@ -384,7 +403,21 @@ def make_server(kind, **kw):
     raise ValueError(kind)
 
 
-# ---------------------------------------------------------------- clusters
+# ---------------------------------------------------------------- four-letter words
+def mntr(port, timeout=10.0):
+    """`mntr` as {key: value} (both strings); {} if the server does not answer."""
+    try:
+        text = four_letter_word(port, b"mntr", timeout=timeout).decode("utf-8", "replace")
+    except OSError:
+        return {}
+    return dict(line.split("\t", 1) for line in text.strip().splitlines() if "\t" in line)
+
+
+def server_state(port, timeout=2.0):
+    """mntr's zk_server_state (leader, follower, observer, standalone) or None."""
+    return mntr(port, timeout).get("zk_server_state")
+
+
 def srvr_zxid(port, timeout=2.0):
     """The last zxid a server has applied, from its `srvr` answer ("Zxid: 0x..."),
     or None if it does not answer (ZooKeeper and Keel print the same line)."""
@@ -398,269 +431,37 @@ def srvr_zxid(port, timeout=2.0):
     return None
 
 
-def server_state(port, timeout=2.0):
-    """mntr's zk_server_state (leader, follower, observer, standalone) or None."""
+# ---------------------------------------------------------------- keel bench
+_BENCH_SUMMARY_LINE = re.compile(r"^(\S.*?)\s{2,}(.*)$")
+
+
+def run_bench(servers, workload, clients, duration, value_size=None, csv_path=None, out_path=None,
+              timeout=None, binary=None):
+    """Runs `keel bench` against `servers` (a connect string) and returns its
+    end-of-run summary as {name: value} ("TPS", "ops", "errors", "p99 latency",
+    ...); with csv_path it also writes its CSV there, with out_path its output.
+    Raises AssertionError if it fails or prints no TPS. The bench process is
+    killed if this is interrupted (Ctrl-C, a timeout)."""
+    command = [binary or KEEL_BIN, "bench", "--servers", servers, "--workload", workload,
+               "--clients", str(clients), "--duration", str(duration)]
+    if value_size is not None:
+        command += ["--value-size", str(value_size)]
+    if csv_path is not None:
+        command += ["--csv", csv_path]
     try:
-        text = four_letter_word(port, b"mntr", timeout=timeout).decode("utf-8", "replace")
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith("zk_server_state\t"):
-            return line.split("\t", 1)[1].strip()
-    return None
-
-
-class ServerGroup:
-    """A replicated service of `size` members on 127.0.0.1, started and stopped
-    as one. Where a test needs a server it can take a group instead:
-
-      address   the connect string listing every member, in member order
-                ("127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3"): what clients get;
-      ports     every member's client port;
-      port      the client port of one member, the *primary*: the first member
-                that is a follower after the first start (fixed from then on).
-                Raw-protocol connections and four-letter words go there;
-      start/stop/kill/restart/running/cleanup/log_tail  as for one server,
-                applied to every member (stop returns 0 if every member exited
-                with 0, else the first other exit status).
-    """
-
-    kind = "group"
-    startup_timeout = 60.0
-
-    def __init__(self, size=3, name=None, workdir=None, settings=None):
-        self.size = size
-        self.name = name or "%s%d" % (self.kind, size)
-        self.workdir = workdir or make_workdir(self.name)
-        self.host = "127.0.0.1"
-        self.nodes = self._make_nodes(settings or {})
-        self.primary_index = None
-
-    def _make_nodes(self, settings):
-        raise NotImplementedError
-
-    def _node_workdir(self, i):
-        return os.path.join(self.workdir, "node%d" % (i + 1))
-
-    # ------------------------------------------------------------------
-    @property
-    def ports(self):
-        return [n.port for n in self.nodes]
-
-    @property
-    def address(self):
-        return ",".join(n.address for n in self.nodes)
-
-    @property
-    def primary(self):
-        return self.nodes[self.primary_index or 0]
-
-    @property
-    def port(self):
-        return self.primary.port
-
-    @property
-    def settings(self):
-        return self.nodes[0].settings
-
-    def __repr__(self):
-        return "<%s %s>" % (self.kind, self.address)
-
-    def _each(self, fn, nodes=None):
-        """fn(node) on every node in parallel; re-raise the first error."""
-        errors = []
-
-        def run(n):
-            try:
-                fn(n)
-            except BaseException as e:  # noqa: BLE001 - reported below
-                errors.append((n, e))
-
-        threads = [threading.Thread(target=run, args=(n,)) for n in (self.nodes if nodes is None else nodes)]
-        [t.start() for t in threads]
-        [t.join() for t in threads]
-        if errors:
-            n, e = errors[0]
-            raise ServerStartError("%s: %s: %s" % (self.name, n.name, e)) from e
-
-    def start(self, timeout=None):
-        timeout = timeout or self.startup_timeout
-        try:
-            self._each(lambda n: n.start(timeout) if not n.running() else None)
-            self.wait_serving(timeout)
-        except Exception:
-            self.kill()
-            raise
-        if self.primary_index is None:
-            states = [server_state(p) for p in self.ports]
-            self.primary_index = states.index("follower") if "follower" in states else 0
-        return self
-
-    def wait_serving(self, timeout=30.0):
-        """Until one member is leader and every other one a follower/observer."""
-        deadline = time.monotonic() + timeout
-        states = []
-        while time.monotonic() < deadline:
-            states = [server_state(p) for p in self.ports]
-            if states.count("leader") == 1 and all(s in ("leader", "follower", "observer") for s in states):
-                return states
-            time.sleep(0.05)
-        raise ServerStartError("%s: no leader with every member following within %.0fs (states %r)\n%s"
-                               % (self.name, timeout, states, self.log_tail(40)))
-
-    def leader(self, timeout=10.0):
-        self.wait_serving(timeout)
-        for n in self.nodes:
-            if server_state(n.port) == "leader":
-                return n
-        raise AssertionError("%s: no leader" % self.name)
-
-    def wait_replicated(self, timeout=10.0):
-        """Until every member has applied at least the highest zxid any member
-        had applied when this was called (srvr's Zxid): after it, a fresh
-        session sees every write acknowledged before the call, whichever member
-        it lands on (what `sync` gives one session, for clients that cannot
-        sync, e.g. one-shot zkCli.sh processes)."""
-        deadline = time.monotonic() + timeout
-        target = max(z for z in (srvr_zxid(p) for p in self.ports) if z is not None)
-        if target & 0xFFFFFFFF == 0:
-            # No transaction in the leader's epoch yet (a ZooKeeper leader
-            # reports the epoch's zxid 0xE00000000, a follower that has only
-            # synced may still print an older one): nothing new to apply.
-            return target
-        zxids = []
-        while time.monotonic() < deadline:
-            zxids = [srvr_zxid(p) for p in self.ports]
-            if all(z is not None and z >= target for z in zxids):
-                return target
-            time.sleep(0.02)
-        raise AssertionError("%s: members did not reach zxid 0x%x within %.0fs: %r"
-                             % (self.name, target, timeout, zxids))
-
-    def running(self):
-        return all(n.running() for n in self.nodes)
-
-    def stop(self, timeout=15.0):
-        """SIGTERM to every member at once (one loop, no member is left
-        serving while the others go: a client would move to it), then wait
-        for each, SIGKILL after `timeout`."""
-        running = [n for n in self.nodes if n.running()]
-        for n in running:
-            n._signal_group(signal.SIGTERM)
-        codes = {}
-
-        def wait(n):
-            try:
-                n.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                n._signal_group(signal.SIGKILL)
-                n.proc.wait(10)
-            n._signal_group(signal.SIGKILL)  # stragglers in the group
-            n._closed()
-            codes[n.name] = n.proc.returncode
-
-        self._each(wait, running)
-        bad = [codes[n.name] for n in running if codes[n.name] not in (0, None)]
-        return bad[0] if bad else 0
-
-    def kill(self):
-        for n in self.nodes:
-            try:
-                n.kill()
-            except Exception:
-                pass
-
-    def restart(self, timeout=None):
-        self.stop()
-        return self.start(timeout)
-
-    def cleanup(self):
-        shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def log_text(self):
-        return "\n".join(n.log_text() for n in self.nodes)
-
-    def log_tail(self, n=200):
-        return "\n".join(node.log_tail(max(20, n // len(self.nodes))) for node in self.nodes)
-
-    def __enter__(self):
-        return self.start() if not self.running() else self
-
-    def __exit__(self, *exc):
-        self.stop()
-
-
-class KeelCluster(ServerGroup):
-    """`size` Keel nodes (`--id`, `--peers` with peer ports on 127.0.0.1); the
-    same settings as a single KeelServer otherwise."""
-
-    kind = "keel-cluster"
-
-    def __init__(self, size=3, name=None, workdir=None, settings=None, binary=None):
-        self.binary = binary
-        super().__init__(size, name, workdir, settings)
-
-    def _make_nodes(self, settings):
-        peer_ports = [free_port() for _ in range(self.size)]
-        peers = ",".join("%d=127.0.0.1:%d" % (i + 1, p) for i, p in enumerate(peer_ports))
-        return [KeelServer(name="%s-n%d" % (self.name, i + 1), workdir=self._node_workdir(i), binary=self.binary,
-                           settings=dict(settings, server_id=i + 1, peers=peers))
-                for i in range(self.size)]
-
-
-class ZooKeeperEnsembleMember(ZooKeeperServer):
-    """One member of a ZooKeeper 3.8 ensemble (QuorumPeerMain, static config)."""
-
-    kind = "zookeeper-member"
-
-    def __init__(self, *a, myid, servers_lines, **kw):
-        super().__init__(*a, **kw)
-        self.myid = myid
-        self.servers_lines = servers_lines
-
-    def _prepare(self):
-        super()._prepare()
-        with open(self.config_path, "a") as f:
-            f.write("initLimit=10\nsyncLimit=5\n" + "\n".join(self.servers_lines) + "\n")
-        with open(os.path.join(self.data_dir, "myid"), "w") as f:
-            f.write("%d\n" % self.myid)
-
-    def _command(self):
-        return [("org.apache.zookeeper.server.quorum.QuorumPeerMain"
-                 if x == "org.apache.zookeeper.server.ZooKeeperServerMain" else x)
-                for x in super()._command()]
-
-
-class ZooKeeperEnsemble(ServerGroup):
-    """`size` Apache ZooKeeper 3.8 servers forming an ensemble on 127.0.0.1
-    (quorum and election ports bound on 127.0.0.1 too)."""
-
-    kind = "zookeeper-ensemble"
-
-    def _make_nodes(self, settings):
-        client_ports = [free_port() for _ in range(self.size)]
-        lines = ["server.%d=127.0.0.1:%d:%d;127.0.0.1:%d" % (i + 1, free_port(), free_port(), client_ports[i])
-                 for i in range(self.size)]
-        return [ZooKeeperEnsembleMember(name="%s-n%d" % (self.name, i + 1), workdir=self._node_workdir(i),
-                                        settings=settings, port=client_ports[i], myid=i + 1,
-                                        servers_lines=lines)
-                for i in range(self.size)]
-
-
-TOPOLOGIES = {"single": 1, "cluster3": 3}
-
-
-def make_cluster(kind, size=3, **kw):
-    """A not yet started group: a Keel cluster or a ZooKeeper ensemble."""
-    if kind == "keel":
-        return KeelCluster(size, **kw)
-    if kind == "zookeeper":
-        return ZooKeeperEnsemble(size, **kw)
-    raise ValueError(kind)
-
-
-def make_topology(kind, topology="single", **kw):
-    """make_server(kind) for "single", make_cluster(kind, 3) for "cluster3"."""
-    if topology == "single":
-        return make_server(kind, **kw)
-    return make_cluster(kind, TOPOLOGIES[topology], **kw)
+        done = subprocess.run(command, capture_output=True, text=True, errors="replace",
+                              timeout=timeout or duration + 180, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("keel bench hung: %s" % " ".join(command))
+    if out_path is not None:
+        with open(out_path, "w") as f:
+            f.write(done.stdout + done.stderr)
+    assert done.returncode == 0, "keel bench failed (%d): %s\n%s\n%s" % (
+        done.returncode, " ".join(command), done.stdout[-3000:], done.stderr[-3000:])
+    summary = {}
+    for line in done.stdout.splitlines():
+        m = _BENCH_SUMMARY_LINE.match(line)
+        if m:
+            summary[m.group(1)] = m.group(2)
+    assert "TPS" in summary, "no TPS in keel bench output:\n%s" % done.stdout
+    return summary
