@@ -55,6 +55,8 @@ struct ServerArgs {
     #[arg(long)]
     snapshot_every_entries: Option<u64>,
     #[arg(long)]
+    snapshot_every_log_bytes: Option<u64>,
+    #[arg(long)]
     jute_max_buffer_bytes: Option<usize>,
     #[arg(long)]
     max_client_connections_per_ip: Option<usize>,
@@ -140,6 +142,7 @@ fn server_config(args: ServerArgs) -> anyhow::Result<ServerConfig> {
         max_session_timeout_ms,
         container_check_interval_ms,
         snapshot_every_entries,
+        snapshot_every_log_bytes,
         jute_max_buffer_bytes,
         max_client_connections_per_ip,
         server_id,

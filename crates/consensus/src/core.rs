@@ -218,6 +218,8 @@ pub fn storage_from(durable: Durable) -> Result<MemStorage, ConsensusError> {
 pub struct CoreConfig {
     pub node_id: u64,
     pub snapshot_every_entries: u64,
+    /// ... or after this many bytes of applied entries since the last.
+    pub snapshot_every_log_bytes: u64,
     pub preferred_leader: Option<u64>,
     /// The index the state machine has applied (its snapshot's).
     pub applied: u64,
@@ -264,6 +266,8 @@ pub struct Core<S: StateMachine, I: Io, P: SnapshotSource> {
     pending_bytes: usize,
     snapshot_running: bool,
     snapshot_wanted: bool,
+    /// Bytes of entries applied since the newest snapshot's index.
+    log_bytes_since_snapshot: u64,
     last_snapshot_index: u64,
     applied: u64,
     leader: bool,
@@ -321,6 +325,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             pending_bytes: 0,
             snapshot_running: false,
             snapshot_wanted: false,
+            log_bytes_since_snapshot: 0,
             last_snapshot_index: config.applied,
             applied: config.applied,
             leader: false,
@@ -681,7 +686,10 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         if self.snapshot_running {
             // The state is about to be replaced under the writer: it will
             // fail, and report so through snapshot_done.
-            tracing::info!(index, "a snapshot being written is abandoned for the leader's");
+            tracing::info!(
+                index,
+                "a snapshot being written is abandoned for the leader's"
+            );
         }
         if let Err(error) = self.machine.restore(index, &snapshot.data) {
             tracing::error!(index, %error, "snapshot from the leader fails its checks; ignored");
@@ -695,6 +703,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         self.applied = index;
         self.status.applied_index.store(index, Ordering::Release);
         self.last_snapshot_index = index;
+        self.log_bytes_since_snapshot = 0;
         tracing::info!(index, term, "installed snapshot from the leader");
         Ok(())
     }
@@ -733,6 +742,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     fn apply_entries(&mut self, entries: Vec<Entry>) {
         for entry in entries {
             let (index, term) = (entry.index, entry.term);
+            self.log_bytes_since_snapshot += entry.data.len() as u64;
             if self.config.planted_bug == PlantedBug::ApplyBeforeCommit && index <= self.applied {
                 continue; // applied early by the planted bug
             }
@@ -853,9 +863,9 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     }
 
     fn maybe_snapshot(&mut self) {
-        if !self.snapshot_running
-            && self.applied >= self.last_snapshot_index + self.config.snapshot_every_entries
-        {
+        let due = self.applied >= self.last_snapshot_index + self.config.snapshot_every_entries
+            || self.log_bytes_since_snapshot >= self.config.snapshot_every_log_bytes;
+        if !self.snapshot_running && due && self.applied > self.last_snapshot_index {
             self.snapshot_wanted = true;
         }
     }
@@ -867,6 +877,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             return None;
         }
         let job = self.machine.snapshot_begin();
+        self.log_bytes_since_snapshot = 0;
         assert_eq!(
             job.index, self.applied,
             "state machine and driver disagree on the applied index"

@@ -90,6 +90,8 @@ pub struct RaftConfig {
     pub data_dir: PathBuf,
     pub tick_ms: u64,
     pub snapshot_every_entries: u64,
+    /// ... or once this many log bytes were applied since the last one.
+    pub snapshot_every_log_bytes: u64,
     /// Every member's peer address as THIS node reaches it, this node's own
     /// entry being its listen address; empty = single node.
     pub peers: Vec<(u64, std::net::SocketAddr)>,
@@ -407,8 +409,7 @@ pub fn start<S: StateMachine>(
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
     let sequence_mask = (1u64 << keel_tree::PROPOSAL_SEQUENCE_BITS) - 1;
-    let first_sequence =
-        ((clock_ms << 12) & sequence_mask).max(recovery.position.own_sequence + 1);
+    let first_sequence = ((clock_ms << 12) & sequence_mask).max(recovery.position.own_sequence + 1);
     let (peer_sender, peer_inputs) = crossbeam_channel::bounded(PROPOSAL_QUEUE_MAX);
     let transport = start_transport(&config, peer_sender)?;
     let (sender, inputs) = crossbeam_channel::bounded(PROPOSAL_QUEUE_MAX);
@@ -430,6 +431,7 @@ pub fn start<S: StateMachine>(
     let core_config = CoreConfig {
         node_id: config.node_id,
         snapshot_every_entries: config.snapshot_every_entries,
+        snapshot_every_log_bytes: config.snapshot_every_log_bytes,
         preferred_leader: config.preferred_leader,
         applied,
         first_sequence,
@@ -544,7 +546,9 @@ impl<S: StateMachine> Driver<S> {
         let deadline = Instant::now() + Duration::from_millis(SNAPSHOT_SHUTDOWN_WAIT_MS);
         while self.core.snapshot_running() {
             match self.inputs.recv_deadline(deadline) {
-                Ok(Input::SnapshotDone { index, result, ms }) => self.core.snapshot_done(index, result, ms),
+                Ok(Input::SnapshotDone { index, result, ms }) => {
+                    self.core.snapshot_done(index, result, ms)
+                }
                 Ok(_) => {}
                 Err(_) => return tracing::warn!("stopping with a snapshot still being written"),
             }

@@ -76,6 +76,7 @@ pub async fn run(
         data_dir: config.data_dir.clone(),
         tick_ms: 100,
         snapshot_every_entries: config.snapshot_every_entries,
+        snapshot_every_log_bytes: config.snapshot_every_log_bytes,
         peers: config.peer_list()?,
         cluster_name: config.cluster_name.clone(),
         preferred_leader: (config.preferred_leader != 0).then_some(config.preferred_leader),

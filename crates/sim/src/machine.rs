@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use keel_consensus::{SnapshotJob, SnapshotWriter, StateMachine};
-use parking_lot::RwLock;
 use keel_jute::{ErrorCode, Response};
 use keel_session::SessionTracker;
 use keel_tree::watch::WatchManager;
 use keel_tree::{DataTree, Event, Txn};
+use parking_lot::RwLock;
 
 /// xid of transactions the node proposes itself (expiry).
 pub const INTERNAL_XID: i32 = i32::MIN;

@@ -39,6 +39,9 @@ pub const EVENTS_PER_RUN_MAX: u64 = 5_000_000;
 /// Entries the simulated nodes keep behind a snapshot: few, so followers
 /// that were down fall behind the log and need a snapshot install.
 pub const SIM_LOG_KEPT_BEHIND_SNAPSHOT: u64 = 20;
+/// Log bytes between snapshots: the byte trigger fires in some runs.
+const SIM_SNAPSHOT_EVERY_LOG_BYTES: u64 = 48 * 1024;
+/// Entries between snapshots.
 pub const SIM_SNAPSHOT_EVERY_ENTRIES: u64 = 40;
 
 #[derive(Debug, Clone)]
@@ -502,6 +505,7 @@ impl World {
         let config = CoreConfig {
             node_id: id,
             snapshot_every_entries: SIM_SNAPSHOT_EVERY_ENTRIES,
+            snapshot_every_log_bytes: SIM_SNAPSHOT_EVERY_LOG_BYTES,
             preferred_leader: None,
             applied: tree.applied_index(),
             first_sequence: (now_ms << 12).max(tree.origin_applied(id) + 1),
@@ -1175,7 +1179,10 @@ impl World {
             list(&[WatchKind::Exist]),
             list(&[WatchKind::Child]),
         );
-        let (fired, kept) = machine.tree.read().missed_events(last_zxid, &data, &exist, &child);
+        let (fired, kept) = machine
+            .tree
+            .read()
+            .missed_events(last_zxid, &data, &exist, &child);
         let zxid = machine.tree.read().last_zxid();
         for (path, kind) in &kept {
             machine.watches.add(path, session, *kind);

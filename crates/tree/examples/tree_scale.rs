@@ -101,11 +101,12 @@ fn main() {
     let load_s = started.elapsed().as_secs_f64();
     let rss_before_trim = rss_bytes() - base_rss;
     // SAFETY: malloc_trim only returns free heap memory to the kernel.
-    unsafe {
-        libc::malloc_trim(0)
-    };
+    unsafe { libc::malloc_trim(0) };
     let rss = rss_bytes() - base_rss;
-    println!("RSS growth before malloc_trim {} MiB", rss_before_trim >> 20);
+    println!(
+        "RSS growth before malloc_trim {} MiB",
+        rss_before_trim >> 20
+    );
     let count = tree.node_count() as u64;
     println!(
         "znodes {count}: apply {:.0} znodes/s ({txns} multis), RSS growth {} MiB = {} B/znode, keel_tree_bytes {} MiB = {} B/znode",

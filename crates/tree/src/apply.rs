@@ -294,7 +294,12 @@ impl DataTree {
         }
         let (_, name) = path::split(&node_path).expect("validated");
         // The only valid path with an empty last name is "/", which exists.
-        if name.is_empty() || self.index.find(&self.arena, parent, name.as_bytes()).is_some() {
+        if name.is_empty()
+            || self
+                .index
+                .find(&self.arena, parent, name.as_bytes())
+                .is_some()
+        {
             return Err(ErrorCode::NodeExists);
         }
         if matches!(

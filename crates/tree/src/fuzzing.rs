@@ -634,11 +634,7 @@ fn gen_data(src: &mut ByteSource<'_>) -> Option<Vec<u8>> {
 fn check_applied(before: &DataTree, after: &DataTree, txn: &Txn, applied: &Applied) {
     let unchanged = |why: &str| {
         assert_eq!(before.digest, after.digest, "{why}: digest changed");
-        assert_eq!(
-            before.node_count,
-            after.node_count,
-            "{why}: nodes changed"
-        );
+        assert_eq!(before.node_count, after.node_count, "{why}: nodes changed");
         assert_eq!(before.sessions, after.sessions, "{why}: sessions changed");
     };
     if applied.duplicate {
@@ -768,12 +764,18 @@ pub fn check_tree(tree: &DataTree, strict: bool) {
         }
         for pair in slot.children.windows(2) {
             let (a, b) = (tree.arena.get(pair[0]), tree.arena.get(pair[1]));
-            assert!(a.blob.name_bytes() < b.blob.name_bytes(), "{node_path} children unsorted");
+            assert!(
+                a.blob.name_bytes() < b.blob.name_bytes(),
+                "{node_path} children unsorted"
+            );
         }
         for child in slot.children.iter() {
             let child_slot = tree.arena.get(*child);
             assert!(!child_slot.is_free(), "a child of {node_path} is dangling");
-            assert_eq!(child_slot.parent, id, "a child of {node_path} names another parent");
+            assert_eq!(
+                child_slot.parent, id,
+                "a child of {node_path} names another parent"
+            );
         }
         if let OwnerKind::Ephemeral(session) = owner_kind(slot.stat.ephemeral_owner) {
             assert!(
@@ -805,12 +807,20 @@ pub fn assert_same(a: &DataTree, b: &DataTree) {
         assert_eq!(a.node(node_path), b.node(node_path), "{node_path}");
     }
     for session in a.sessions.keys() {
-        assert_eq!(a.ephemerals_of(*session), b.ephemerals_of(*session), "ephemerals");
+        assert_eq!(
+            a.ephemerals_of(*session),
+            b.ephemerals_of(*session),
+            "ephemerals"
+        );
     }
     let by_path = |tree: &DataTree, ids: &BTreeSet<u32>| -> BTreeSet<String> {
         ids.iter().map(|id| tree.path_of(*id)).collect()
     };
-    assert_eq!(by_path(a, &a.containers), by_path(b, &b.containers), "containers");
+    assert_eq!(
+        by_path(a, &a.containers),
+        by_path(b, &b.containers),
+        "containers"
+    );
     assert_eq!(by_path(a, &a.ttls), by_path(b, &b.ttls), "ttls");
 }
 

@@ -4,10 +4,10 @@
 
 use keel_jute::{perms, ErrorCode, EventType, Id, MultiOp, MultiResult, Request, Response, Stat};
 
+use crate::acl;
 use crate::store::NodeId;
 use crate::tree::DataTree;
 use crate::watch::WatchKind;
-use crate::acl;
 
 /// Most children one getChildren reply may list; a frame bounds it anyway
 /// (ZooKeeper fails such a reply at serialization), we fail it up front.

@@ -29,8 +29,8 @@ use thin_vec::ThinVec;
 
 use crate::path;
 use crate::store::{
-    AclTable, Arena, Blob, NodeId, PackedStat, Slot, FREE_ACL, NAME_BYTES_MAX, NIL,
-    ROOT, SEGMENT_SLOTS, SEGMENT_SLOTS_LOG2,
+    AclTable, Arena, Blob, NodeId, PackedStat, Slot, FREE_ACL, NAME_BYTES_MAX, NIL, ROOT,
+    SEGMENT_SLOTS, SEGMENT_SLOTS_LOG2,
 };
 use crate::tree::{acl_refs, finish_digest, fnv, owner_kind, DataTree, OwnerKind, FNV_OFFSET};
 
@@ -153,7 +153,14 @@ fn encode_record(id: NodeId, slot: &Slot, out: &mut Vec<u8>) {
     out.extend_from_slice(&slot.parent.to_be_bytes());
     out.extend_from_slice(&slot.acl.to_be_bytes());
     let s = &slot.stat;
-    for value in [s.czxid, s.mzxid, s.pzxid, s.ctime, s.mtime, s.ephemeral_owner] {
+    for value in [
+        s.czxid,
+        s.mzxid,
+        s.pzxid,
+        s.ctime,
+        s.mtime,
+        s.ephemeral_owner,
+    ] {
         out.extend_from_slice(&value.to_be_bytes());
     }
     for value in [s.version, s.cversion, s.aversion] {
@@ -185,7 +192,10 @@ impl DataTree {
     /// Starts a snapshot at the current position: returns the file header
     /// and HEADER frame. Nodes are then written by `snapshot_chunk`.
     pub fn snapshot_begin(&mut self) -> Vec<u8> {
-        assert!(self.snapshot.is_none(), "a snapshot is already being written");
+        assert!(
+            self.snapshot.is_none(),
+            "a snapshot is already being written"
+        );
         assert!(self.journal.is_none(), "snapshot inside a multi");
         let mut out = Vec::with_capacity(4096);
         out.extend_from_slice(MAGIC);
@@ -380,7 +390,10 @@ fn frames(bytes: &[u8]) -> Result<Vec<FrameRef<'_>>, SnapshotError> {
         if bytes.len() - start < len {
             return Err(frame_error(
                 offset,
-                format!("truncated: {len} bytes declared, {} left", bytes.len() - start),
+                format!(
+                    "truncated: {len} bytes declared, {} left",
+                    bytes.len() - start
+                ),
             ));
         }
         found.push(FrameRef {
@@ -423,7 +436,9 @@ fn read_header(frame: &FrameRef<'_>) -> Result<Header, SnapshotError> {
     let digest = r.read_i64()? as u64;
     let node_count = r.read_i64()?;
     let slot_len = r.read_i64()?;
-    if node_count < 1 || node_count as usize > SNAPSHOT_NODES_MAX || slot_len < node_count
+    if node_count < 1
+        || node_count as usize > SNAPSHOT_NODES_MAX
+        || slot_len < node_count
         || slot_len as usize > crate::store::SLOTS_MAX
     {
         return Err(frame_error(
@@ -477,7 +492,10 @@ fn plan<'a>(frames: &[FrameRef<'a>], slot_len: u32) -> Result<Vec<SegmentTask<'a
     let mut tasks: Vec<SegmentTask<'_>> = Vec::with_capacity(segments);
     for frame in frames {
         if frame.kind != KIND_NODES {
-            return Err(frame_error(frame.offset, format!("unexpected frame kind {}", frame.kind)));
+            return Err(frame_error(
+                frame.offset,
+                format!("unexpected frame kind {}", frame.kind),
+            ));
         }
         if frame.payload.len() < 4 {
             return Err(frame_error(frame.offset, "NODES frame without a segment"));
@@ -522,7 +540,10 @@ fn decode_segment(task: &SegmentTask<'_>, slot_len: u32) -> Result<Vec<Slot>, Sn
             let (id, slot) = decode_record(&mut r)
                 .map_err(|e| frame_error(frame.offset, format!("record: {e}")))?;
             if id < next || id >= end || slot.parent >= slot_len && slot.parent != NIL {
-                return Err(frame_error(frame.offset, format!("node id {id} out of order or range")));
+                return Err(frame_error(
+                    frame.offset,
+                    format!("node id {id} out of order or range"),
+                ));
             }
             slots[(id - first) as usize] = slot;
             next = id + 1;
@@ -579,7 +600,10 @@ fn load_v3(bytes: &[u8], threads: usize) -> Result<DataTree, SnapshotError> {
         return Err(inconsistent("no frames"));
     };
     if first.kind != KIND_HEADER {
-        return Err(frame_error(first.offset, "the first frame is not the header"));
+        return Err(frame_error(
+            first.offset,
+            "the first frame is not the header",
+        ));
     }
     if last.kind != KIND_END || frames.len() < 2 {
         return Err(frame_error(
@@ -603,11 +627,16 @@ fn check_end(frame: &FrameRef<'_>, frames: usize, node_count: u64) -> Result<(),
     if declared != frames || nodes != node_count || r.remaining() != 0 {
         return Err(frame_error(
             frame.offset,
-            format!("END declares {declared} frames / {nodes} nodes, found {frames} / {node_count}"),
+            format!(
+                "END declares {declared} frames / {nodes} nodes, found {frames} / {node_count}"
+            ),
         ));
     }
     Ok(())
 }
+
+/// A worker's segments: (task index, slots).
+type DecodedSegments = Vec<(usize, Vec<Slot>)>;
 
 /// Every worker takes the next segment, verifies and decodes it on its own.
 fn decode_parallel(
@@ -626,7 +655,7 @@ fn decode_parallel(
             done.push((index, decode_segment(task, slot_len)?));
         }
     };
-    let results: Vec<Result<Vec<(usize, Vec<Slot>)>, SnapshotError>> = if threads <= 1 {
+    let results: Vec<Result<DecodedSegments, SnapshotError>> = if threads <= 1 {
         vec![worker()]
     } else {
         std::thread::scope(|scope| {
@@ -657,14 +686,18 @@ fn build(header: Header, arena: Arena) -> Result<DataTree, SnapshotError> {
     tree.last_zxid = header.last_zxid;
     for (session_id, timeout_ms) in header.sessions {
         if tree.sessions.insert(session_id, timeout_ms).is_some() {
-            return Err(inconsistent(format!("session {session_id:#x} listed twice")));
+            return Err(inconsistent(format!(
+                "session {session_id:#x} listed twice"
+            )));
         }
     }
     tree.origins = header.origins.into_iter().collect();
     for (id, encoded) in &header.acls {
         tree.acls.load(*id, encoded).map_err(inconsistent)?;
     }
-    tree.acls.set_refs(&acl_refs(&arena)).map_err(inconsistent)?;
+    tree.acls
+        .set_refs(&acl_refs(&arena))
+        .map_err(inconsistent)?;
     if arena.len() == 0 || arena.get(ROOT).is_free() {
         return Err(inconsistent("no root"));
     }
@@ -718,10 +751,18 @@ fn link_children(tree: &mut DataTree) -> Result<(), SnapshotError> {
         if children.is_empty() {
             continue;
         }
-        children.sort_unstable_by(|a, b| arena.get(*a).blob.name_bytes().cmp(arena.get(*b).blob.name_bytes()));
+        children.sort_unstable_by(|a, b| {
+            arena
+                .get(*a)
+                .blob
+                .name_bytes()
+                .cmp(arena.get(*b).blob.name_bytes())
+        });
         for pair in children.windows(2) {
             if arena.get(pair[0]).blob.name_bytes() == arena.get(pair[1]).blob.name_bytes() {
-                return Err(inconsistent(format!("node {parent} has two children named alike")));
+                return Err(inconsistent(format!(
+                    "node {parent} has two children named alike"
+                )));
             }
         }
     }
@@ -771,7 +812,11 @@ fn walk(tree: &mut DataTree) -> Result<(), SnapshotError> {
                     tree.ephemerals.entry(session).or_default().insert(id);
                 }
             }
-            let prefix = if id == ROOT { FNV_OFFSET } else { fnv(hash, b"") };
+            let prefix = if id == ROOT {
+                FNV_OFFSET
+            } else {
+                fnv(hash, b"")
+            };
             for child in slot.children.iter() {
                 let name = tree.arena.get(*child).blob.name_bytes();
                 let child_hash = fnv(fnv(prefix, b"/"), name);
@@ -787,11 +832,17 @@ fn walk(tree: &mut DataTree) -> Result<(), SnapshotError> {
     // apply never gives an ephemeral children, and relies on it: deleting a
     // child or closing the owner's session would hit an assertion.
     if let Some(id) = ephemeral_parents.first() {
-        return Err(inconsistent(format!("ephemeral {} has children", tree.path_of(*id))));
+        return Err(inconsistent(format!(
+            "ephemeral {} has children",
+            tree.path_of(*id)
+        )));
     }
     let live = tree.arena.iter().filter(|(_, s)| !s.is_free()).count() as u64;
     if live != count {
-        return Err(inconsistent(format!("{} nodes unreachable from the root", live - count)));
+        return Err(inconsistent(format!(
+            "{} nodes unreachable from the root",
+            live - count
+        )));
     }
     tree.node_count = count;
     Ok(())
@@ -821,7 +872,7 @@ mod legacy {
         tree.last_zxid = r.read_i64()?;
         let digest = r.read_i64()? as u64;
         let most = r.remaining() / 12;
-    let count = read_count(&mut r, most, "session")?;
+        let count = read_count(&mut r, most, "session")?;
         for _ in 0..count {
             let session_id = r.read_i64()?;
             tree.sessions.insert(session_id, r.read_i32()? as u32);
@@ -885,7 +936,9 @@ mod legacy {
         if let Some(id) = tree.resolve(node_path).filter(|_| !node_path.is_empty()) {
             // The system nodes exist already: take the stored version.
             if packed.ephemeral_owner != tree.slot(id).stat.ephemeral_owner {
-                return Err(inconsistent(format!("system node {node_path} has an owner")));
+                return Err(inconsistent(format!(
+                    "system node {node_path} has an owner"
+                )));
             }
             let acl_id = tree.acls.intern(acl);
             tree.update(id, |s| *s = packed, Some(data.as_deref()), Some(acl_id));
@@ -894,12 +947,17 @@ mod legacy {
         if tree.resolve(node_path).is_some() {
             return Err(inconsistent(format!("duplicate path {node_path:?}")));
         }
-        let (parent, name) = path::split(node_path)
-            .ok_or_else(|| inconsistent(format!("bad path {node_path}")))?;
+        let (parent, name) =
+            path::split(node_path).ok_or_else(|| inconsistent(format!("bad path {node_path}")))?;
         let parent = tree
             .resolve(path::parent_key(parent))
             .ok_or_else(|| inconsistent(format!("orphan {node_path}")))?;
-        if name.is_empty() || matches!(owner_kind(tree.slot(parent).stat.ephemeral_owner), OwnerKind::Ephemeral(_)) {
+        if name.is_empty()
+            || matches!(
+                owner_kind(tree.slot(parent).stat.ephemeral_owner),
+                OwnerKind::Ephemeral(_)
+            )
+        {
             return Err(inconsistent(format!("bad node {node_path}")));
         }
         if name.len() > NAME_BYTES_MAX || name.contains('\0') {

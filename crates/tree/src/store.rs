@@ -164,6 +164,10 @@ impl Arena {
         self.len
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     pub fn get(&self, id: NodeId) -> &Slot {
         assert!(id < self.len, "node id {id} beyond {}", self.len);
         &self.segments[(id >> SEGMENT_SLOTS_LOG2) as usize][(id as usize) & (SEGMENT_SLOTS - 1)]
@@ -339,6 +343,10 @@ impl PathIndex {
         self.shards.iter().map(|s| s.len()).sum()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.shards.iter().all(|s| s.is_empty())
+    }
+
     /// Bytes of the tables: 4-byte ids plus one control byte per bucket.
     pub fn heap_bytes(&self) -> usize {
         self.shards.iter().map(|s| s.capacity() * 5).sum()
@@ -493,6 +501,10 @@ impl AclTable {
 
     pub fn len(&self) -> usize {
         self.by_encoding.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_encoding.is_empty()
     }
 
     pub fn heap_bytes(&self) -> usize {

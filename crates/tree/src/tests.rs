@@ -545,3 +545,73 @@ fn a_closing_session_deletes_its_ephemerals_in_zookeepers_hashset_order() {
         ]
     );
 }
+
+/// A snapshot written part by part while creates, sets, deletes and a
+/// failed multi change the tree loads as the tree was when it began; the
+/// kept old versions go when it ends. Spans several arena segments.
+#[test]
+fn a_snapshot_written_under_changes_is_the_tree_at_its_start() {
+    let mut h = Harness::new();
+    let nodes = crate::store::SEGMENT_SLOTS * 2 + 100;
+    for parent in 0..3 {
+        h.create(&format!("/p{parent}"), 0).unwrap();
+    }
+    for i in 0..nodes {
+        h.create(&format!("/p{}/n{i}", i % 3), 0).unwrap();
+    }
+    h.tree.set_applied(7, TERM);
+    let expected = snapshot::encode_copy(&h.tree);
+    let expected = snapshot::decode(&expected).unwrap();
+    let mut bytes = h.tree.snapshot_begin();
+    let mut step = 0usize;
+    loop {
+        // Changes between parts: the last nodes (not yet written), the
+        // first ones (already written) and new ones.
+        for i in [nodes - 1 - step, step, nodes / 2 + step] {
+            let path = format!("/p{}/n{i}", i % 3);
+            let set = Request::SetData(SetDataRequest {
+                path: path.clone(),
+                data: Some(vec![step as u8; 50]),
+                version: -1,
+            });
+            assert!(h.request(set).result.is_ok());
+        }
+        let gone = format!("/p{}/n{}", (nodes / 3 + step) % 3, nodes / 3 + step);
+        let delete = Request::Delete(DeleteRequest {
+            path: gone,
+            version: -1,
+        });
+        assert!(h.request(delete).result.is_ok());
+        h.create(&format!("/p0/new{step}"), 0).unwrap();
+        let failed = Request::Multi(vec![
+            MultiOp::Create(create_request(&format!("/p1/m{step}"), 0)),
+            MultiOp::Delete(DeleteRequest {
+                path: format!("/p2/n{}", 2 + 3 * (step + 1000)),
+                version: -1,
+            }),
+            MultiOp::Check(CheckVersionRequest {
+                path: "/p0".into(),
+                version: 12345,
+            }),
+        ]);
+        let _ = h.request(failed);
+        step += 1;
+        if !h.tree.snapshot_chunk(&mut bytes).unwrap() {
+            break;
+        }
+        assert!(h.tree.snapshot_preimage_bytes() > 0);
+    }
+    h.tree.snapshot_end();
+    assert_eq!(h.tree.snapshot_preimage_bytes(), 0);
+    let loaded = snapshot::load(&bytes, 2).unwrap();
+    crate::fuzzing::assert_same(&expected, &loaded);
+    crate::fuzzing::check_invariants(&h.tree);
+    // A corrupt NODES frame is refused with its offset.
+    let mut corrupt = bytes.clone();
+    let at = bytes.len() / 2;
+    corrupt[at] ^= 0x40;
+    let error = snapshot::load(&corrupt, 2).unwrap_err().to_string();
+    assert!(error.contains("offset"), "{error}");
+    // A truncated file is refused.
+    assert!(snapshot::load(&bytes[..bytes.len() - 3], 2).is_err());
+}

@@ -183,7 +183,13 @@ impl DataTree {
         tree
     }
 
-    fn create_system(&mut self, parent: NodeId, name: &str, acl: &[Acl], stat: PackedStat) -> NodeId {
+    fn create_system(
+        &mut self,
+        parent: NodeId,
+        name: &str,
+        acl: &[Acl],
+        stat: PackedStat,
+    ) -> NodeId {
         let acl = self.acls.intern(acl);
         self.link(parent, name, stat, Some(&[]), acl)
     }
@@ -525,7 +531,9 @@ impl DataTree {
         let old_acl = acl.map(|acl| std::mem::replace(&mut slot.acl, acl));
         self.account(id, true);
         match &mut self.journal {
-            Some(journal) => journal.push(Undo::Updated(id, Box::new((old_stat, old_blob, old_acl)))),
+            Some(journal) => {
+                journal.push(Undo::Updated(id, Box::new((old_stat, old_blob, old_acl))))
+            }
             None => {
                 if let Some(old) = old_acl {
                     self.acls.release(old);
@@ -682,7 +690,12 @@ impl DataTree {
                     toggle(copy.ephemerals.entry(session).or_default(), id, true)
                 }
             }
-            if id != ROOT && self.index.find(&self.arena, slot.parent, slot.blob.name_bytes()) != Some(id) {
+            if id != ROOT
+                && self
+                    .index
+                    .find(&self.arena, slot.parent, slot.blob.name_bytes())
+                    != Some(id)
+            {
                 return Err(format!("{} is not indexed", self.path_of(id)));
             }
         }
@@ -698,7 +711,10 @@ impl DataTree {
                 return Err(format!("{what}: kept {kept:#x}, computed {computed:#x}"));
             }
         }
-        if copy.ephemerals != self.ephemerals || copy.containers != self.containers || copy.ttls != self.ttls {
+        if copy.ephemerals != self.ephemerals
+            || copy.containers != self.containers
+            || copy.ttls != self.ttls
+        {
             return Err("owner indexes differ from the nodes".into());
         }
         Ok(())
@@ -733,7 +749,14 @@ pub(crate) fn finish_digest(mut hash: u64, slot: &Slot) -> u64 {
         None => hash = fnv(hash, &u64::MAX.to_be_bytes()),
     }
     let s = &slot.stat;
-    for value in [s.czxid, s.mzxid, s.ctime, s.mtime, s.ephemeral_owner, s.pzxid] {
+    for value in [
+        s.czxid,
+        s.mzxid,
+        s.ctime,
+        s.mtime,
+        s.ephemeral_owner,
+        s.pzxid,
+    ] {
         hash = fnv(hash, &value.to_be_bytes());
     }
     for value in [s.version, s.cversion, s.aversion] {
@@ -754,7 +777,11 @@ fn client_stat(mut stat: Stat) -> Stat {
 }
 
 fn toggle(set: &mut BTreeSet<NodeId>, id: NodeId, present: bool) {
-    let changed = if present { set.insert(id) } else { set.remove(&id) };
+    let changed = if present {
+        set.insert(id)
+    } else {
+        set.remove(&id)
+    };
     assert!(changed, "owner index out of step for node {id}");
 }
 
