@@ -617,11 +617,16 @@ impl Connection {
                 return Ok(());
             }
         };
-        match keel_tree::acl::authenticate(
-            &packet.scheme,
-            &packet.auth,
-            self.shared.config.super_digest.as_deref(),
-        ) {
+        let authenticated = if credentials_null(body, &packet) {
+            Err(ErrorCode::AuthFailed)
+        } else {
+            keel_tree::acl::authenticate(
+                &packet.scheme,
+                &packet.auth,
+                self.shared.config.super_digest.as_deref(),
+            )
+        };
+        match authenticated {
             Ok(ids) => {
                 for id in ids {
                     if !self.auth.contains(&id) && self.auth.len() < keel_tree::txn::AUTH_IDS_MAX {
@@ -809,6 +814,16 @@ impl Connection {
             watches.remove_session(self.session_id);
         }
     }
+}
+
+/// Credentials sent as a null buffer (length -1; kazoo sends "" so), which
+/// the record decodes as empty: ZooKeeper's digest provider fails on them
+/// (`new String(null)` throws) and answers AuthFailed, while a real empty
+/// buffer authenticates as the digest of "".
+fn credentials_null(body: &[u8], packet: &AuthPacket) -> bool {
+    // auth_type (i32), scheme (i32 length + bytes), then the credentials.
+    let at = 8 + packet.scheme.len();
+    body.get(at..at + 4) == Some(&keel_jute::codec::NULL_LENGTH.to_be_bytes()[..])
 }
 
 /// A write that may join the writes in flight: it must decode, or its
