@@ -45,7 +45,7 @@ impl Server {
                 .expect("server runs cleanly");
             });
             for _ in 0..500 {
-                if ruok(address).await {
+                if serving(address).await {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -96,16 +96,18 @@ impl Drop for Server {
     }
 }
 
-async fn ruok(address: SocketAddr) -> bool {
+/// srvr answers its stats once the server serves sessions (ruok answers
+/// imok earlier, while it loads its data, as ZooKeeper's does).
+async fn serving(address: SocketAddr) -> bool {
     let Ok(mut stream) = TcpStream::connect(address).await else {
         return false;
     };
-    if stream.write_all(b"ruok").await.is_err() {
+    if stream.write_all(b"srvr").await.is_err() {
         return false;
     }
     let mut answer = String::new();
     let _ = stream.read_to_string(&mut answer).await;
-    answer == "imok"
+    answer.starts_with("Zookeeper version:")
 }
 
 fn config(server: &Server, workload: Workload) -> BenchConfig {

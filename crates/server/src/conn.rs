@@ -24,6 +24,7 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
+use crate::port::ClientPort;
 use crate::shared::{wall_clock_ms, ConnectionInfo, Outbound, Route, Shared};
 
 /// Requests a connection may have queued or in flight before the server
@@ -67,19 +68,23 @@ struct Connection {
 }
 
 /// Serves one accepted socket until it closes. Never panics on input.
-pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
+/// While the node loads its data (`port.serving()` is None) a four-letter
+/// word gets ZooKeeper's not-running answer and a session request is
+/// closed unanswered, as ZooKeeper's "ZooKeeperServer not running" does.
+pub async fn serve(port: &ClientPort, stream: TcpStream, peer: SocketAddr) {
     let _ = stream.set_nodelay(true);
     let (mut reader, writer) = stream.into_split();
     let mut buf = Vec::with_capacity(READ_CHUNK_BYTES);
     let first = tokio::time::timeout(
         Duration::from_millis(HANDSHAKE_TIMEOUT_MS),
-        read_first_frame(&mut reader, &mut buf, &shared),
+        read_first_frame(&mut reader, &mut buf, port.config.jute_max_buffer_bytes),
     )
     .await;
+    let serving = port.serving();
     let first = match first {
         Ok(Ok(First::Frame(total))) => total,
         Ok(Ok(First::FourLetterWord(word))) => {
-            let answer = crate::fourlw::answer(&shared, &word);
+            let answer = crate::fourlw::answer(&port.config, serving.as_deref(), &word);
             let mut writer = writer;
             let _ = writer.write_all(answer.as_bytes()).await;
             let _ = writer.shutdown().await;
@@ -89,6 +94,9 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
             return tracing::info!(%peer, reason, "connection closed before handshake")
         }
         Err(_) => return tracing::info!(%peer, "handshake timed out"),
+    };
+    let Some(shared) = serving else {
+        return tracing::info!(%peer, "session request closed: still loading the data");
     };
     let (sender, inbox) = mpsc::unbounded_channel();
     let id = shared
@@ -128,7 +136,7 @@ enum First {
 async fn read_first_frame(
     reader: &mut tokio::net::tcp::OwnedReadHalf,
     buf: &mut Vec<u8>,
-    shared: &Shared,
+    frame_max_bytes: usize,
 ) -> Result<First, Closed> {
     loop {
         if buf.len() >= 4 {
@@ -140,7 +148,7 @@ async fn read_first_frame(
                     String::from_utf8_lossy(word).into_owned(),
                 ));
             }
-            match frame::check_frame(buf, shared.config.jute_max_buffer_bytes) {
+            match frame::check_frame(buf, frame_max_bytes) {
                 Ok(Some(total)) => return Ok(First::Frame(total)),
                 Ok(None) => {}
                 Err(_) => return Err("first packet length out of bounds"),
@@ -609,11 +617,16 @@ impl Connection {
                 return Ok(());
             }
         };
-        match keel_tree::acl::authenticate(
-            &packet.scheme,
-            &packet.auth,
-            self.shared.config.super_digest.as_deref(),
-        ) {
+        let authenticated = if credentials_null(body, &packet) {
+            Err(ErrorCode::AuthFailed)
+        } else {
+            keel_tree::acl::authenticate(
+                &packet.scheme,
+                &packet.auth,
+                self.shared.config.super_digest.as_deref(),
+            )
+        };
+        match authenticated {
             Ok(ids) => {
                 for id in ids {
                     if !self.auth.contains(&id) && self.auth.len() < keel_tree::txn::AUTH_IDS_MAX {
@@ -801,6 +814,16 @@ impl Connection {
             watches.remove_session(self.session_id);
         }
     }
+}
+
+/// Credentials sent as a null buffer (length -1; kazoo sends "" so), which
+/// the record decodes as empty: ZooKeeper's digest provider fails on them
+/// (`new String(null)` throws) and answers AuthFailed, while a real empty
+/// buffer authenticates as the digest of "".
+fn credentials_null(body: &[u8], packet: &AuthPacket) -> bool {
+    // auth_type (i32), scheme (i32 length + bytes), then the credentials.
+    let at = 8 + packet.scheme.len();
+    body.get(at..at + 4) == Some(&keel_jute::codec::NULL_LENGTH.to_be_bytes()[..])
 }
 
 /// A write that may join the writes in flight: it must decode, or its

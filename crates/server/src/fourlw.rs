@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 
 use keel_jute::{ClientInfo, Id};
 
+use crate::config::ServerConfig;
 use crate::shared::Shared;
 
 /// Every word Keel knows (FourLetterCommands.java's set).
@@ -17,19 +18,37 @@ pub const COMMANDS: [&str; 17] = [
 pub const ZOOKEEPER_VERSION: &str = "3.8.0-keel-0.1.0";
 const BUILT_ON: &str = "11/22/2026 00:00 GMT";
 
-pub fn answer(shared: &Shared, word: &str) -> String {
-    if !shared.config.four_letter_word_enabled(word) {
+/// AbstractFourLetterCommand.ZK_NOT_SERVING: what most words answer while
+/// the server is not running (loading its data).
+pub const NOT_SERVING: &str = "This ZooKeeper instance is not currently serving requests";
+
+/// The answer to `word`; `shared` is None while the node loads its data.
+pub fn answer(config: &ServerConfig, shared: Option<&Shared>, word: &str) -> String {
+    if !config.four_letter_word_enabled(word) {
         return format!("{word} is not executed because it is not in the whitelist.\n");
     }
+    match (word, shared) {
+        // ZooKeeper's RuokCommand, EnvCommand and the trace-mask commands
+        // answer whether or not the server runs.
+        ("ruok", _) => "imok".into(),
+        ("envi", _) => envi(config),
+        ("gtmk" | "stmk", _) => "0\n".into(),
+        // IsroCommand prints "null" for a server that is not running.
+        ("isro", None) => "null".into(),
+        (_, None) if COMMANDS.contains(&word) => format!("{NOT_SERVING}\n"),
+        (_, Some(shared)) => answer_serving(shared, word),
+        _ => format!("{word} is not executed because it is not in the whitelist.\n"),
+    }
+}
+
+fn answer_serving(shared: &Shared, word: &str) -> String {
     match word {
-        "ruok" => "imok".into(),
         "isro" => "rw".into(),
         "srvr" => srvr(shared, false),
         "stat" => srvr(shared, true),
         "mntr" => mntr(shared),
         "conf" => conf(shared),
         "cons" => cons(shared) + "\n",
-        "envi" => envi(shared),
         "wchs" => wchs(shared),
         "wchc" => wchc(shared),
         "wchp" => wchp(shared),
@@ -43,8 +62,6 @@ pub fn answer(shared: &Shared, word: &str) -> String {
             shared.stats.reset();
             "Connection stats reset.\n".into()
         }
-        "gtmk" => "0\n".into(),
-        "stmk" => "0\n".into(),
         _ => format!("{word} is not executed because it is not in the whitelist.\n"),
     }
 }
@@ -256,7 +273,7 @@ fn conf(shared: &Shared) -> String {
 
 /// ZooKeeper's Environment keys (kazoo and tools parse zookeeper.version);
 /// the java.* keys describe Keel's process, which has no JVM.
-fn envi(shared: &Shared) -> String {
+fn envi(config: &ServerConfig) -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let os_version = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let user = std::env::var("USER").unwrap_or_else(|_| "root".into());
@@ -272,7 +289,7 @@ fn envi(shared: &Shared) -> String {
         std::env::consts::OS,
         std::env::consts::ARCH,
         os_version.trim(),
-        shared.config.data_dir.display()
+        config.data_dir.display()
     )
 }
 

@@ -9,9 +9,12 @@ pub mod config;
 mod conn;
 pub mod fourlw;
 mod machine;
+mod port;
+mod reaper;
 mod shared;
 
 use std::future::Future;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +22,7 @@ use keel_tree::{Txn, TxnOp};
 use tokio::net::TcpListener;
 
 pub use config::{ConfigError, ServerConfig};
+pub use reaper::{REAP_PROPOSALS_PER_PASS_MAX, REAP_RESEND_AFTER_MS, REAP_UNAPPLIED_MAX};
 use shared::{wall_clock_ms, Shared, INTERNAL_XID};
 
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +35,8 @@ pub enum ServerError {
     Io(#[from] std::io::Error),
     #[error("the raft driver stopped: {0}")]
     RaftStopped(String),
+    #[error("loading the data dir failed: {0}")]
+    RecoveryFailed(String),
 }
 
 /// Loads the newest snapshot that verifies (on every core) and opens the
@@ -63,14 +69,69 @@ fn recover(
     Ok((tree, recovery))
 }
 
-/// Recovers the data dir, starts the Raft driver and serves `listener`
-/// until `shutdown` resolves.
+/// How often the replay's progress is logged while a node catches up.
+pub const REPLAY_PROGRESS_LOG_MS: u64 = 1_000;
+/// How often a catching-up node checks whether it has caught up.
+const CATCH_UP_POLL_MS: u64 = 5;
+
+/// Opens the client port at once (sessions refused while loading, see
+/// `port`), recovers the data dir, starts the Raft driver, serves clients
+/// once everything committed is applied, until `shutdown` resolves.
 pub async fn run(
     listener: TcpListener,
     config: ServerConfig,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
     config.validate()?;
+    let address = listener.local_addr()?;
+    let (publish, serving) = tokio::sync::watch::channel(None);
+    let port = Arc::new(port::ClientPort::new(config.clone(), serving));
+    let accept = accept_loop(listener, port);
+    tokio::pin!(shutdown, accept);
+    tracing::info!(%address, "client port open; loading the data (sessions refused until served)");
+    let node = tokio::select! {
+        _ = &mut shutdown => return Ok(()),
+        result = &mut accept => return result,
+        node = start_node(config) => node?,
+    };
+    let serve = async {
+        catch_up(&node.shared).await;
+        let _ = publish.send(Some(node.shared.clone()));
+        tracing::info!(%address, "keel serving");
+        tokio::join!(
+            run_timers(node.shared.clone()),
+            reaper::run(node.shared.clone())
+        );
+    };
+    let outcome = tokio::select! {
+        _ = &mut shutdown => Ok(()),
+        result = &mut accept => result,
+        _ = watch_driver(&node.driver) => Err(ServerError::RaftStopped("driver thread exited".into())),
+        () = serve => Ok(()),
+    };
+    node.raft.shutdown();
+    let joined = tokio::task::block_in_place(|| node.driver.join());
+    match joined {
+        Ok(Err(error)) => return Err(error.into()),
+        Err(_) => return Err(ServerError::RaftStopped("driver panicked".into())),
+        Ok(Ok(())) => {}
+    }
+    tracing::info!("keel stopped");
+    outcome
+}
+
+type DriverThread = std::thread::JoinHandle<Result<(), keel_consensus::ConsensusError>>;
+
+/// A node whose driver runs (and may still be replaying its log).
+struct Node {
+    shared: Arc<Shared>,
+    raft: keel_consensus::RaftHandle,
+    driver: DriverThread,
+}
+
+/// Loads the newest snapshot and the log (off the async threads, so the
+/// client port keeps answering) and starts the driver, which replays.
+async fn start_node(config: ServerConfig) -> Result<Node, ServerError> {
     let raft_config = keel_consensus::RaftConfig {
         node_id: config.server_id,
         data_dir: config.data_dir.clone(),
@@ -82,54 +143,95 @@ pub async fn run(
         preferred_leader: (config.preferred_leader != 0).then_some(config.preferred_leader),
         observers: config.observers.clone(),
     };
-    let (tree, recovery) = tokio::task::block_in_place(|| recover(raft_config))?;
+    let (tree, recovery) = tokio::task::spawn_blocking(move || recover(raft_config))
+        .await
+        .map_err(|error| ServerError::RecoveryFailed(error.to_string()))??;
     let shared = Arc::new(Shared::new(config, tree));
     let machine = machine::Machine {
         shared: shared.clone(),
     };
     let (raft, driver) = keel_consensus::start(recovery, machine)?;
     let _ = shared.raft.set(raft.clone());
-    wait_for_leadership(&shared).await;
-    tracing::info!(address = %listener.local_addr()?, "keel serving");
-    let timers = tokio::spawn(run_timers(shared.clone()));
-    let accept = accept_loop(listener, shared.clone());
-    tokio::pin!(shutdown);
-    let outcome = tokio::select! {
-        _ = &mut shutdown => Ok(()),
-        result = accept => result,
-        _ = watch_driver(&driver) => Err(ServerError::RaftStopped("driver thread exited".into())),
-    };
-    timers.abort();
-    raft.shutdown();
-    let joined = tokio::task::block_in_place(|| driver.join());
-    match joined {
-        Ok(Err(error)) => return Err(error.into()),
-        Err(_) => return Err(ServerError::RaftStopped("driver panicked".into())),
-        Ok(Ok(())) => {}
-    }
-    tracing::info!("keel stopped");
-    outcome
+    Ok(Node {
+        shared,
+        raft,
+        driver,
+    })
 }
 
-async fn wait_for_leadership(shared: &Shared) {
-    let started = std::time::Instant::now();
-    while shared.raft().leader_id() == 0 {
-        if started.elapsed() > Duration::from_secs(5) && started.elapsed().as_millis() % 5000 < 20 {
-            tracing::info!("waiting for a leader");
+/// Where the replay stands: caught up once a leader is known and this node
+/// has applied everything committed, up to an entry of the current term
+/// (a new leader's first entry commits the whole log before it, so a
+/// restarted node does not serve between its old commit index and that).
+struct Replay {
+    leader_id: u64,
+    term: u64,
+    applied_term: u64,
+    applied_index: u64,
+    commit_index: u64,
+    last_index: u64,
+}
+
+impl Replay {
+    fn read(shared: &Shared) -> Replay {
+        let status = &shared.raft().status;
+        let applied_term = shared.tree.read().applied_term();
+        Replay {
+            leader_id: status.leader_id.load(Ordering::Acquire),
+            term: status.term.load(Ordering::Acquire),
+            applied_term,
+            applied_index: status.applied_index.load(Ordering::Acquire),
+            commit_index: status.commit_index.load(Ordering::Acquire),
+            last_index: status.last_index.load(Ordering::Acquire),
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    fn caught_up(&self) -> bool {
+        self.leader_id != 0
+            && self.applied_term >= self.term
+            && self.applied_index >= self.commit_index
     }
 }
 
-async fn watch_driver(
-    driver: &std::thread::JoinHandle<Result<(), keel_consensus::ConsensusError>>,
-) {
+/// Waits until the node has caught up, logging the replay's progress.
+async fn catch_up(shared: &Shared) {
+    let started = std::time::Instant::now();
+    let mut next_log = started + Duration::from_millis(REPLAY_PROGRESS_LOG_MS);
+    loop {
+        let replay = Replay::read(shared);
+        if replay.caught_up() {
+            return tracing::info!(
+                applied_index = replay.applied_index,
+                term = replay.term,
+                leader_id = replay.leader_id,
+                ms = started.elapsed().as_millis() as u64,
+                "caught up: log replayed"
+            );
+        }
+        if std::time::Instant::now() >= next_log {
+            next_log += Duration::from_millis(REPLAY_PROGRESS_LOG_MS);
+            tracing::info!(
+                applied_index = replay.applied_index,
+                commit_index = replay.commit_index,
+                last_index = replay.last_index,
+                leader_id = replay.leader_id,
+                "replaying the log (sessions refused until caught up)"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(CATCH_UP_POLL_MS)).await;
+    }
+}
+
+async fn watch_driver(driver: &DriverThread) {
     while !driver.is_finished() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) -> Result<(), ServerError> {
+async fn accept_loop(
+    listener: TcpListener,
+    port: Arc<port::ClientPort>,
+) -> Result<(), ServerError> {
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -140,45 +242,22 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) -> Result<(), S
                 continue;
             }
         };
-        if !admit(&shared, peer.ip()) {
+        if !port.admit(peer.ip()) {
             tracing::warn!(%peer, "too many connections from this address; refused");
             continue;
         }
-        let shared = shared.clone();
+        let port = port.clone();
         tokio::spawn(async move {
-            conn::serve(shared.clone(), stream, peer).await;
-            release(&shared, peer.ip());
+            conn::serve(&port, stream, peer).await;
+            port.release(peer.ip());
         });
     }
 }
 
-fn admit(shared: &Shared, ip: std::net::IpAddr) -> bool {
-    let mut per_ip = shared.connections_per_ip.lock();
-    let total: usize = per_ip.values().sum();
-    let count = per_ip.entry(ip).or_insert(0);
-    let limit = shared.config.max_client_connections_per_ip;
-    if total >= config::CLIENT_CONNECTIONS_MAX || (limit > 0 && *count >= limit) {
-        return false;
-    }
-    *count += 1;
-    true
-}
-
-fn release(shared: &Shared, ip: std::net::IpAddr) {
-    let mut per_ip = shared.connections_per_ip.lock();
-    if let Some(count) = per_ip.get_mut(&ip) {
-        *count -= 1;
-        if *count == 0 {
-            per_ip.remove(&ip);
-        }
-    }
-}
-
-/// Session expiry every half tick; the container/TTL reaper at its interval.
+/// Session expiry every half tick (the reaper runs at its own interval:
+/// `reaper::run`).
 async fn run_timers(shared: Arc<Shared>) {
     let expiry_every = Duration::from_millis((shared.config.tick_time_ms as u64 / 2).max(5));
-    let reap_every_ms = shared.config.container_check_interval_ms;
-    let mut last_reap_ms = 0;
     loop {
         tokio::time::sleep(expiry_every).await;
         if !shared.raft().is_leader() {
@@ -195,13 +274,6 @@ async fn run_timers(shared: Arc<Shared>) {
         for session_id in expired {
             tracing::info!(session = format_args!("{session_id:#x}"), "session expired");
             propose_internal(&shared, session_id, TxnOp::CloseSession);
-        }
-        if now_ms >= last_reap_ms + reap_every_ms {
-            last_reap_ms = now_ms;
-            let candidates = shared.tree.read().reap_candidates(wall_clock_ms());
-            for path in candidates {
-                propose_internal(&shared, 0, TxnOp::DeleteContainer { path });
-            }
         }
     }
 }

@@ -110,7 +110,6 @@ pub struct Shared {
     pub raft: OnceLock<RaftHandle>,
     pub stats: Stats,
     pub connections: Mutex<HashMap<u64, ConnectionInfo>>,
-    pub connections_per_ip: Mutex<HashMap<std::net::IpAddr, usize>>,
     pub next_connection_id: AtomicU64,
     pub next_session_id: AtomicI64,
     /// Sessions active here since the last report to the leader.
@@ -136,7 +135,6 @@ impl Shared {
             raft: OnceLock::new(),
             stats: Stats::default(),
             connections: Mutex::new(HashMap::new()),
-            connections_per_ip: Mutex::new(HashMap::new()),
             next_connection_id: AtomicU64::new(1),
             next_session_id: AtomicI64::new(first_session_id),
             touched: Mutex::new(std::collections::HashSet::new()),

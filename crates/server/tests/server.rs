@@ -43,8 +43,11 @@ async fn start(data_dir: &Path, snapshot_every_entries: u64) -> Running {
         .await
         .expect("server runs cleanly");
     });
-    for _ in 0..200 {
-        if four_letter_word(address, "ruok").await.as_deref() == Some("imok") {
+    // ruok answers imok while the node still loads its data (as
+    // ZooKeeper's does); srvr answers its stats only once it serves.
+    for _ in 0..500 {
+        let srvr = four_letter_word(address, "srvr").await.unwrap_or_default();
+        if srvr.starts_with("Zookeeper version:") {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;

@@ -18,19 +18,24 @@ pub fn open_acl_unsafe() -> Vec<Acl> {
     }]
 }
 
-/// ZooKeeper's DigestAuthenticationProvider.generateDigest:
-/// "user:" + base64(sha1("user:password")).
-pub fn generate_digest(user_password: &str) -> Option<String> {
-    let (user, _) = user_password.split_once(':')?;
+/// ZooKeeper's DigestAuthenticationProvider.generateDigest: the text before
+/// the first ':' (all of it when there is none: Java's `split(":", 2)` then
+/// yields one part), ':', base64(sha1(the whole text)). Any text has a
+/// digest: `blah` gives `blah:W/H9kn37hnlJai5s8Ay+UMHIcUU=`.
+pub fn generate_digest(user_password: &str) -> String {
+    let user = user_password
+        .split_once(':')
+        .map_or(user_password, |(user, _)| user);
     let hash = Sha1::digest(user_password.as_bytes());
-    Some(format!(
+    format!(
         "{user}:{}",
         base64::engine::general_purpose::STANDARD.encode(hash)
-    ))
+    )
 }
 
-/// What `addauth` adds to a connection, or AuthFailed. A well-formed digest
-/// with a wrong password is accepted and merely grants nothing, as in ZooKeeper.
+/// What `addauth` adds to a connection, or AuthFailed. As in ZooKeeper,
+/// digest accepts any bytes (a wrong password, or no ':' at all, merely
+/// yields an id no ACL grants); only an unknown scheme fails.
 pub fn authenticate(
     scheme: &str,
     auth: &[u8],
@@ -38,8 +43,8 @@ pub fn authenticate(
 ) -> Result<Vec<Id>, ErrorCode> {
     match scheme {
         "digest" => {
-            let text = std::str::from_utf8(auth).map_err(|_| ErrorCode::AuthFailed)?;
-            let digest = generate_digest(text).ok_or(ErrorCode::AuthFailed)?;
+            // Java's `new String(authData)`: invalid UTF-8 becomes U+FFFD.
+            let digest = generate_digest(&String::from_utf8_lossy(auth));
             let mut ids = Vec::with_capacity(2);
             if super_digest == Some(digest.as_str()) {
                 ids.push(Id {
@@ -202,10 +207,23 @@ mod tests {
     fn digest_matches_zookeeper() {
         // The super digest every ZooKeeper client harness configures.
         assert_eq!(
-            generate_digest("super:test").unwrap(),
+            generate_digest("super:test"),
             "super:D/InIHSb7yEEbrWz8b9l71RjZJU="
         );
-        assert!(generate_digest("nocolon").is_none());
+    }
+
+    #[test]
+    fn digest_of_text_without_a_colon_is_the_whole_text_and_its_hash() {
+        // Expected values printed by ZooKeeper 3.8's own
+        // `DigestAuthenticationProvider.main` for the same inputs.
+        assert_eq!(generate_digest("blah"), "blah:W/H9kn37hnlJai5s8Ay+UMHIcUU=");
+        assert_eq!(generate_digest(""), ":2jmj7l5rSw0yVb/vlWAYkK/YBwk=");
+        assert_eq!(
+            generate_digest("blah:"),
+            "blah:TymHSXFkwTnaDgXPsJ4vB8rbD00="
+        );
+        assert_eq!(generate_digest(":"), ":BaefBs8/Z/cm2uaNGKIpD2yaUMk=");
+        assert_eq!(generate_digest("a:b:c"), "a:cLzgnoJ6mP5qz3w+mwvPE2vDgu0=");
     }
 
     #[test]
@@ -270,8 +288,13 @@ mod tests {
         .unwrap();
         assert_eq!(ids[0].scheme, "super");
         assert_eq!(
-            authenticate("digest", b"nocolon", None),
-            Err(ErrorCode::AuthFailed)
+            authenticate("digest", b"blah", None),
+            Ok(vec![id("digest", "blah:W/H9kn37hnlJai5s8Ay+UMHIcUU=")])
+        );
+        // Not UTF-8: decoded lossily, as Java's `new String(bytes)` does.
+        assert_eq!(
+            authenticate("digest", b"u\xff:p", None),
+            Ok(vec![id("digest", &generate_digest("u\u{fffd}:p"))])
         );
         assert_eq!(
             authenticate("kerberos", b"x", None),

@@ -698,7 +698,7 @@ fn build(header: Header, arena: Arena) -> Result<DataTree, SnapshotError> {
     tree.acls
         .set_refs(&acl_refs(&arena))
         .map_err(inconsistent)?;
-    if arena.len() == 0 || arena.get(ROOT).is_free() {
+    if arena.is_empty() || arena.get(ROOT).is_free() {
         return Err(inconsistent("no root"));
     }
     tree.arena = arena;

@@ -355,7 +355,7 @@ fn acls_gate_reads_and_writes() {
     let mut h = Harness::new();
     let user = Id {
         scheme: "digest".into(),
-        id: crate::acl::generate_digest("u:p").unwrap(),
+        id: crate::acl::generate_digest("u:p"),
     };
     let acl = vec![Acl {
         perms: perms::READ | perms::ADMIN,
