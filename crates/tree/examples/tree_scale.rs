@@ -13,6 +13,10 @@ use std::time::Instant;
 use keel_jute::{CreateRequest, MultiOp, Request};
 use keel_tree::{acl, snapshot, DataTree, Txn, TxnOp};
 
+#[cfg(keel_jemalloc)]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 const FANOUT: usize = 1_000;
 const VALUE_BYTES: usize = 100;
 const MULTI_OPS: usize = 200;
