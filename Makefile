@@ -7,6 +7,9 @@
 #   make test-selfcheck the Python suites with ZooKeeper in place of Keel (validates the harness)
 #   make sim            simulator soak: SIM_FIRST_SEED=N SIM_SEEDS=M (default 0 and 1000)
 #   make fuzz           cargo-fuzz targets: FUZZ_TARGET=name (default all) FUZZ_SECONDS=S
+#   make compare        Keel vs a 3-node ZooKeeper 3.8 ensemble under keel bench (BENCHMARKS.md)
+#   make scale          Keel vs ZooKeeper 3.8 holding SCALE_ZNODES znodes (default 10,000,000):
+#                       RSS per znode, snapshot under load, restart (bench/scale.py, BENCHMARKS.md)
 #
 # PYTEST_ARGS="-k watch -x" passes extra arguments to pytest.
 
@@ -21,7 +24,7 @@ SUITES      := tests/compat tests/badinput tests/crash tests/cluster
 # suites that compare against ZooKeeper (the cluster suite is Keel-only)
 SELFCHECK_SUITES := tests/compat tests/badinput tests/crash
 
-.PHONY: all build run cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare sim fuzz
+.PHONY: all build run cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare scale sim fuzz
 
 all: build
 
@@ -65,6 +68,12 @@ test-selfcheck: test-deps clean-test
 # Side-by-side benchmark vs a 3-node ZooKeeper 3.8 ensemble (COMPARE_DURATION=S per run).
 compare: test-deps build
 	python3 bench/compare.py
+
+# Single-node Keel, then single-node ZooKeeper 3.8, each filled with SCALE_ZNODES znodes
+# (bench/scale.py; results in bench/work/scale.json). Long: run it on a quiet machine.
+SCALE_ZNODES ?= 10000000
+scale: test-deps build
+	SCALE_ZNODES=$(SCALE_ZNODES) python3 bench/scale.py
 
 # Deterministic simulator: a seed range with every checker (crates/sim/README.md).
 sim:

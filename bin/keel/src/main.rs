@@ -87,21 +87,23 @@ struct CliArgs {
 /// Each client is one session issuing requests in a closed loop; the tree a
 /// workload needs is built under a fresh root before timing and deleted
 /// after. Progress goes to stderr once a second, the summary to stdout.
+/// `populate` instead creates --znodes znodes under /keel-populate (multi
+/// batches) and leaves them there.
 #[derive(Args)]
 struct BenchArgs {
     /// Comma-separated HOST:PORT list; clients are spread over it round-robin.
     #[arg(long, value_name = "HOST:PORT[,...]")]
     servers: String,
-    /// create | mix | get | list | set (mix: 1% create, 8% set, 45% get,
-    /// 45% getChildren of a 100-child node, 1% delete).
+    /// create | mix | get | list | set | populate (mix: 1% create, 8% set,
+    /// 45% get, 45% getChildren of a 100-child node, 1% delete).
     #[arg(long)]
     workload: String,
-    /// Number of sessions (1..=10000).
-    #[arg(long, value_name = "N")]
-    clients: usize,
-    /// Length of the timed phase in seconds.
-    #[arg(long, value_name = "SECONDS")]
-    duration: u64,
+    /// Number of sessions (1..=10000; populate: 1..=64, default 4).
+    #[arg(long, value_name = "N", required_unless_present = "znodes")]
+    clients: Option<usize>,
+    /// Length of the timed phase in seconds (not for populate).
+    #[arg(long, value_name = "SECONDS", required_unless_present = "znodes")]
+    duration: Option<u64>,
     /// Bytes written by create and set, and held by the nodes get reads.
     #[arg(long, value_name = "BYTES", default_value_t = keel_bench::DEFAULT_VALUE_SIZE)]
     value_size: usize,
@@ -111,9 +113,16 @@ struct BenchArgs {
     /// Write an SVG with throughput over time and the latency percentiles.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
-    /// Requests each client keeps in flight (1 = synchronous client).
-    #[arg(long, value_name = "K", default_value_t = 1)]
-    in_flight: usize,
+    /// Requests each client keeps in flight (1 = synchronous client;
+    /// populate: multis per session, default 4).
+    #[arg(long, value_name = "K")]
+    in_flight: Option<usize>,
+    /// populate: znodes to create under /keel-populate (parents included).
+    #[arg(long, value_name = "N")]
+    znodes: Option<u64>,
+    /// populate: most children per parent.
+    #[arg(long, value_name = "F", default_value_t = keel_bench::DEFAULT_FANOUT)]
+    fanout: u64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -218,15 +227,24 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    if args.workload == "populate" {
+        return populate(args);
+    }
+    if args.znodes.is_some() {
+        anyhow::bail!("--znodes is only for --workload populate");
+    }
     let workload: keel_bench::Workload = args.workload.parse()?;
+    let (Some(clients), Some(duration)) = (args.clients, args.duration) else {
+        anyhow::bail!("--clients and --duration are required for the {workload} workload");
+    };
     let mut config = keel_bench::BenchConfig::new(
         &args.servers,
         workload,
-        args.clients,
-        std::time::Duration::from_secs(args.duration),
+        clients,
+        std::time::Duration::from_secs(duration),
     )?;
     config.value_size = args.value_size;
-    config.in_flight = args.in_flight;
+    config.in_flight = args.in_flight.unwrap_or(1);
     config.validate()?;
     let report = keel_bench::run(config, |line| eprintln!("{line}"))?;
     println!("{report}");
@@ -239,5 +257,37 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     if let Some(error) = &report.cleanup_error {
         anyhow::bail!("the bench tree {} was not removed: {error}", report.root);
     }
+    Ok(())
+}
+
+/// `keel bench --workload populate`: progress on stderr, then exactly
+/// `populated N znodes in S s` on stdout.
+fn populate(args: BenchArgs) -> anyhow::Result<()> {
+    let Some(znodes) = args.znodes else {
+        anyhow::bail!("--workload populate needs --znodes N");
+    };
+    if args.duration.is_some() || args.csv.is_some() || args.plot.is_some() {
+        anyhow::bail!(
+            "--duration, --csv and --plot are not for populate (it runs until N znodes exist)"
+        );
+    }
+    let mut config = keel_bench::PopulateConfig::new(&args.servers, znodes)?;
+    config.value_size = args.value_size;
+    config.fanout = args.fanout;
+    config.sessions = args
+        .clients
+        .unwrap_or(keel_bench::DEFAULT_POPULATE_SESSIONS);
+    config.in_flight = args
+        .in_flight
+        .unwrap_or(keel_bench::DEFAULT_POPULATE_IN_FLIGHT);
+    let report = keel_bench::populate(config, |line| eprintln!("{line}"))?;
+    eprintln!(
+        "{} multis; getAllChildrenNumber({}) = {}; last znode {}",
+        report.multis,
+        keel_bench::POPULATE_ROOT,
+        report.counted,
+        report.last_path
+    );
+    println!("{report}");
     Ok(())
 }

@@ -31,6 +31,7 @@
 //! # Ok(()) }
 //! ```
 
+mod populate;
 mod report;
 mod stats;
 mod svg;
@@ -49,6 +50,12 @@ use keel_client::{open_acl_unsafe, Acl, Client, ClientError, CreateMode, ErrorCo
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+pub use populate::{
+    populate, populate_async, PopulateConfig, PopulateProgress, PopulateReport, Shape,
+    DEFAULT_FANOUT, DEFAULT_POPULATE_IN_FLIGHT, DEFAULT_POPULATE_SESSIONS, MAX_FANOUT,
+    MAX_POPULATE_IN_FLIGHT, MAX_POPULATE_SESSIONS, MAX_POPULATE_VALUE_SIZE, MAX_POPULATE_ZNODES,
+    MIN_FANOUT, MULTI_MAX_BYTES, MULTI_MAX_OPS, MULTI_OP_OVERHEAD_BYTES, POPULATE_ROOT,
+};
 pub use report::{BenchReport, LatencySummary, CSV_HEADER};
 pub use stats::{HISTOGRAM_MAX_US, HISTOGRAM_SIGNIFICANT_DIGITS};
 pub use tree::SETUP_CONCURRENCY;
@@ -94,7 +101,7 @@ const SECOND: Duration = Duration::from_secs(1);
 /// Why a run could not be made (or was refused before it started).
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
-    #[error("unknown workload {0:?}; expected one of: create, mix, get, list, set")]
+    #[error("unknown workload {0:?}; expected one of: create, mix, get, list, set, populate")]
     UnknownWorkload(String),
     #[error("invalid bench setting: {0}")]
     Invalid(String),
@@ -111,6 +118,19 @@ pub enum BenchError {
         root: String,
         path: String,
         source: ClientError,
+    },
+    #[error(
+        "{root} already exists with {existing} znodes under it; populate does not resume: \
+         delete it first (keel cli --server HOST:PORT deleteall {root}) or use an empty server"
+    )]
+    PopulateExists { root: String, existing: u64 },
+    #[error(
+        "populate created {expected} znodes but getAllChildrenNumber({root}) counts {counted}"
+    )]
+    PopulateCount {
+        root: String,
+        expected: u64,
+        counted: u64,
     },
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),

@@ -1,68 +1,95 @@
-//! The `--plot` picture: a hand-written SVG with two panels, throughput per
-//! second over the run and the latency percentile curve (HdrHistogram's
-//! classic plot: x is log10(1 / (1 − p)), so 90 %, 99 %, 99.9 %, 99.99 %
-//! are evenly spaced).
-
-use std::fmt::Write as _;
+//! The `--plot` picture, drawn with plotters' SVG backend: a header with
+//! the run's settings and summary, then two panels, throughput per second
+//! over the run and the latency percentile curve (HdrHistogram's classic
+//! plot: x is log10(1 / (1 − p)), so 90 %, 99 %, 99.9 %, 99.99 % are
+//! evenly spaced). Text is written as SVG `<text>` (plotters' built-in
+//! size estimate, no font files are read).
 
 use hdrhistogram::Histogram;
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged, ValueFormatter};
+use plotters::coord::types::RangedCoordf64;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::report::BenchReport;
 
-const WIDTH: f64 = 960.0;
-const HEIGHT: f64 = 800.0;
-const FONT: &str = "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\"";
+const WIDTH_PX: u32 = 960;
+const HEIGHT_PX: u32 = 800;
+const HEADER_PX: u32 = 90;
+const THROUGHPUT_PX: u32 = 340;
+const FONT: &str = "sans-serif";
+const TITLE_PT: u32 = 22;
+const CAPTION_PT: u32 = 18;
+const TEXT_PT: u32 = 15;
+const MARGIN_PX: u32 = 16;
+const X_LABEL_AREA_PX: u32 = 46;
+const Y_LABEL_AREA_PX: u32 = 72;
 /// The curve is drawn up to this many nines (99.99 %).
 const CURVE_NINES: f64 = 4.0;
 /// Points per decade of the percentile axis.
 const CURVE_STEPS_PER_NINE: usize = 100;
 /// Throughput as bars up to this many seconds, as a line beyond.
 const MAX_BARS: usize = 240;
+/// Fraction of a second's slot left blank on each side of its bar.
+const BAR_GAP: f64 = 0.06;
 /// Latency axis is logarithmic when the curve spans more than this factor.
 const LOG_Y_ABOVE_RATIO: f64 = 30.0;
+/// Headroom above the highest value on linear axes (room for the legend).
+const Y_HEADROOM: f64 = 1.2;
+/// Percentile markers left of this many nines get their label on the right
+/// (clear of the y axis).
+const LABEL_RIGHT_BELOW_NINES: f64 = 0.8;
+/// Minor grid lines between two major ones on the latency axis.
+const LATENCY_LIGHT_LINES: usize = 4;
+const MARKER_RADIUS_PX: u32 = 4;
 
-/// The plotting rectangle of a panel (SVG user units).
-#[derive(Clone, Copy)]
-struct Area {
-    left: f64,
-    top: f64,
-    right: f64,
-    bottom: f64,
-}
+const OK_BLUE: RGBColor = RGBColor(0x4e, 0x79, 0xa7);
+const ERROR_RED: RGBColor = RGBColor(0xe1, 0x57, 0x59);
+const MEAN_ORANGE: RGBColor = RGBColor(0xf2, 0x8e, 0x2b);
+const GRID_GREY: RGBColor = RGBColor(0xdd, 0xdd, 0xdd);
+const LIGHT_GRID_GREY: RGBColor = RGBColor(0xf0, 0xf0, 0xf0);
 
-impl Area {
-    fn width(&self) -> f64 {
-        self.right - self.left
-    }
-    fn height(&self) -> f64 {
-        self.bottom - self.top
-    }
-}
+/// The percentiles marked on the curve.
+const MARKED: [(f64, &str); 4] = [(0.5, "p50"), (0.9, "p90"), (0.99, "p99"), (0.999, "p99.9")];
 
-const THROUGHPUT: Area = Area {
-    left: 100.0,
-    top: 120.0,
-    right: 920.0,
-    bottom: 370.0,
-};
-const LATENCY: Area = Area {
-    left: 100.0,
-    top: 480.0,
-    right: 920.0,
-    bottom: 730.0,
-};
+type PlotResult = Result<(), Box<dyn std::error::Error>>;
 
 pub(crate) fn render(report: &BenchReport) -> String {
-    let mut s = String::with_capacity(32 * 1024);
-    let _ = writeln!(
-        s,
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{HEIGHT}\" \
-         viewBox=\"0 0 {WIDTH} {HEIGHT}\" {FONT}>"
-    );
-    let _ = writeln!(
-        s,
-        "<rect x=\"0\" y=\"0\" width=\"{WIDTH}\" height=\"{HEIGHT}\" fill=\"white\"/>"
-    );
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (WIDTH_PX, HEIGHT_PX)).into_drawing_area();
+        if let Err(e) = draw(&root, report) {
+            tracing::warn!(error = %e, "plot incomplete");
+        }
+        let _ = root.present();
+    }
+    out
+}
+
+fn draw(
+    root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    report: &BenchReport,
+) -> PlotResult {
+    root.fill(&WHITE)?;
+    let (header, body) = root.split_vertically(HEADER_PX);
+    let (top, bottom) = body.split_vertically(THROUGHPUT_PX);
+    draw_header(&header, report)?;
+    draw_throughput(&top, report)?;
+    draw_latency(&bottom, &report.histogram)
+}
+
+fn centered(size: u32) -> TextStyle<'static> {
+    TextStyle::from((FONT, size).into_font()).pos(Pos::new(HPos::Center, VPos::Top))
+}
+
+fn draw_header<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    report: &BenchReport,
+) -> PlotResult
+where
+    DB::ErrorType: 'static,
+{
+    let mid = WIDTH_PX as i32 / 2;
     let title = format!(
         "keel bench: {} workload, {} client{} × {} in flight, {} s",
         report.workload,
@@ -71,384 +98,281 @@ pub(crate) fn render(report: &BenchReport) -> String {
         report.in_flight,
         trim(report.duration.as_secs_f64(), 1)
     );
-    text(&mut s, WIDTH / 2.0, 32.0, 20.0, "middle", "bold", &title);
-    let line1 = format!(
-        "servers {} · value {} B · {} ops, {} errors ({}%) · {} ops/s",
-        report.servers.join(","),
-        report.value_size,
-        report.ops,
-        report.errors,
-        trim(report.error_rate() * 100.0, 3),
-        trim(report.tps, 1)
-    );
-    text(&mut s, WIDTH / 2.0, 56.0, 13.0, "middle", "normal", &line1);
+    let bold = TextStyle::from((FONT, TITLE_PT).into_font().style(FontStyle::Bold))
+        .pos(Pos::new(HPos::Center, VPos::Top));
+    area.draw(&Text::new(title, (mid, 14), bold))?;
     let l = &report.latency;
-    let line2 = format!(
-        "latency avg {} · p50 {} · p90 {} · p99 {} · p99.9 {} · max {}",
-        fmt_us(l.avg_us),
-        fmt_us(l.p50_us as f64),
-        fmt_us(l.p90_us as f64),
-        fmt_us(l.p99_us as f64),
-        fmt_us(l.p999_us as f64),
-        fmt_us(l.max_us as f64)
-    );
-    text(&mut s, WIDTH / 2.0, 76.0, 13.0, "middle", "normal", &line2);
-    throughput_panel(&mut s, report);
-    latency_panel(&mut s, &report.histogram);
-    s.push_str("</svg>\n");
-    s
+    let lines = [
+        format!(
+            "servers {} · value {} B · {} ops, {} errors ({}%) · {} ops/s",
+            report.servers.join(","),
+            report.value_size,
+            report.ops,
+            report.errors,
+            trim(report.error_rate() * 100.0, 3),
+            trim(report.tps, 1)
+        ),
+        format!(
+            "latency avg {} · p50 {} · p90 {} · p99 {} · p99.9 {} · max {}",
+            fmt_us(l.avg_us),
+            fmt_us(l.p50_us as f64),
+            fmt_us(l.p90_us as f64),
+            fmt_us(l.p99_us as f64),
+            fmt_us(l.p999_us as f64),
+            fmt_us(l.max_us as f64)
+        ),
+    ];
+    for (i, line) in lines.into_iter().enumerate() {
+        area.draw(&Text::new(
+            line,
+            (mid, 44 + 20 * i as i32),
+            centered(TEXT_PT),
+        ))?;
+    }
+    Ok(())
 }
 
-fn throughput_panel(s: &mut String, report: &BenchReport) {
-    let a = THROUGHPUT;
-    text(
-        s,
-        a.left,
-        a.top - 14.0,
-        15.0,
-        "start",
-        "bold",
-        "Throughput (successful operations per second)",
-    );
+fn draw_throughput<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    report: &BenchReport,
+) -> PlotResult
+where
+    DB::ErrorType: 'static,
+{
     let ok = &report.per_second;
     let errs = &report.per_second_errors;
-    let n = ok.len().max(1);
-    let peak = ok.iter().chain(errs.iter()).copied().max().unwrap_or(0) as f64;
-    let (yticks, ytop) = linear_ticks(peak.max(report.tps) * 1.05, 5);
-    let x = |sec: f64| a.left + sec / n as f64 * a.width();
-    let y = |v: f64| a.bottom - v / ytop * a.height();
-    frame(s, a);
-    for t in &yticks {
-        hgrid(s, a, y(*t), &fmt_count(*t));
-    }
-    let (xticks, _) = linear_ticks(n as f64, n.min(10));
-    for t in xticks.iter().filter(|t| **t <= n as f64 + 1e-9) {
-        vtick(s, a, x(*t), &trim(*t, 1));
-    }
+    let seconds = ok.len().max(1) as f64;
+    let peak = ok.iter().chain(errs).copied().max().unwrap_or(0) as f64;
+    let top = (peak.max(report.tps) * Y_HEADROOM).max(1.0);
+    let mut chart = panel(area, "Throughput (successful operations per second)")
+        .build_cartesian_2d(0f64..seconds, 0f64..top)?;
+    chart
+        .configure_mesh()
+        .max_light_lines(0)
+        .bold_line_style(GRID_GREY)
+        .x_desc("time since start (s)")
+        .y_desc("operations / s")
+        .x_label_formatter(&|v| trim(*v, 1))
+        .y_label_formatter(&|v| fmt_count(*v))
+        .axis_desc_style((FONT, TEXT_PT))
+        .label_style((FONT, TEXT_PT - 1))
+        .draw()?;
     if ok.len() <= MAX_BARS {
-        let slot = a.width() / n as f64;
-        let pad = (slot * 0.12).min(6.0);
-        for (i, v) in ok.iter().enumerate() {
-            let top = y(*v as f64);
-            let _ = writeln!(
-                s,
-                "<rect x=\"{:.2}\" y=\"{:.2}\" width=\"{:.2}\" height=\"{:.2}\" fill=\"#4e79a7\"/>",
-                x(i as f64) + pad,
-                top,
-                (slot - 2.0 * pad).max(0.5),
-                a.bottom - top
-            );
-        }
+        chart.draw_series(ok.iter().enumerate().map(|(i, v)| {
+            let x = i as f64;
+            Rectangle::new(
+                [(x + BAR_GAP, 0.0), (x + 1.0 - BAR_GAP, *v as f64)],
+                OK_BLUE.filled(),
+            )
+        }))?;
     } else {
-        let pts: Vec<(f64, f64)> = ok
-            .iter()
-            .enumerate()
-            .map(|(i, v)| (x(i as f64 + 0.5), y(*v as f64)))
-            .collect();
-        polyline(s, &pts, "#4e79a7", 1.5);
+        chart.draw_series(LineSeries::new(
+            ok.iter()
+                .enumerate()
+                .map(|(i, v)| (i as f64 + 0.5, *v as f64)),
+            OK_BLUE.stroke_width(2),
+        ))?;
     }
     if errs.iter().any(|e| *e > 0) {
-        let pts: Vec<(f64, f64)> = errs
-            .iter()
-            .enumerate()
-            .map(|(i, v)| (x(i as f64 + 0.5), y(*v as f64)))
-            .collect();
-        polyline(s, &pts, "#e15759", 2.0);
-        text(
-            s,
-            a.right - 4.0,
-            a.top + 32.0,
-            12.0,
-            "end",
-            "normal",
-            "red: errors per second",
-        );
+        chart
+            .draw_series(LineSeries::new(
+                errs.iter()
+                    .enumerate()
+                    .map(|(i, v)| (i as f64 + 0.5, *v as f64)),
+                ERROR_RED.stroke_width(2),
+            ))?
+            .label("errors per second")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], ERROR_RED.stroke_width(2)));
     }
     if report.tps > 0.0 {
-        let ym = y(report.tps);
-        let _ = writeln!(
-            s,
-            "<line x1=\"{:.2}\" y1=\"{ym:.2}\" x2=\"{:.2}\" y2=\"{ym:.2}\" stroke=\"#f28e2b\" \
-             stroke-width=\"1.5\" stroke-dasharray=\"6 4\"/>",
-            a.left, a.right
-        );
-        label(
-            s,
-            a.right - 4.0,
-            ym - 5.0,
-            "end",
-            &format!("mean {} ops/s", fmt_count(report.tps)),
-        );
+        chart
+            .draw_series(DashedLineSeries::new(
+                [(0.0, report.tps), (seconds, report.tps)],
+                6,
+                4,
+                MEAN_ORANGE.stroke_width(2),
+            ))?
+            .label(format!("mean {} ops/s", fmt_count(report.tps)))
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], MEAN_ORANGE.stroke_width(2)));
     }
-    axis_labels(s, a, "time since start (s)", "operations / s");
+    legend(&mut chart)
 }
 
-fn latency_panel(s: &mut String, hist: &Histogram<u64>) {
-    let a = LATENCY;
-    text(
-        s,
-        a.left,
-        a.top - 14.0,
-        15.0,
-        "start",
-        "bold",
-        "Latency by percentile (successful operations)",
-    );
-    frame(s, a);
-    let x = |nines: f64| a.left + nines / CURVE_NINES * a.width();
-    // Percentile axis: 0 %, 50 %, 90 %, 99 %, 99.9 %, 99.99 %.
-    for (nines, label) in [
-        (0.0, "0%"),
-        (2f64.log10(), "50%"),
-        (1.0, "90%"),
-        (2.0, "99%"),
-        (3.0, "99.9%"),
-        (4.0, "99.99%"),
-    ] {
-        vtick(s, a, x(nines), label);
-    }
-    axis_labels(
-        s,
-        a,
-        "percentile (log scale: each step right is one more nine)",
-        "latency",
-    );
+fn draw_latency<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    hist: &Histogram<u64>,
+) -> PlotResult
+where
+    DB::ErrorType: 'static,
+{
+    let title = "Latency by percentile (successful operations)";
     if hist.is_empty() {
-        text(
-            s,
-            (a.left + a.right) / 2.0,
-            (a.top + a.bottom) / 2.0,
-            16.0,
-            "middle",
-            "normal",
+        let mut chart = panel(area, title).build_cartesian_2d(percentile_axis(), 0f64..1.0)?;
+        latency_mesh(&mut chart, "latency")?;
+        let mid = (CURVE_NINES / 2.0, 0.5);
+        chart.draw_series([Text::new(
             "no successful operations",
-        );
-        return;
+            mid,
+            centered(CAPTION_PT),
+        )])?;
+        return Ok(());
     }
+    let curve = percentile_curve(hist);
+    let lo = curve.first().map_or(1, |c| c.1) as f64;
+    let hi = curve.last().map_or(1, |c| c.1) as f64;
+    if hi / lo.max(1.0) > LOG_Y_ABOVE_RATIO {
+        let floor = 10f64.powf(lo.log10().floor());
+        let ceil = 10f64.powf(hi.log10().ceil()).max(floor * 10.0);
+        let y = (floor..ceil).log_scale();
+        let mut chart = panel(area, title).build_cartesian_2d(percentile_axis(), y)?;
+        latency_mesh(&mut chart, "latency (log scale)")?;
+        latency_series(&mut chart, &curve, hist)
+    } else {
+        let mut chart =
+            panel(area, title).build_cartesian_2d(percentile_axis(), 0f64..hi * Y_HEADROOM)?;
+        latency_mesh(&mut chart, "latency")?;
+        latency_series(&mut chart, &curve, hist)
+    }
+}
+
+/// A panel's chart builder: caption, margins, label areas.
+fn panel<'a, 'b, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, plotters::coord::Shift>,
+    caption: &str,
+) -> ChartBuilder<'a, 'b, DB> {
+    let mut builder = ChartBuilder::on(area);
+    builder
+        .caption(
+            caption,
+            (FONT, CAPTION_PT).into_font().style(FontStyle::Bold),
+        )
+        .margin(MARGIN_PX)
+        .margin_right(MARGIN_PX * 3)
+        .x_label_area_size(X_LABEL_AREA_PX)
+        .y_label_area_size(Y_LABEL_AREA_PX);
+    builder
+}
+
+/// The percentile axis: x is nines (log10(1 / (1 − p))) from 0 to
+/// [`CURVE_NINES`], with ticks exactly at 0 %, 50 %, 90 %, … 99.99 %.
+struct PercentileAxis(RangedCoordf64);
+
+/// Where the percentile axis has its ticks, in nines.
+const PERCENTILE_TICKS: [f64; 6] = [0.0, std::f64::consts::LOG10_2, 1.0, 2.0, 3.0, 4.0];
+
+impl Ranged for PercentileAxis {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        self.0.map(value, limit)
+    }
+
+    fn key_points<Hint: KeyPointHint>(&self, _hint: Hint) -> Vec<f64> {
+        PERCENTILE_TICKS.to_vec()
+    }
+
+    fn range(&self) -> std::ops::Range<f64> {
+        self.0.range()
+    }
+}
+
+fn percentile_axis() -> PercentileAxis {
+    PercentileAxis((0f64..CURVE_NINES).into())
+}
+
+fn percentile_label(nines: f64) -> String {
+    let percent = 100.0 * (1.0 - 10f64.powf(-nines));
+    format!("{}%", trim(percent, 2))
+}
+
+fn latency_mesh<'a, DB, Y>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<PercentileAxis, Y>>,
+    y_desc: &str,
+) -> PlotResult
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    chart
+        .configure_mesh()
+        .max_light_lines(LATENCY_LIGHT_LINES)
+        .light_line_style(LIGHT_GRID_GREY)
+        .bold_line_style(GRID_GREY)
+        .x_desc("percentile (log scale: each step right is one more nine)")
+        .y_desc(y_desc)
+        .x_label_formatter(&|v| percentile_label(*v))
+        .y_label_formatter(&|v| fmt_us(*v))
+        .axis_desc_style((FONT, TEXT_PT))
+        .label_style((FONT, TEXT_PT - 1))
+        .draw()?;
+    Ok(())
+}
+
+/// (nines, latency µs ≥ 1) from 0 to [`CURVE_NINES`].
+fn percentile_curve(hist: &Histogram<u64>) -> Vec<(f64, u64)> {
     let steps = CURVE_NINES as usize * CURVE_STEPS_PER_NINE;
-    let curve: Vec<(f64, u64)> = (0..=steps)
+    (0..=steps)
         .map(|k| {
             let nines = k as f64 / CURVE_STEPS_PER_NINE as f64;
             let q = 1.0 - 10f64.powf(-nines);
             (nines, hist.value_at_quantile(q.max(0.0)).max(1))
         })
-        .collect();
-    let lo = curve.first().map(|c| c.1).unwrap_or(1) as f64;
-    let hi = curve.last().map(|c| c.1).unwrap_or(1) as f64;
-    let log = hi / lo.max(1.0) > LOG_Y_ABOVE_RATIO;
-    let scale: Box<dyn Fn(f64) -> f64> = if log {
-        let dlo = lo.log10().floor();
-        let dhi = hi.log10().ceil().max(dlo + 1.0);
-        for d in (dlo as i32)..=(dhi as i32) {
-            let v = 10f64.powi(d);
-            let yy = a.bottom - (v.log10() - dlo) / (dhi - dlo) * a.height();
-            hgrid(s, a, yy, &fmt_us(v));
-            for m in [2.0, 5.0] {
-                let mv = v * m;
-                if mv.log10() < dhi {
-                    let my = a.bottom - (mv.log10() - dlo) / (dhi - dlo) * a.height();
-                    let _ = writeln!(
-                        s,
-                        "<line x1=\"{:.2}\" y1=\"{my:.2}\" x2=\"{:.2}\" y2=\"{my:.2}\" \
-                         stroke=\"#eeeeee\" stroke-width=\"1\"/>",
-                        a.left, a.right
-                    );
-                }
-            }
-        }
-        text(
-            s,
-            a.left + 6.0,
-            a.top + 16.0,
-            11.0,
-            "start",
-            "normal",
-            "(latency axis logarithmic)",
-        );
-        Box::new(move |v: f64| a.bottom - (v.max(1.0).log10() - dlo) / (dhi - dlo) * a.height())
-    } else {
-        let (ticks, top) = linear_ticks(hi * 1.05, 5);
-        for t in &ticks {
-            hgrid(s, a, a.bottom - t / top * a.height(), &fmt_us(*t));
-        }
-        Box::new(move |v: f64| a.bottom - v / top * a.height())
-    };
-    let pts: Vec<(f64, f64)> = curve
-        .iter()
-        .map(|(nines, v)| (x(*nines), scale(*v as f64)))
-        .collect();
-    polyline(s, &pts, "#4e79a7", 2.0);
-    for (q, name) in [(0.5, "p50"), (0.9, "p90"), (0.99, "p99"), (0.999, "p99.9")] {
-        let v = hist.value_at_quantile(q).max(1) as f64;
-        let (px, py) = (x(-(1.0f64 - q).log10()), scale(v));
-        let _ = writeln!(
-            s,
-            "<circle cx=\"{px:.2}\" cy=\"{py:.2}\" r=\"4\" fill=\"#e15759\"/>"
-        );
+        .collect()
+}
+
+fn latency_series<'a, DB, X, Y>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+    curve: &[(f64, u64)],
+    hist: &Histogram<u64>,
+) -> PlotResult
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    chart
+        .draw_series(LineSeries::new(
+            curve.iter().map(|(n, v)| (*n, *v as f64)),
+            OK_BLUE.stroke_width(2),
+        ))?
+        .label(format!("latency (max {})", fmt_us(hist.max() as f64)))
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], OK_BLUE.stroke_width(2)));
+    chart.draw_series(MARKED.iter().map(|(q, name)| {
+        let v = hist.value_at_quantile(*q).max(1) as f64;
+        let nines = -(1.0 - q).log10();
         let tag = format!("{name} {}", fmt_us(v));
-        // Left of the point unless that would run into the y axis labels.
-        let (lx, anchor) = if px - 7.0 * tag.chars().count() as f64 - 6.0 < a.left + 4.0 {
-            (px + 6.0, "start")
+        let (offset, side) = if nines < LABEL_RIGHT_BELOW_NINES {
+            (6, HPos::Left)
         } else {
-            (px - 6.0, "end")
+            (-6, HPos::Right)
         };
-        label(s, lx, py - 8.0, anchor, &tag);
-    }
-    text(
-        s,
-        a.right - 4.0,
-        a.bottom - 8.0,
-        12.0,
-        "end",
-        "normal",
-        &format!("max {}", fmt_us(hist.max() as f64)),
-    );
+        let style =
+            TextStyle::from((FONT, TEXT_PT - 1).into_font()).pos(Pos::new(side, VPos::Bottom));
+        EmptyElement::at((nines, v))
+            + Circle::new((0, 0), MARKER_RADIUS_PX, ERROR_RED.filled())
+            + Text::new(tag, (offset, -6), style)
+    }))?;
+    legend(chart)
 }
 
-fn frame(s: &mut String, a: Area) {
-    let _ = writeln!(
-        s,
-        "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333333\" \
-         stroke-width=\"1\"/>",
-        a.left,
-        a.top,
-        a.width(),
-        a.height()
-    );
-}
-
-/// A horizontal grid line at `y` with its label left of the axis.
-fn hgrid(s: &mut String, a: Area, y: f64, label: &str) {
-    let _ = writeln!(
-        s,
-        "<line x1=\"{:.2}\" y1=\"{y:.2}\" x2=\"{:.2}\" y2=\"{y:.2}\" stroke=\"#dddddd\" \
-         stroke-width=\"1\"/>",
-        a.left, a.right
-    );
-    let _ = writeln!(
-        s,
-        "<line x1=\"{:.2}\" y1=\"{y:.2}\" x2=\"{:.2}\" y2=\"{y:.2}\" stroke=\"#333333\"/>",
-        a.left - 5.0,
-        a.left
-    );
-    text(s, a.left - 8.0, y + 4.0, 12.0, "end", "normal", label);
-}
-
-/// A tick on the x axis at `x` with its label below, and a faint grid line.
-fn vtick(s: &mut String, a: Area, x: f64, label: &str) {
-    let _ = writeln!(
-        s,
-        "<line x1=\"{x:.2}\" y1=\"{:.2}\" x2=\"{x:.2}\" y2=\"{:.2}\" stroke=\"#eeeeee\"/>",
-        a.top, a.bottom
-    );
-    let _ = writeln!(
-        s,
-        "<line x1=\"{x:.2}\" y1=\"{:.2}\" x2=\"{x:.2}\" y2=\"{:.2}\" stroke=\"#333333\"/>",
-        a.bottom,
-        a.bottom + 5.0
-    );
-    text(s, x, a.bottom + 19.0, 12.0, "middle", "normal", label);
-}
-
-fn axis_labels(s: &mut String, a: Area, xlabel: &str, ylabel: &str) {
-    text(
-        s,
-        (a.left + a.right) / 2.0,
-        a.bottom + 40.0,
-        13.0,
-        "middle",
-        "normal",
-        xlabel,
-    );
-    let (cx, cy) = (a.left - 72.0, (a.top + a.bottom) / 2.0);
-    let _ = writeln!(
-        s,
-        "<text x=\"{cx:.2}\" y=\"{cy:.2}\" font-size=\"13\" text-anchor=\"middle\" \
-         transform=\"rotate(-90 {cx:.2} {cy:.2})\">{}</text>",
-        escape(ylabel)
-    );
-}
-
-fn polyline(s: &mut String, pts: &[(f64, f64)], color: &str, width: f64) {
-    let mut points = String::with_capacity(pts.len() * 16);
-    for (x, y) in pts {
-        let _ = write!(points, "{x:.2},{y:.2} ");
-    }
-    let _ = writeln!(
-        s,
-        "<polyline points=\"{}\" fill=\"none\" stroke=\"{color}\" stroke-width=\"{width}\" \
-         stroke-linejoin=\"round\"/>",
-        points.trim_end()
-    );
-}
-
-/// Text with a white outline, readable on top of bars and grid lines.
-fn label(s: &mut String, x: f64, y: f64, anchor: &str, body: &str) {
-    let _ = writeln!(
-        s,
-        "<text x=\"{x:.2}\" y=\"{y:.2}\" font-size=\"12\" text-anchor=\"{anchor}\" \
-         stroke=\"white\" stroke-width=\"3\" stroke-linejoin=\"round\" \
-         paint-order=\"stroke\">{}</text>",
-        escape(body)
-    );
-}
-
-fn text(s: &mut String, x: f64, y: f64, size: f64, anchor: &str, weight: &str, body: &str) {
-    let _ = writeln!(
-        s,
-        "<text x=\"{x:.2}\" y=\"{y:.2}\" font-size=\"{size}\" text-anchor=\"{anchor}\" \
-         font-weight=\"{weight}\">{}</text>",
-        escape(body)
-    );
-}
-
-pub(crate) fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// 1, 2, 2.5 or 5 times a power of ten, at least `raw`.
-fn nice_step(raw: f64) -> f64 {
-    if raw.is_nan() || raw <= 0.0 || !raw.is_finite() {
-        return 1.0;
-    }
-    let decade = 10f64.powf(raw.log10().floor());
-    let f = raw / decade;
-    let m = if f <= 1.0 {
-        1.0
-    } else if f <= 2.0 {
-        2.0
-    } else if f <= 2.5 {
-        2.5
-    } else if f <= 5.0 {
-        5.0
-    } else {
-        10.0
-    };
-    m * decade
-}
-
-/// Ticks 0, step, …, top with top >= max and about `target` steps.
-pub(crate) fn linear_ticks(max: f64, target: usize) -> (Vec<f64>, f64) {
-    let max = if max > 0.0 && max.is_finite() {
-        max
-    } else {
-        1.0
-    };
-    let step = nice_step(max / target.max(1) as f64);
-    let steps = (max / step).ceil().max(1.0) as usize;
-    let ticks = (0..=steps).map(|i| i as f64 * step).collect();
-    (ticks, steps as f64 * step)
+fn legend<'a, DB, X, Y>(chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>) -> PlotResult
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    X: Ranged,
+    Y: Ranged,
+{
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(GRID_GREY)
+        .label_font((FONT, TEXT_PT - 1))
+        .draw()?;
+    Ok(())
 }
 
 /// `x` with at most `decimals` decimals, trailing zeros removed.
@@ -490,17 +414,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ticks_are_nice_and_cover_the_maximum() {
-        let (t, top) = linear_ticks(9_300.0, 5);
-        assert_eq!(top, 10_000.0);
-        assert_eq!(t, vec![0.0, 2_000.0, 4_000.0, 6_000.0, 8_000.0, 10_000.0]);
-        let (t, top) = linear_ticks(1.0, 10);
-        assert!(top >= 1.0 && t.len() == 11);
-        let (t, top) = linear_ticks(0.0, 5);
-        assert!(top > 0.0 && t[0] == 0.0);
-    }
-
-    #[test]
     fn numbers_read_well() {
         assert_eq!(fmt_us(850.0), "850 µs");
         assert_eq!(fmt_us(1_250.0), "1.25 ms");
@@ -509,6 +422,69 @@ mod tests {
         assert_eq!(fmt_count(2_500.0), "2.5k");
         assert_eq!(fmt_count(12_345.0), "12.3k");
         assert_eq!(fmt_count(1_200_000.0), "1.2M");
-        assert_eq!(escape("a<b & \"c\""), "a&lt;b &amp; &quot;c&quot;");
+        assert_eq!(trim(2.50, 3), "2.5");
+    }
+
+    #[test]
+    fn percentile_ticks_read_as_percentiles() {
+        let labels: Vec<String> = PERCENTILE_TICKS.into_iter().map(percentile_label).collect();
+        assert_eq!(labels, ["0%", "50%", "90%", "99%", "99.9%", "99.99%"]);
+    }
+
+    /// A run with only errors and more seconds than bars: a line, the
+    /// error series and the empty-latency notice, all as SVG text.
+    #[test]
+    fn a_failed_long_run_still_plots() {
+        const SECONDS: usize = MAX_BARS + 60;
+        let report = BenchReport {
+            workload: crate::Workload::Set,
+            servers: vec!["127.0.0.1:1".into()],
+            clients: 1,
+            in_flight: 1,
+            value_size: 100,
+            seed: 0,
+            root: "/r".into(),
+            duration: std::time::Duration::from_secs(SECONDS as u64),
+            elapsed: std::time::Duration::from_secs(SECONDS as u64),
+            ops: SECONDS as u64,
+            successes: 0,
+            errors: SECONDS as u64,
+            tps: 0.0,
+            latency: crate::LatencySummary::of(&Histogram::new(3).unwrap()),
+            ops_by_kind: Vec::new(),
+            error_kinds: Vec::new(),
+            per_second: vec![0; SECONDS],
+            per_second_errors: vec![1; SECONDS],
+            histogram: Histogram::new(3).unwrap(),
+            setup: std::time::Duration::ZERO,
+            cleaned_nodes: 0,
+            cleanup: std::time::Duration::ZERO,
+            cleanup_error: None,
+        };
+        let svg = render(&report);
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        for text in [
+            "no successful operations",
+            "errors per second",
+            "Throughput",
+            "99.99%",
+        ] {
+            assert!(svg.contains(text), "{text} missing");
+        }
+        assert!(!svg.contains("<rect x=\"0\" y=\"0\" width=\"0\""));
+    }
+
+    #[test]
+    fn the_curve_rises_and_ends_at_four_nines() {
+        let mut h = Histogram::<u64>::new(3).unwrap();
+        for v in 1..=10_000u64 {
+            h.record(v).unwrap();
+        }
+        let curve = percentile_curve(&h);
+        assert_eq!(curve.len(), CURVE_NINES as usize * CURVE_STEPS_PER_NINE + 1);
+        assert!(curve
+            .windows(2)
+            .all(|w| w[0].1 <= w[1].1 && w[0].0 < w[1].0));
+        assert_eq!(curve.last().unwrap().0, CURVE_NINES);
     }
 }

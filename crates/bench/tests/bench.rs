@@ -331,3 +331,58 @@ fn bad_input_is_refused_with_a_clear_error() {
     assert!(err.to_string().contains(&address), "{err}");
     assert!(started.elapsed() <= keel_bench::CONNECT_TIMEOUT + Duration::from_secs(1));
 }
+
+#[test]
+fn populate_creates_exactly_n_znodes_and_refuses_to_run_twice() {
+    use keel_bench::{PopulateConfig, Shape, POPULATE_ROOT};
+    const ZNODES: u64 = 5_003;
+    const FANOUT: u64 = 10;
+    let server = Server::start();
+    let mut config = PopulateConfig::new(&server.addr(), ZNODES).unwrap();
+    config.fanout = FANOUT;
+    config.value_size = 10;
+    config.sessions = 2;
+    config.in_flight = 3;
+    let report = keel_bench::populate(config.clone(), |_| {}).unwrap();
+    assert_eq!((report.znodes, report.counted), (ZNODES, ZNODES));
+    assert_eq!(
+        report.to_string(),
+        format!(
+            "populated {ZNODES} znodes in {:.1} s",
+            report.elapsed.as_secs_f64()
+        )
+    );
+    let shape = Shape {
+        znodes: ZNODES,
+        fanout: FANOUT,
+    };
+    assert_eq!(report.last_path, shape.last_path());
+    let (count, top, last, next) = server.with_client(async |c| {
+        (
+            c.get_all_children_number(POPULATE_ROOT).await.unwrap(),
+            c.get_children(POPULATE_ROOT, false).await.unwrap().len(),
+            c.get_data(&shape.last_path(), false).await.unwrap().0,
+            c.exists(&shape.path(ZNODES), false).await.unwrap(),
+        )
+    });
+    assert_eq!(count as u64, ZNODES);
+    assert_eq!(top as u64, FANOUT);
+    assert_eq!(last, Some(b"abcdefghij".to_vec()));
+    assert!(next.is_none(), "one znode too many");
+
+    // A second populate refuses and leaves the tree as it was.
+    let err = keel_bench::populate(config, |_| {}).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            BenchError::PopulateExists {
+                existing: ZNODES,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("already exists"), "{err}");
+    let again = server.with_client(async |c| c.get_all_children_number(POPULATE_ROOT).await);
+    assert_eq!(again.unwrap() as u64, ZNODES);
+}
