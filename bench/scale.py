@@ -32,9 +32,9 @@ and on SIGINT/SIGTERM.
 
 Environment (all optional): SCALE_ZNODES (10000000), SCALE_VALUE_SIZE (100),
 SCALE_ZK_HEAP_MB (1024 + 1 KiB per znode), SCALE_ZK_SNAP_COUNT (20000),
-SCALE_KEEL_SNAPSHOT_ENTRIES (20000), SCALE_KEEL_SNAPSHOT_LOG_BYTES (4 GiB,
-ZooKeeper's snapSizeLimitInKb default; passed only if the binary has the
-flag), SCALE_LOAD_CLIENTS (10), SCALE_SNAPSHOT_WAIT_S (600), SCALE_SYSTEMS
+SCALE_KEEL_SNAPSHOT_ENTRIES (20000), SCALE_KEEL_SNAPSHOT_LOG_BYTES (Keel's
+own default, 64 MiB, which bounds its restart replay; passed only when set),
+SCALE_LOAD_CLIENTS (10), SCALE_SNAPSHOT_WAIT_S (600), SCALE_SYSTEMS
 ("keel,zookeeper"). Python 3 standard library only.
 """
 
@@ -224,7 +224,7 @@ class Keel:
         self.port = free_port()
         helptext = subprocess.run([KEEL_BIN, "server", "--help"], capture_output=True, text=True).stdout
         self.flags = ["--snapshot-every-entries", str(args.keel_snapshot_entries)]
-        if "--snapshot-every-log-bytes" in helptext:
+        if args.keel_snapshot_log_bytes and "--snapshot-every-log-bytes" in helptext:
             self.flags += ["--snapshot-every-log-bytes", str(args.keel_snapshot_log_bytes)]
         self.settings = {"flags": self.flags}
 
@@ -559,7 +559,7 @@ def main():
     ap.add_argument("--zk-heap-mb", type=int, default=None)
     ap.add_argument("--zk-snap-count", type=int, default=env_int("SCALE_ZK_SNAP_COUNT", 20_000))
     ap.add_argument("--keel-snapshot-entries", type=int, default=env_int("SCALE_KEEL_SNAPSHOT_ENTRIES", 20_000))
-    ap.add_argument("--keel-snapshot-log-bytes", type=int, default=env_int("SCALE_KEEL_SNAPSHOT_LOG_BYTES", 4 << 30))
+    ap.add_argument("--keel-snapshot-log-bytes", type=int, default=env_int("SCALE_KEEL_SNAPSHOT_LOG_BYTES", 0))
     ap.add_argument("--load-clients", type=int, default=env_int("SCALE_LOAD_CLIENTS", 10))
     ap.add_argument("--snapshot-wait", type=int, default=env_int("SCALE_SNAPSHOT_WAIT_S", 600))
     ap.add_argument("--systems", default=os.environ.get("SCALE_SYSTEMS", "keel,zookeeper"))
