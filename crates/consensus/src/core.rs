@@ -36,6 +36,11 @@ pub const BATCH_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// Entries kept in the log behind a snapshot, so a slightly lagging
 /// follower catches up from the log rather than by snapshot install.
 pub const LOG_KEPT_BEHIND_SNAPSHOT: u64 = 1_000;
+/// Most bytes of entries the in-memory log keeps behind the newest
+/// snapshot (bulk loads make entries of up to BATCH_BYTES_MAX): a follower
+/// further behind gets the snapshot. The disk log keeps more (behind the
+/// oldest kept snapshot), for a restart that must fall back to it.
+pub const LOG_KEPT_IN_MEMORY_BYTES: u64 = 16 << 20;
 /// Raft ticks per election timeout and per heartbeat. A follower's
 /// randomized timeout lies in [ELECTION_TICKS + 1, ELECTION_TICKS + 1 +
 /// ELECTION_TICKS_SPREAD): one tick above the leader lease that
@@ -268,6 +273,9 @@ pub struct Core<S: StateMachine, I: Io, P: SnapshotSource> {
     snapshot_wanted: bool,
     /// Bytes of entries applied since the newest snapshot's index.
     log_bytes_since_snapshot: u64,
+    /// (index, bytes) of the entries applied since the in-memory log's
+    /// first index: where to compact it to keep LOG_KEPT_IN_MEMORY_BYTES.
+    applied_sizes: std::collections::VecDeque<(u64, u64)>,
     last_snapshot_index: u64,
     applied: u64,
     leader: bool,
@@ -326,6 +334,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             snapshot_running: false,
             snapshot_wanted: false,
             log_bytes_since_snapshot: 0,
+            applied_sizes: std::collections::VecDeque::new(),
             last_snapshot_index: config.applied,
             applied: config.applied,
             leader: false,
@@ -743,6 +752,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         for entry in entries {
             let (index, term) = (entry.index, entry.term);
             self.log_bytes_since_snapshot += entry.data.len() as u64;
+            self.applied_sizes.push_back((index, entry.data.len() as u64));
             if self.config.planted_bug == PlantedBug::ApplyBeforeCommit && index <= self.applied {
                 continue; // applied early by the planted bug
             }
@@ -909,8 +919,36 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             if let Err(error) = self.io.compact_to(compact_index) {
                 tracing::error!(%error, "log compaction failed");
             }
-            let _ = self.raw.mut_store().wl().compact(compact_index);
         }
+        let memory_index = self.memory_compact_index(index);
+        if memory_index > 1 {
+            let _ = self.raw.mut_store().wl().compact(memory_index);
+        }
+    }
+
+    /// Where the in-memory log may start: LOG_KEPT_BEHIND_SNAPSHOT entries
+    /// behind the newest snapshot, fewer if they exceed
+    /// LOG_KEPT_IN_MEMORY_BYTES.
+    fn memory_compact_index(&mut self, snapshot_index: u64) -> u64 {
+        let mut start = snapshot_index.saturating_sub(self.config.log_kept_behind_snapshot);
+        let mut kept_bytes = 0u64;
+        for (index, bytes) in self.applied_sizes.iter().rev() {
+            if *index > snapshot_index {
+                continue;
+            }
+            if *index <= start {
+                break;
+            }
+            kept_bytes += bytes;
+            if kept_bytes > LOG_KEPT_IN_MEMORY_BYTES {
+                start = *index;
+                break;
+            }
+        }
+        while self.applied_sizes.front().is_some_and(|(i, _)| *i < start) {
+            self.applied_sizes.pop_front();
+        }
+        start
     }
 }
 

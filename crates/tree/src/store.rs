@@ -347,9 +347,13 @@ impl PathIndex {
         self.shards.iter().all(|s| s.is_empty())
     }
 
-    /// Bytes of the tables: 4-byte ids plus one control byte per bucket.
+    /// Bytes of the tables (4-byte ids plus a control byte per bucket),
+    /// malloc-rounded.
     pub fn heap_bytes(&self) -> usize {
-        self.shards.iter().map(|s| s.capacity() * 5).sum()
+        self.shards
+            .iter()
+            .map(|s| alloc_bytes(s.allocation_size()))
+            .sum()
     }
 }
 
