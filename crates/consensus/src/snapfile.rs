@@ -110,7 +110,18 @@ pub fn load_newest<T>(
     index_of: impl Fn(&T) -> u64,
 ) -> Result<Option<T>, ConsensusError> {
     for (index, _, path) in list(dir)? {
-        let bytes = fs::read(&path)?;
+        let file = fs::File::open(&path)?;
+        // SAFETY: a snapshot file is never written again once renamed into
+        // place (a new one gets a new name), so the mapping cannot change
+        // under the loader. Mapped, its pages are page cache, given back
+        // as soon as the load is done (no multi-GiB heap buffer).
+        let bytes = match unsafe { memmap2::Mmap::map(&file) } {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                tracing::error!(path = %path.display(), %error, "snapshot cannot be mapped; trying the previous one");
+                continue;
+            }
+        };
         match load(&bytes) {
             Ok(state) if index_of(&state) == index => return Ok(Some(state)),
             Ok(state) => {
