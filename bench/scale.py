@@ -42,6 +42,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import struct
@@ -52,9 +53,86 @@ import threading
 import time
 from datetime import datetime
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import compare  # noqa: E402  (process groups, ports, four-letter words, ZooKeeper jars)
-from compare import JAVA, KEEL_BIN, REPO, WORK, ZK_CLASSPATH, four_letter, free_port, kill_all, spawn  # noqa: E402
+# --- process groups, ports and four-letter words (as bench/compare.py had them) ---
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+WORK = os.path.join(REPO, "bench", "work")
+KEEL_BIN = os.environ.get("KEEL_BIN", os.path.join(REPO, "target", "release", "keel"))
+JAVA = os.environ.get("JAVA", shutil.which("java") or "/usr/bin/java")
+JAVA_DIR = "/usr/share/java"
+ZK_CLASSPATH = ":".join(
+    os.path.join(JAVA_DIR, j)
+    for j in ("zookeeper.jar", "zookeeper-jute.jar", "slf4j-api.jar", "slf4j-simple.jar")
+)
+
+T0 = time.monotonic()
+_procs = []  # every Popen we started (servers and bench runs)
+_ports = set()
+
+
+def free_port():
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            p = s.getsockname()[1]
+        if p not in _ports:
+            _ports.add(p)
+            return p
+
+
+def spawn(cmd, logpath, cwd=None):
+    f = open(logpath, "ab")
+    p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                         cwd=cwd, start_new_session=True)
+    f.close()
+    _procs.append(p)
+    return p
+
+
+def kill_all():
+    live = [p for p in _procs if p.poll() is None]
+    for p in live:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + 10
+    for p in live:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for p in _procs:
+        # Kill the group even if the leader exited (children may linger).
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def on_signal(signum, _frame):
+    raise KeyboardInterrupt("signal %d" % signum)
+
+
+def four_letter(port, word, timeout=2.0):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.sendall(word.encode())
+            chunks = []
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    break
+                chunks.append(b)
+            return b"".join(chunks).decode(errors="replace")
+    except OSError:
+        return ""
+
+
 
 POPULATE_ROOT = "/keel-populate"
 PROBE_PATH = "/keel-scale-probe"
@@ -237,7 +315,7 @@ class Keel:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=self.dir, start_new_session=True, env=env)
         f.close()
-        compare._procs.append(proc)
+        _procs.append(proc)
         return {"name": "keel", "port": self.port, "proc": proc, "log": logp}
 
     def snapshots(self, server, since):
@@ -350,7 +428,7 @@ def populate(server, args, root):
            "--znodes", str(args.znodes), "--value-size", str(args.value_size), "--fanout", str(DEFAULT_FANOUT)]
     out = os.path.join(root, "populate-%s.out" % server["name"])
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    compare._procs.append(proc)
+    _procs.append(proc)
     stdout = []
 
     def drain_stdout():
@@ -573,7 +651,7 @@ def main():
         if "zookeeper" in systems and not os.path.isfile(j):
             sys.exit("missing ZooKeeper jar %s" % j)
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(s, compare.on_signal)
+        signal.signal(s, on_signal)
     os.makedirs(WORK, exist_ok=True)
     root = tempfile.mkdtemp(prefix="scale-%s-" % time.strftime("%Y%m%dT%H%M%S"), dir=WORK)
     log("work dir %s; %d znodes of %d bytes; systems %s; ZooKeeper heap %d MiB"

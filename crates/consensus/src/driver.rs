@@ -583,7 +583,7 @@ impl<S: StateMachine> Driver<S> {
                     .map_err(|e| e.to_string());
                 let ms = started.elapsed().as_millis() as u64;
                 match &result {
-                    Ok(bytes) => tracing::info!(index, bytes, ms, "snapshot written"),
+                    Ok(bytes) => tracing::info!(index, bytes, ms, ok = true, "snapshot written"),
                     Err(error) => tracing::error!(index, %error, ms, "snapshot failed"),
                 }
                 let _ = loopback.send(Input::SnapshotDone {

@@ -245,6 +245,9 @@ struct World {
     sequences: [u64; 3],
     last_txn: Option<Txn>,
     index: u64,
+    /// A snapshot of `tree` being written a part per transaction: the
+    /// tree as it was when it began, and the bytes so far.
+    writing: Option<(DataTree, Vec<u8>)>,
 }
 
 impl World {
@@ -253,6 +256,7 @@ impl World {
             tree: DataTree::new(),
             restored: DataTree::new(),
             term: 1,
+            writing: None,
             time_ms: 1_700_000_000_000,
             sequences: [1; 3],
             last_txn: None,
@@ -342,6 +346,7 @@ impl World {
             }
             18 => self.read(src),
             19 => self.reap(),
+            20 if src.below(2) == 0 => self.begin_writing(),
             20 => self.snapshot(),
             21 => {
                 if self.term < (1 << 31) - 1 {
@@ -530,6 +535,7 @@ impl World {
         check_applied(&before, &self.tree, &txn, &applied);
         check_invariants(&self.tree);
         self.last_txn = Some(txn);
+        self.write_part();
         applied
     }
 
@@ -600,6 +606,33 @@ impl World {
         }
     }
 
+    /// Starts writing a snapshot of `tree` while the next transactions
+    /// change it (copy-on-write per node).
+    fn begin_writing(&mut self) {
+        if self.writing.is_some() {
+            return;
+        }
+        let expected = self.tree.clone();
+        let bytes = self.tree.snapshot_begin();
+        self.writing = Some((expected, bytes));
+    }
+
+    /// One part of the snapshot being written; at its end, the file must
+    /// load as the tree was when the write began.
+    fn write_part(&mut self) {
+        let Some((_, bytes)) = &mut self.writing else {
+            return;
+        };
+        if self.tree.snapshot_chunk(bytes).expect("a running snapshot") {
+            return;
+        }
+        let (expected, bytes) = self.writing.take().expect("checked");
+        self.tree.snapshot_end();
+        let loaded = snapshot::decode(&bytes).expect("a snapshot written under changes loads");
+        assert_same(&expected, &loaded);
+        check_invariants(&loaded);
+    }
+
     fn snapshot(&mut self) {
         self.index += 1;
         self.tree.set_applied(self.index, self.term);
@@ -611,6 +644,9 @@ impl World {
     }
 
     fn finish(&mut self) {
+        while self.writing.is_some() {
+            self.write_part();
+        }
         check_invariants(&self.tree);
         assert_same(&self.tree, &self.restored);
         let bytes = snapshot::encode_copy(&self.tree);
