@@ -271,7 +271,9 @@ def wait_ready(server, timeout=READY_TIMEOUT_S):
     while time.monotonic() < deadline:
         if server["proc"].poll() is not None:
             raise RuntimeError("%s exited (rc %s); see %s" % (server["name"], server["proc"].returncode, server["log"]))
-        if four_letter(server["port"], "ruok", timeout=1.0) == "imok":
+        # ruok answers imok while a server still loads; srvr names its
+        # Mode only once it serves (Keel and ZooKeeper alike).
+        if "Mode:" in (four_letter(server["port"], "srvr", timeout=1.0) or ""):
             try:
                 c = ZkConn(server["port"], timeout=5.0)
                 c.exists("/")

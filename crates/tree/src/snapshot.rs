@@ -32,7 +32,9 @@ use crate::store::{
     AclTable, Arena, Blob, NodeId, PackedStat, Slot, FREE_ACL, NAME_BYTES_MAX, NIL, ROOT,
     SEGMENT_SLOTS, SEGMENT_SLOTS_LOG2,
 };
-use crate::tree::{acl_refs, finish_digest, fnv, owner_kind, DataTree, OwnerKind, FNV_OFFSET};
+use crate::tree::{
+    acl_refs, combine_digest, content_digest, fnv, owner_kind, DataTree, OwnerKind, FNV_OFFSET,
+};
 
 const MAGIC: &[u8; 8] = b"KEELSNAP";
 /// The format this Keel writes.
@@ -616,8 +618,10 @@ fn load_v3(bytes: &[u8], threads: usize) -> Result<DataTree, SnapshotError> {
     let node_frames = &frames[1..frames.len() - 1];
     check_end(last, node_frames.len(), header.node_count)?;
     let tasks = plan(node_frames, header.slot_len)?;
+    let mut tree = DataTree::bare();
     let segments = decode_parallel(&tasks, header.slot_len, threads)?;
-    build(header, Arena::from_segments(segments))
+    tree.arena = Arena::from_segments(segments);
+    build(tree, header, threads)
 }
 
 fn check_end(frame: &FrameRef<'_>, frames: usize, node_count: u64) -> Result<(), SnapshotError> {
@@ -648,11 +652,11 @@ fn decode_parallel(
     let worker = || {
         let mut done = Vec::new();
         loop {
-            let index = next.fetch_add(1, Ordering::Relaxed);
-            let Some(task) = tasks.get(index) else {
+            let task_index = next.fetch_add(1, Ordering::Relaxed);
+            let Some(task) = tasks.get(task_index) else {
                 return Ok(done);
             };
-            done.push((index, decode_segment(task, slot_len)?));
+            done.push((task_index, decode_segment(task, slot_len)?));
         }
     };
     let results: Vec<Result<DecodedSegments, SnapshotError>> = if threads <= 1 {
@@ -679,8 +683,7 @@ fn decode_parallel(
 }
 
 /// Links a loaded arena into a tree and checks it against the header.
-fn build(header: Header, arena: Arena) -> Result<DataTree, SnapshotError> {
-    let mut tree = DataTree::bare();
+fn build(mut tree: DataTree, header: Header, threads: usize) -> Result<DataTree, SnapshotError> {
     tree.applied_index = header.applied_index;
     tree.applied_term = header.applied_term;
     tree.last_zxid = header.last_zxid;
@@ -696,14 +699,16 @@ fn build(header: Header, arena: Arena) -> Result<DataTree, SnapshotError> {
         tree.acls.load(*id, encoded).map_err(inconsistent)?;
     }
     tree.acls
-        .set_refs(&acl_refs(&arena))
+        .set_refs(&acl_refs(&tree.arena))
         .map_err(inconsistent)?;
-    if arena.is_empty() || arena.get(ROOT).is_free() {
+    if tree.arena.is_empty() || tree.arena.get(ROOT).is_free() {
         return Err(inconsistent("no root"));
     }
-    tree.arena = arena;
-    link_children(&mut tree)?;
-    walk(&mut tree)?;
+    link_children(&mut tree, threads)?;
+    tree.index.build(&tree.arena, threads);
+    // Allocated last, so that freeing it leaves no hole under the tree.
+    let contents = content_digests(&tree.arena, threads);
+    walk(&mut tree, &contents)?;
     if tree.node_count != header.node_count {
         return Err(inconsistent(format!(
             "{} nodes reachable, {} declared",
@@ -721,7 +726,7 @@ fn build(header: Header, arena: Arena) -> Result<DataTree, SnapshotError> {
 
 /// Children lists from parent links: counted, filled, sorted by name;
 /// the same name twice under one parent is refused.
-fn link_children(tree: &mut DataTree) -> Result<(), SnapshotError> {
+fn link_children(tree: &mut DataTree, threads: usize) -> Result<(), SnapshotError> {
     let len = tree.arena.len() as usize;
     let mut counts = vec![0u32; len + 1];
     for (id, slot) in tree.arena.iter() {
@@ -745,27 +750,7 @@ fn link_children(tree: &mut DataTree) -> Result<(), SnapshotError> {
             *at += 1;
         }
     }
-    let arena = &tree.arena;
-    for parent in 0..len {
-        let children = &mut flat[counts[parent] as usize..counts[parent + 1] as usize];
-        if children.is_empty() {
-            continue;
-        }
-        children.sort_unstable_by(|a, b| {
-            arena
-                .get(*a)
-                .blob
-                .name_bytes()
-                .cmp(arena.get(*b).blob.name_bytes())
-        });
-        for pair in children.windows(2) {
-            if arena.get(pair[0]).blob.name_bytes() == arena.get(pair[1]).blob.name_bytes() {
-                return Err(inconsistent(format!(
-                    "node {parent} has two children named alike"
-                )));
-            }
-        }
-    }
+    sort_children(&tree.arena, &counts, &mut flat, threads)?;
     for parent in 0..len {
         let children = &flat[counts[parent] as usize..counts[parent + 1] as usize];
         if !children.is_empty() {
@@ -776,10 +761,127 @@ fn link_children(tree: &mut DataTree) -> Result<(), SnapshotError> {
     Ok(())
 }
 
+/// Every slot's content digest (0 for free slots), hashed on `threads`
+/// workers over disjoint id ranges.
+fn content_digests(arena: &Arena, threads: usize) -> Vec<u64> {
+    let mut contents = vec![0u64; arena.len() as usize];
+    let digest = |first: usize, part: &mut [u64]| {
+        for (offset, value) in part.iter_mut().enumerate() {
+            let slot = arena.get((first + offset) as NodeId);
+            if !slot.is_free() {
+                *value = content_digest(slot);
+            }
+        }
+    };
+    let per_thread = contents.len().div_ceil(threads.max(1)).max(1);
+    if threads <= 1 {
+        digest(0, &mut contents);
+    } else {
+        std::thread::scope(|scope| {
+            for (part, chunk) in contents.chunks_mut(per_thread).enumerate() {
+                let digest = &digest;
+                scope.spawn(move || digest(part * per_thread, chunk));
+            }
+        });
+    }
+    contents
+}
+
+/// Sorts every parent's run of `flat` (bounded by `counts`) by name, on
+/// `threads` workers with disjoint parent ranges; a name's first 8 bytes
+/// are its sort key (names hold no NUL, so zero padding orders right), the
+/// full names break ties.
+fn sort_children(
+    arena: &Arena,
+    counts: &[u32],
+    flat: &mut [NodeId],
+    threads: usize,
+) -> Result<(), SnapshotError> {
+    let parents = counts.len() - 1;
+    let total = flat.len();
+    let per_thread = total.div_ceil(threads.max(1)).max(1);
+    // Parent ranges of about equal child counts.
+    let mut bounds = vec![0usize];
+    for parent in 0..parents {
+        if counts[parent + 1] as usize >= bounds.len() * per_thread && bounds.len() < threads {
+            bounds.push(parent + 1);
+        }
+    }
+    bounds.push(parents);
+    let mut pieces = Vec::new();
+    let mut rest = flat;
+    let mut consumed = 0usize;
+    for range in bounds.windows(2) {
+        let end = counts[range[1]] as usize;
+        let (piece, tail) = rest.split_at_mut(end - consumed);
+        pieces.push((range[0], range[1], piece, consumed));
+        rest = tail;
+        consumed = end;
+    }
+    let sort_piece = |first: usize, last: usize, piece: &mut [NodeId], base: usize| {
+        let mut keyed: Vec<(u64, NodeId)> = Vec::new();
+        for parent in first..last {
+            let from = counts[parent] as usize - base;
+            let to = counts[parent + 1] as usize - base;
+            if to - from >= 2 {
+                sort_one(arena, parent, &mut piece[from..to], &mut keyed)?;
+            }
+        }
+        Ok::<(), SnapshotError>(())
+    };
+    if pieces.len() == 1 {
+        let (first, last, piece, base) = pieces.pop().expect("one piece");
+        return sort_piece(first, last, piece, base);
+    }
+    let results: Vec<Result<(), SnapshotError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = pieces
+            .into_iter()
+            .map(|(first, last, piece, base)| {
+                let sort_piece = &sort_piece;
+                scope.spawn(move || sort_piece(first, last, piece, base))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a sorting thread panicked"))
+            .collect()
+    });
+    results.into_iter().collect()
+}
+
+fn sort_one(
+    arena: &Arena,
+    parent: usize,
+    children: &mut [NodeId],
+    keyed: &mut Vec<(u64, NodeId)>,
+) -> Result<(), SnapshotError> {
+    let name = |id: NodeId| arena.get(id).blob.name_bytes();
+    keyed.clear();
+    keyed.extend(children.iter().map(|id| {
+        let mut prefix = [0u8; 8];
+        let bytes = name(*id);
+        let n = bytes.len().min(8);
+        prefix[..n].copy_from_slice(&bytes[..n]);
+        (u64::from_be_bytes(prefix), *id)
+    }));
+    keyed.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| name(a.1).cmp(name(b.1))));
+    for pair in keyed.windows(2) {
+        if pair[0].0 == pair[1].0 && name(pair[0].1) == name(pair[1].1) {
+            return Err(inconsistent(format!(
+                "node {parent} has two children named alike"
+            )));
+        }
+    }
+    for (slot, (_, id)) in children.iter_mut().zip(keyed.iter()) {
+        *slot = *id;
+    }
+    Ok(())
+}
+
 /// Walks the tree from the root: every live node must be reached once
 /// (no cycle, no orphan); computes the digest, data size, memory, path
 /// index and owner indexes on the way.
-fn walk(tree: &mut DataTree) -> Result<(), SnapshotError> {
+fn walk(tree: &mut DataTree, contents: &[u64]) -> Result<(), SnapshotError> {
     // (id, FNV state of its path, path length)
     let root_hash = fnv(FNV_OFFSET, b"/");
     let mut level: Vec<(NodeId, u64, u64)> = vec![(ROOT, root_hash, 1)];
@@ -793,7 +895,9 @@ fn walk(tree: &mut DataTree) -> Result<(), SnapshotError> {
                 return Err(inconsistent("the parent links form a cycle"));
             }
             let slot = tree.arena.get(id);
-            tree.digest = tree.digest.wrapping_add(finish_digest(hash, slot));
+            tree.digest = tree
+                .digest
+                .wrapping_add(combine_digest(hash, contents[id as usize]));
             tree.data_size += path_len + slot.blob.data_len() as u64;
             tree.heap_bytes += (slot.blob.heap_bytes() + slot.children_heap_bytes()) as u64;
             let owner = slot.stat.ephemeral_owner;
@@ -823,9 +927,6 @@ fn walk(tree: &mut DataTree) -> Result<(), SnapshotError> {
                 let child_len = if id == ROOT { 1 } else { path_len + 1 } + name.len() as u64;
                 next.push((*child, child_hash, child_len));
             }
-        }
-        for (child, _, _) in &next {
-            tree.index.insert(&tree.arena, *child);
         }
         level = next;
     }
@@ -902,17 +1003,38 @@ mod legacy {
         }
         // Parents sort before their children.
         records.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut computed = 0u64;
         for (node_path, data, acl, stat) in records {
+            computed = computed.wrapping_add(v2_digest(&node_path, data.as_deref(), &stat));
             place(&mut tree, &node_path, data, &acl, &stat)?;
         }
-        if tree.digest != digest {
+        if computed != digest {
             return Err(inconsistent(format!(
-                "digest {:#x} != stored {digest:#x}",
-                tree.digest
+                "digest {computed:#x} != stored {digest:#x}"
             )));
         }
         tree.verify().map_err(inconsistent)?;
         Ok(tree)
+    }
+
+    /// Format 2's node digest: FNV-1a over path, 0xff, data, Stat.
+    fn v2_digest(node_path: &str, data: Option<&[u8]>, s: &Stat) -> u64 {
+        let mut hash = fnv(FNV_OFFSET, node_path.as_bytes());
+        hash = fnv(hash, &[0xff]);
+        match data {
+            Some(data) => {
+                hash = fnv(hash, &(data.len() as u64).to_be_bytes());
+                hash = fnv(hash, data);
+            }
+            None => hash = fnv(hash, &u64::MAX.to_be_bytes()),
+        }
+        for value in [s.czxid, s.mzxid, s.ctime, s.mtime, s.ephemeral_owner, s.pzxid] {
+            hash = fnv(hash, &value.to_be_bytes());
+        }
+        for value in [s.version, s.cversion, s.aversion] {
+            hash = fnv(hash, &value.to_be_bytes());
+        }
+        hash
     }
 
     fn place(

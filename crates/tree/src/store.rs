@@ -294,6 +294,7 @@ fn shard_of(hash: u64) -> usize {
 }
 
 impl PathIndex {
+    /// The key hash of (parent, name); equal for equal keys in this index.
     pub fn hash(&self, parent: NodeId, name: &[u8]) -> u64 {
         let mut hasher = self.hasher.build_hasher();
         hasher.write_u32(parent);
@@ -327,6 +328,60 @@ impl PathIndex {
             h.finish()
         };
         self.shards[shard_of(hash)].insert_unique(hash, id, rehash);
+    }
+
+    /// Builds the index of a loaded tree (the root and free slots are
+    /// skipped). The shards are split among `threads` workers, each
+    /// hashing every key and keeping its own shards' (hashing is cheap
+    /// next to the inserts' cache misses), each shard sized before it is
+    /// filled.
+    pub fn build(&mut self, arena: &Arena, threads: usize) {
+        assert!(self.is_empty(), "building into a non-empty index");
+        let mut shards = std::mem::take(&mut self.shards);
+        let hasher = &self.hasher;
+        let hash = |parent: NodeId, name: &[u8]| {
+            let mut h = hasher.build_hasher();
+            h.write_u32(parent);
+            h.write(name);
+            h.finish()
+        };
+        let keys = || {
+            arena
+                .iter()
+                .filter(|(id, slot)| *id != ROOT && !slot.is_free())
+                .map(|(id, slot)| (id, hash(slot.parent, slot.blob.name_bytes())))
+        };
+        let mut counts = vec![0usize; INDEX_SHARDS];
+        for (_, hash) in keys() {
+            counts[shard_of(hash)] += 1;
+        }
+        let rehash = |id: &NodeId| {
+            let slot = arena.get(*id);
+            hash(slot.parent, slot.blob.name_bytes())
+        };
+        let fill = |first: usize, shards: &mut [hashbrown::HashTable<NodeId>]| {
+            for (offset, shard) in shards.iter_mut().enumerate() {
+                shard.reserve(counts[first + offset], rehash);
+            }
+            for (id, hash) in keys() {
+                let shard = shard_of(hash);
+                if shard >= first && shard < first + shards.len() {
+                    shards[shard - first].insert_unique(hash, id, rehash);
+                }
+            }
+        };
+        if threads <= 1 {
+            fill(0, &mut shards);
+        } else {
+            let per_thread = INDEX_SHARDS.div_ceil(threads);
+            std::thread::scope(|scope| {
+                for (part, chunk) in shards.chunks_mut(per_thread).enumerate() {
+                    let fill = &fill;
+                    scope.spawn(move || fill(part * per_thread, chunk));
+                }
+            });
+        }
+        self.shards = shards;
     }
 
     pub fn remove(&mut self, arena: &Arena, id: NodeId) {

@@ -644,8 +644,10 @@ impl DataTree {
 
     // ---- digest
 
-    /// FNV-1a over the path, data and persisted Stat: cheap, stable across
-    /// processes and versions (it goes into replica comparisons).
+    /// A node's digest: its path's FNV-1a combined with the FNV-1a of its
+    /// data and persisted Stat. Cheap, stable across processes (it goes
+    /// into replica comparisons), and the two halves can be computed apart
+    /// (a snapshot load hashes contents on every core).
     pub(crate) fn slot_digest(&self, id: NodeId) -> u64 {
         let mut hash = FNV_OFFSET;
         if id == ROOT {
@@ -656,7 +658,7 @@ impl DataTree {
                 hash = fnv(hash, self.arena.get(*ancestor).blob.name_bytes());
             }
         }
-        finish_digest(hash, self.arena.get(id))
+        combine_digest(hash, content_digest(self.arena.get(id)))
     }
 
     /// Invariants of one node: ephemerals never have children.
@@ -738,9 +740,9 @@ pub(crate) fn fnv(mut hash: u64, bytes: &[u8]) -> u64 {
     hash
 }
 
-/// The rest of a node's digest after its path has been fed.
-pub(crate) fn finish_digest(mut hash: u64, slot: &Slot) -> u64 {
-    hash = fnv(hash, &[0xff]);
+/// FNV-1a of a node's data and persisted Stat.
+pub(crate) fn content_digest(slot: &Slot) -> u64 {
+    let mut hash = FNV_OFFSET;
     match slot.blob.data() {
         Some(data) => {
             hash = fnv(hash, &(data.len() as u64).to_be_bytes());
@@ -749,20 +751,21 @@ pub(crate) fn finish_digest(mut hash: u64, slot: &Slot) -> u64 {
         None => hash = fnv(hash, &u64::MAX.to_be_bytes()),
     }
     let s = &slot.stat;
-    for value in [
-        s.czxid,
-        s.mzxid,
-        s.ctime,
-        s.mtime,
-        s.ephemeral_owner,
-        s.pzxid,
-    ] {
+    for value in [s.czxid, s.mzxid, s.ctime, s.mtime, s.ephemeral_owner, s.pzxid] {
         hash = fnv(hash, &value.to_be_bytes());
     }
     for value in [s.version, s.cversion, s.aversion] {
         hash = fnv(hash, &value.to_be_bytes());
     }
     hash
+}
+
+/// One node's digest from its path hash and content hash (the tree's
+/// digest is the wrapping sum over nodes).
+pub(crate) fn combine_digest(path_hash: u64, content_hash: u64) -> u64 {
+    let mut x = path_hash ^ content_hash.rotate_left(32);
+    x = (x ^ (x >> 31)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    x ^ (x >> 29)
 }
 
 fn client_stat(mut stat: Stat) -> Stat {
