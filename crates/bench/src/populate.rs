@@ -282,8 +282,10 @@ pub async fn populate_async(
     config.validate()?;
     let started = Instant::now();
     let admin = connect(&config.servers[0]).await?;
+    let created_root = create_root(&admin).await;
+    let _ = admin.close().await;
+    created_root?;
     let result = async {
-        create_root(&admin).await?;
         let mut sessions = Vec::with_capacity(config.sessions);
         for i in 0..config.sessions {
             match connect(&config.servers[i % config.servers.len()]).await {
@@ -312,7 +314,12 @@ pub async fn populate_async(
         close_all(sessions).await;
         let multis = outcome?;
         let elapsed = started.elapsed();
-        let counted = count(&admin).await?;
+        // A fresh session counts: one left idle through a long load would
+        // only test its pings.
+        let checker = connect(&config.servers[0]).await?;
+        let counted = count(&checker).await;
+        let _ = checker.close().await;
+        let counted = counted?;
         if counted != config.znodes {
             return Err(BenchError::PopulateCount {
                 root: POPULATE_ROOT.into(),
@@ -329,7 +336,6 @@ pub async fn populate_async(
         })
     }
     .await;
-    let _ = admin.close().await;
     result
 }
 
