@@ -577,6 +577,7 @@ impl<S: StateMachine> Driver<S> {
         let spawned = std::thread::Builder::new()
             .name("keel-snapshot".into())
             .spawn(move || {
+                background_priority();
                 let started = Instant::now();
                 let (index, term) = (job.index, job.term);
                 let result = snapfile::write_streaming(&dir, index, term, &job.head, job.writer)
@@ -596,5 +597,24 @@ impl<S: StateMachine> Driver<S> {
             tracing::error!(%error, "cannot start snapshot thread");
             self.core.snapshot_done(index, Err(error.to_string()), 0);
         }
+    }
+}
+
+/// CPU nice value of the snapshot thread: applies, fsyncs and client
+/// threads go first on a busy machine.
+pub const SNAPSHOT_THREAD_NICE: i32 = 10;
+/// Its I/O priority: best effort, lowest level (7), so the Raft log's
+/// fsyncs are not queued behind the snapshot's writes.
+const SNAPSHOT_IOPRIO: libc::c_long = (2 << 13) | 7;
+
+/// Lowers this thread's CPU and I/O priority (Linux: both apply to the
+/// calling thread). Failure only costs latency, so it is logged, not fatal.
+fn background_priority() {
+    // SAFETY: plain syscalls on the calling thread (who = 0), no memory.
+    let nice = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, SNAPSHOT_THREAD_NICE) };
+    // IOPRIO_WHO_PROCESS = 1 (the calling thread when who = 0).
+    let io = unsafe { libc::syscall(libc::SYS_ioprio_set, 1, 0, SNAPSHOT_IOPRIO) };
+    if nice != 0 || io != 0 {
+        tracing::warn!(nice, io, "could not lower the snapshot thread's priority");
     }
 }

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use crate::{ConsensusError, SnapshotWriter};
 
+/// A snapshot being written is synced to disk at least this often.
+pub const SNAPSHOT_SYNC_EVERY_BYTES: u64 = 16 << 20;
 /// Snapshots kept on disk: the newest plus one fallback.
 pub const SNAPSHOTS_KEPT: usize = 2;
 const PREFIX: &str = "snapshot-";
@@ -60,9 +62,10 @@ pub fn write_streaming(
     let target = dir.join(file_name(index, term));
     let temp = dir.join(format!("{}.tmp", file_name(index, term)));
     let result = (|| {
-        let mut file = std::io::BufWriter::with_capacity(1 << 20, fs::File::create(&temp)?);
+        let mut file = fs::File::create(&temp)?;
         file.write_all(head)?;
         let mut written = head.len() as u64;
+        let mut unsynced = 0u64;
         let mut chunk = Vec::with_capacity(1 << 20);
         loop {
             chunk.clear();
@@ -71,11 +74,17 @@ pub fn write_streaming(
                 .map_err(|e| std::io::Error::other(format!("snapshot writer: {e}")))?;
             file.write_all(&chunk)?;
             written += chunk.len() as u64;
+            unsynced += chunk.len() as u64;
+            // Never let GiBs of dirty pages pile up: their writeback would
+            // stall the Raft log's fsyncs behind it.
+            if unsynced >= SNAPSHOT_SYNC_EVERY_BYTES {
+                file.sync_data()?;
+                unsynced = 0;
+            }
             if !more {
                 break;
             }
         }
-        let file = file.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
         Ok::<u64, ConsensusError>(written)
     })();

@@ -48,6 +48,9 @@ const KIND_NODES: u8 = 2;
 const KIND_END: u8 = 3;
 /// A NODES frame is closed once its payload passes this size.
 pub const CHUNK_BYTES_TARGET: usize = 16 << 20;
+/// Slots one `snapshot_chunk` call encodes (under the tree's read lock,
+/// which an apply waits for): a few milliseconds of work.
+pub const SNAPSHOT_SLOTS_PER_PART: u32 = 8192;
 /// Largest record: a name, a 1 MiB value (the frame bound) and the fields.
 const RECORD_BYTES_MAX: usize = NAME_BYTES_MAX + (1 << 20) + 128;
 /// Largest frame payload a loader accepts.
@@ -240,8 +243,9 @@ impl DataTree {
         }
     }
 
-    /// Appends the next segment's NODES frames (or, once every segment is
-    /// written, the END frame) to `out`. Returns false after END. Takes
+    /// Appends the NODES frames of the next SNAPSHOT_SLOTS_PER_PART slots
+    /// (within one segment) or, once every slot is written, the END frame
+    /// to `out`. Returns false after END. Takes
     /// `&self`: the writer holds a read view while the apply side waits.
     pub fn snapshot_chunk(&self, out: &mut Vec<u8>) -> Result<bool, SnapshotError> {
         let state = self.snapshot.as_ref().ok_or(SnapshotError::NotRunning)?;
@@ -259,7 +263,9 @@ impl DataTree {
             return Ok(false);
         }
         let segment = start >> SEGMENT_SLOTS_LOG2;
-        let end = ((segment + 1) << SEGMENT_SLOTS_LOG2).min(state.len);
+        let end = ((segment + 1) << SEGMENT_SLOTS_LOG2)
+            .min(state.len)
+            .min(start + SNAPSHOT_SLOTS_PER_PART);
         let mut id = start;
         while id < end || id == start {
             frame(out, KIND_NODES, |out| {
