@@ -752,7 +752,8 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         for entry in entries {
             let (index, term) = (entry.index, entry.term);
             self.log_bytes_since_snapshot += entry.data.len() as u64;
-            self.applied_sizes.push_back((index, entry.data.len() as u64));
+            self.applied_sizes
+                .push_back((index, entry.data.len() as u64));
             if self.config.planted_bug == PlantedBug::ApplyBeforeCommit && index <= self.applied {
                 continue; // applied early by the planted bug
             }

@@ -1034,7 +1034,14 @@ mod legacy {
             }
             None => hash = fnv(hash, &u64::MAX.to_be_bytes()),
         }
-        for value in [s.czxid, s.mzxid, s.ctime, s.mtime, s.ephemeral_owner, s.pzxid] {
+        for value in [
+            s.czxid,
+            s.mzxid,
+            s.ctime,
+            s.mtime,
+            s.ephemeral_owner,
+            s.pzxid,
+        ] {
             hash = fnv(hash, &value.to_be_bytes());
         }
         for value in [s.version, s.cversion, s.aversion] {

@@ -751,7 +751,14 @@ pub(crate) fn content_digest(slot: &Slot) -> u64 {
         None => hash = fnv(hash, &u64::MAX.to_be_bytes()),
     }
     let s = &slot.stat;
-    for value in [s.czxid, s.mzxid, s.ctime, s.mtime, s.ephemeral_owner, s.pzxid] {
+    for value in [
+        s.czxid,
+        s.mzxid,
+        s.ctime,
+        s.mtime,
+        s.ephemeral_owner,
+        s.pzxid,
+    ] {
         hash = fnv(hash, &value.to_be_bytes());
     }
     for value in [s.version, s.cversion, s.aversion] {
