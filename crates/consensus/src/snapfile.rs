@@ -9,6 +9,13 @@ use crate::{ConsensusError, SnapshotWriter};
 
 /// A snapshot being written is synced to disk at least this often.
 pub const SNAPSHOT_SYNC_EVERY_BYTES: u64 = 16 << 20;
+/// Most bytes per second a snapshot is written at (1.8 GB of 10M znodes
+/// take ≥ 14 s; the snapshot is never on the write path).
+pub const SNAPSHOT_WRITE_BYTES_PER_SEC: u64 = 128 << 20;
+/// An old snapshot is truncated by this much at a time before its unlink.
+pub const SNAPSHOT_DELETE_STEP_BYTES: u64 = 32 << 20;
+/// Pause between two truncation steps.
+pub const SNAPSHOT_DELETE_PAUSE_MS: u64 = 20;
 /// Snapshots kept on disk: the newest plus one fallback.
 pub const SNAPSHOTS_KEPT: usize = 2;
 const PREFIX: &str = "snapshot-";
@@ -66,6 +73,7 @@ pub fn write_streaming(
         file.write_all(head)?;
         let mut written = head.len() as u64;
         let mut unsynced = 0u64;
+        let started = std::time::Instant::now();
         let mut chunk = Vec::with_capacity(1 << 20);
         loop {
             chunk.clear();
@@ -80,6 +88,7 @@ pub fn write_streaming(
             if unsynced >= SNAPSHOT_SYNC_EVERY_BYTES {
                 file.sync_data()?;
                 unsynced = 0;
+                pace(started, written);
             }
             if !more {
                 break;
@@ -100,13 +109,39 @@ pub fn write_streaming(
     }
 }
 
+/// Sleeps as long as the snapshot is ahead of SNAPSHOT_WRITE_BYTES_PER_SEC:
+/// a snapshot that takes the whole disk makes the Raft log's fsyncs (every
+/// write's latency) wait behind it.
+fn pace(started: std::time::Instant, written: u64) {
+    let due = std::time::Duration::from_secs_f64(written as f64 / SNAPSHOT_WRITE_BYTES_PER_SEC as f64);
+    if let Some(ahead) = due.checked_sub(started.elapsed()) {
+        std::thread::sleep(ahead);
+    }
+}
+
 /// Renames a complete temp file into place, fsyncs the directory, prunes.
 fn publish(dir: &Path, temp: &Path, target: &Path) -> Result<(), ConsensusError> {
     fs::rename(temp, target)?;
     fs::File::open(dir)?.sync_all()?;
     for (_, _, old) in list(dir)?.into_iter().skip(SNAPSHOTS_KEPT) {
-        fs::remove_file(old)?;
+        remove_gradually(&old)?;
     }
+    Ok(())
+}
+
+/// Deletes a (large) file a step at a time: freeing GiBs of extents in one
+/// unlink makes one big filesystem journal commit, and every fsync of the
+/// Raft log (every write's latency) waits for it.
+fn remove_gradually(path: &Path) -> Result<(), ConsensusError> {
+    let file = fs::OpenOptions::new().write(true).open(path)?;
+    let mut len = file.metadata()?.len();
+    while len > SNAPSHOT_DELETE_STEP_BYTES {
+        len -= SNAPSHOT_DELETE_STEP_BYTES;
+        file.set_len(len)?;
+        std::thread::sleep(std::time::Duration::from_millis(SNAPSHOT_DELETE_PAUSE_MS));
+    }
+    drop(file);
+    fs::remove_file(path)?;
     Ok(())
 }
 
