@@ -249,6 +249,25 @@ def last_path(znodes, fanout):
 
 # --- process and server helpers ---------------------------------------------
 
+def vm_hwm_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmHWM for pid %d" % pid)
+
+
+def reset_peak_rss(pid):
+    """Linux resets VmHWM to the current RSS on '5' (needs the right to
+    write /proc/PID/clear_refs: the same user or root). False if refused."""
+    try:
+        with open("/proc/%d/clear_refs" % pid, "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
 def vm_rss_kib(pid):
     with open("/proc/%d/status" % pid) as f:
         for line in f:
@@ -571,7 +590,13 @@ def run_system(system, args, root):
     res["rss_loaded_kib"] = vm_rss_kib(server["proc"].pid)
     res["mntr_loaded"] = mntr(server["port"])
     log("%s: RSS after load %.1f MiB" % (system.name, res["rss_loaded_kib"] / 1024))
+    peak_reset = reset_peak_rss(server["proc"].pid)
+    steady_kib = vm_rss_kib(server["proc"].pid)
     res.update(snapshot_under_load(system, server, args, root, last))
+    if peak_reset:
+        # Peak over the write load and the snapshot, against the RSS just before.
+        res["snapshot_peak_rss_ratio"] = vm_hwm_kib(server["proc"].pid) / float(steady_kib)
+        log("%s: peak RSS during load + snapshot = %.2f x the RSS before it" % (system.name, res["snapshot_peak_rss_ratio"]))
     log("%s: kill -9 and restart" % system.name)
     server, res["restart_s"], killed, polls = restart(system, server, last)
     log("%s: %s readable %.2f s after the kill" % (system.name, last, res["restart_s"]))
@@ -596,6 +621,7 @@ ROWS = [
     ("RSS empty (MiB)", lambda r: r["rss_empty_kib"] / 1024.0, "%.1f"),
     ("RSS after load (MiB)", lambda r: r["rss_loaded_kib"] / 1024.0, "%.1f"),
     ("RSS/znode after load (B)", lambda r: r["rss_per_znode_loaded_bytes"], "%.0f"),
+    ("peak RSS in snapshot phase / before", lambda r: r.get("snapshot_peak_rss_ratio"), "%.2f"),
     ("RSS after restart (MiB)", lambda r: r["rss_restarted_kib"] / 1024.0, "%.1f"),
     ("RSS/znode after restart (B)", lambda r: r["rss_per_znode_restarted_bytes"], "%.0f"),
     ("keel_tree_bytes/znode (B)", lambda r: r["tree_bytes_per_znode"], "%.0f"),
