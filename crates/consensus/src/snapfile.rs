@@ -113,7 +113,8 @@ pub fn write_streaming(
 /// a snapshot that takes the whole disk makes the Raft log's fsyncs (every
 /// write's latency) wait behind it.
 fn pace(started: std::time::Instant, written: u64) {
-    let due = std::time::Duration::from_secs_f64(written as f64 / SNAPSHOT_WRITE_BYTES_PER_SEC as f64);
+    let due =
+        std::time::Duration::from_secs_f64(written as f64 / SNAPSHOT_WRITE_BYTES_PER_SEC as f64);
     if let Some(ahead) = due.checked_sub(started.elapsed()) {
         std::thread::sleep(ahead);
     }
