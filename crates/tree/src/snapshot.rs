@@ -29,11 +29,12 @@ use thin_vec::ThinVec;
 
 use crate::path;
 use crate::store::{
-    AclTable, Arena, Blob, NodeId, PackedStat, Slot, FREE_ACL, NAME_BYTES_MAX, NIL, ROOT,
-    SEGMENT_SLOTS, SEGMENT_SLOTS_LOG2,
+    Arena, Blob, NodeId, PackedStat, Slot, FREE_ACL, NAME_BYTES_MAX, NIL, ROOT, SEGMENT_SLOTS,
+    SEGMENT_SLOTS_LOG2,
 };
 use crate::tree::{
-    acl_refs, combine_digest, content_digest, fnv, owner_kind, DataTree, OwnerKind, FNV_OFFSET,
+    acl_refs, combine_digest, content_digest, feed_content, fnv, owner_kind, DataTree, OwnerKind,
+    FNV_OFFSET,
 };
 
 const MAGIC: &[u8; 8] = b"KEELSNAP";
@@ -133,7 +134,7 @@ impl Clone for SnapshotState {
 
 impl SnapshotState {
     /// Called before node `id` changes or goes.
-    pub(crate) fn preserve(&mut self, id: NodeId, arena: &Arena, _acls: &AclTable) {
+    pub(crate) fn preserve(&mut self, id: NodeId, arena: &Arena) {
         if id >= self.len || id < self.cursor.load(Ordering::Acquire) {
             return;
         }
@@ -1023,41 +1024,14 @@ mod legacy {
         Ok(tree)
     }
 
-    /// Format 2's node digest: FNV-1a over path, 0xff, data, Stat.
-    fn v2_digest(node_path: &str, data: Option<&[u8]>, s: &Stat) -> u64 {
-        let mut hash = fnv(FNV_OFFSET, node_path.as_bytes());
-        hash = fnv(hash, &[0xff]);
-        match data {
-            Some(data) => {
-                hash = fnv(hash, &(data.len() as u64).to_be_bytes());
-                hash = fnv(hash, data);
-            }
-            None => hash = fnv(hash, &u64::MAX.to_be_bytes()),
-        }
-        for value in [
-            s.czxid,
-            s.mzxid,
-            s.ctime,
-            s.mtime,
-            s.ephemeral_owner,
-            s.pzxid,
-        ] {
-            hash = fnv(hash, &value.to_be_bytes());
-        }
-        for value in [s.version, s.cversion, s.aversion] {
-            hash = fnv(hash, &value.to_be_bytes());
-        }
-        hash
+    /// Format 2's node digest: FNV-1a over path, 0xff, then the content.
+    fn v2_digest(node_path: &str, data: Option<&[u8]>, stat: &Stat) -> u64 {
+        let hash = fnv(fnv(FNV_OFFSET, node_path.as_bytes()), &[0xff]);
+        feed_content(hash, data, &packed(stat))
     }
 
-    fn place(
-        tree: &mut DataTree,
-        node_path: &str,
-        data: Option<Vec<u8>>,
-        acl: &[Acl],
-        stat: &Stat,
-    ) -> Result<(), SnapshotError> {
-        let packed = PackedStat {
+    fn packed(stat: &Stat) -> PackedStat {
+        PackedStat {
             czxid: stat.czxid,
             mzxid: stat.mzxid,
             pzxid: stat.pzxid,
@@ -1067,7 +1041,17 @@ mod legacy {
             version: stat.version,
             cversion: stat.cversion,
             aversion: stat.aversion,
-        };
+        }
+    }
+
+    fn place(
+        tree: &mut DataTree,
+        node_path: &str,
+        data: Option<Vec<u8>>,
+        acl: &[Acl],
+        stat: &Stat,
+    ) -> Result<(), SnapshotError> {
+        let packed = packed(stat);
         if let Some(id) = tree.resolve(node_path).filter(|_| !node_path.is_empty()) {
             // The system nodes exist already: take the stored version.
             if packed.ephemeral_owner != tree.slot(id).stat.ephemeral_owner {

@@ -100,10 +100,6 @@ impl Blob {
     pub fn heap_bytes(&self) -> usize {
         alloc_bytes(self.0.len())
     }
-
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 /// What malloc uses for a request of `len` bytes (0 = no allocation).
@@ -573,9 +569,4 @@ impl AclTable {
             .sum::<usize>()
             + self.by_encoding.capacity() * 40
     }
-}
-
-/// The blob's name is empty only for free slots and the root.
-pub fn check_blob(blob: &Blob) -> bool {
-    !blob.is_empty()
 }

@@ -295,11 +295,6 @@ impl DataTree {
             + owners
     }
 
-    /// Distinct ACL lists in use (ZooKeeper's ACL cache size).
-    pub fn acl_lists(&self) -> usize {
-        self.acls.len()
-    }
-
     /// Every path, sorted (dump, tests, replica comparison).
     pub fn paths(&self) -> Vec<String> {
         let mut paths: Vec<String> = self
@@ -725,7 +720,7 @@ impl DataTree {
     /// Marks a node about to change for a running snapshot (copy-on-write).
     fn before_change(&mut self, id: NodeId) {
         if let Some(snapshot) = &mut self.snapshot {
-            snapshot.preserve(id, &self.arena, &self.acls);
+            snapshot.preserve(id, &self.arena);
         }
     }
 }
@@ -742,15 +737,19 @@ pub(crate) fn fnv(mut hash: u64, bytes: &[u8]) -> u64 {
 
 /// FNV-1a of a node's data and persisted Stat.
 pub(crate) fn content_digest(slot: &Slot) -> u64 {
-    let mut hash = FNV_OFFSET;
-    match slot.blob.data() {
+    feed_content(FNV_OFFSET, slot.blob.data(), &slot.stat)
+}
+
+/// Feeds a node's data (length first, or u64::MAX for none) and persisted
+/// Stat into an FNV-1a state: the content part of both digest formats.
+pub(crate) fn feed_content(mut hash: u64, data: Option<&[u8]>, s: &PackedStat) -> u64 {
+    match data {
         Some(data) => {
             hash = fnv(hash, &(data.len() as u64).to_be_bytes());
             hash = fnv(hash, data);
         }
         None => hash = fnv(hash, &u64::MAX.to_be_bytes()),
     }
-    let s = &slot.stat;
     for value in [
         s.czxid,
         s.mzxid,

@@ -262,3 +262,105 @@ fn a_huge_acl_list_is_rejected_in_linear_time() {
         Ok(acl::ACL_ENTRIES_MAX)
     );
 }
+
+/// A format 2 file (earlier Keel) still loads: the tree, its sessions and
+/// its stored digest (format 2's formula) are checked.
+#[test]
+fn a_format_2_snapshot_loads() {
+    fn fnv(mut hash: u64, bytes: &[u8]) -> u64 {
+        for byte in bytes {
+            hash ^= *byte as u64;
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        hash
+    }
+    let world = vec![Acl {
+        perms: keel_jute::perms::ALL,
+        id: Id {
+            scheme: "world".into(),
+            id: "anyone".into(),
+        },
+    }];
+    let read_only = vec![Acl {
+        perms: keel_jute::perms::READ,
+        id: world[0].id.clone(),
+    }];
+    let stat = |czxid: i64, aversion: i32| keel_jute::Stat {
+        czxid,
+        mzxid: czxid,
+        pzxid: czxid,
+        aversion,
+        ..Default::default()
+    };
+    let nodes: Vec<(&str, Option<&[u8]>, &Vec<Acl>, keel_jute::Stat)> = vec![
+        ("/", Some(b""), &world, stat(0, 0)),
+        ("/zookeeper", Some(b""), &world, stat(0, 0)),
+        ("/zookeeper/quota", Some(b""), &world, stat(0, 0)),
+        ("/zookeeper/config", Some(b""), &read_only, stat(0, -1)),
+        ("/a", Some(b"hello"), &world, stat(0x1_0000_0001, 0)),
+        ("/a/b", None, &world, stat(0x1_0000_0002, 0)),
+    ];
+    let mut digest = 0u64;
+    let mut records = Vec::new();
+    for (path, data, acl, s) in &nodes {
+        let mut h = fnv(fnv(0xcbf2_9ce4_8422_2325, path.as_bytes()), &[0xff]);
+        h = match data {
+            Some(d) => fnv(fnv(h, &(d.len() as u64).to_be_bytes()), d),
+            None => fnv(h, &u64::MAX.to_be_bytes()),
+        };
+        for v in [
+            s.czxid,
+            s.mzxid,
+            s.ctime,
+            s.mtime,
+            s.ephemeral_owner,
+            s.pzxid,
+        ] {
+            h = fnv(h, &v.to_be_bytes());
+        }
+        for v in [s.version, s.cversion, s.aversion] {
+            h = fnv(h, &v.to_be_bytes());
+        }
+        digest = digest.wrapping_add(h);
+        keel_jute::write_string(&mut records, path);
+        keel_jute::write_buffer(&mut records, *data);
+        keel_jute::write_i32(&mut records, acl.len() as i32);
+        for entry in acl.iter() {
+            keel_jute::Record::write(entry, &mut records);
+        }
+        keel_jute::Record::write(s, &mut records);
+    }
+    let mut body = Vec::new();
+    for value in [9i64, 1, 0x1_0000_0002, digest as i64] {
+        keel_jute::write_i64(&mut body, value);
+    }
+    keel_jute::write_i32(&mut body, 1);
+    keel_jute::write_i64(&mut body, 0x100);
+    keel_jute::write_i32(&mut body, 30_000);
+    keel_jute::write_i32(&mut body, 0);
+    keel_jute::write_i64(&mut body, nodes.len() as i64);
+    body.extend_from_slice(&records);
+    let tree = snapshot::decode(&seal_v2(&body)).expect("a format 2 snapshot loads");
+    assert_eq!(
+        tree.paths(),
+        vec![
+            "/",
+            "/a",
+            "/a/b",
+            "/zookeeper",
+            "/zookeeper/config",
+            "/zookeeper/quota"
+        ]
+    );
+    assert_eq!(
+        tree.node("/a").unwrap().data.as_deref(),
+        Some(&b"hello"[..])
+    );
+    assert_eq!(tree.node("/a/b").unwrap().data, None);
+    assert_eq!(tree.sessions(), vec![(0x100, 30_000)]);
+    assert_eq!((tree.applied_index(), tree.last_zxid()), (9, 0x1_0000_0002));
+    fuzzing::check_invariants(&tree);
+    // The same file with one digest bit off is refused.
+    body[24] ^= 1;
+    assert!(snapshot::decode(&seal_v2(&body)).is_err());
+}
