@@ -292,7 +292,8 @@ fn a_format_2_snapshot_loads() {
         aversion,
         ..Default::default()
     };
-    let nodes: Vec<(&str, Option<&[u8]>, &Vec<Acl>, keel_jute::Stat)> = vec![
+    type V2Node<'a> = (&'a str, Option<&'a [u8]>, &'a Vec<Acl>, keel_jute::Stat);
+    let nodes: Vec<V2Node<'_>> = vec![
         ("/", Some(b""), &world, stat(0, 0)),
         ("/zookeeper", Some(b""), &world, stat(0, 0)),
         ("/zookeeper/quota", Some(b""), &world, stat(0, 0)),
