@@ -21,17 +21,19 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use keel_tree::txn::{decode_batch, encode_batch, BATCH_TXNS_MAX};
-use keel_tree::Txn;
 use raft::eraftpb::{ConfState, Entry, EntryType, HardState, Message, Snapshot};
 use raft::storage::MemStorage;
 use raft::{Config, RawNode, StateRole};
 
 use crate::driver::{RaftStatus, StateMachine};
+use crate::proposal::{
+    decode_entry, encode_entry, Committed, Dedup, Envelope, Proposal, ProposalId,
+    BATCH_PROPOSALS_MAX,
+};
 use crate::transport::PeerInput;
 use crate::ConsensusError;
 
-/// Bytes of encoded transactions one entry may carry.
+/// Bytes of proposals one entry may carry.
 pub const BATCH_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// Entries kept in the log behind a snapshot, so a slightly lagging
 /// follower catches up from the log rather than by snapshot install.
@@ -66,14 +68,16 @@ pub const READ_RETRY_TICKS: u64 = ELECTION_TICKS as u64;
 pub const SNAPSHOT_RETRY_TICKS: u64 = 5 * ELECTION_TICKS as u64;
 /// Ready rounds one `advance` handles at most.
 const READY_ROUNDS_MAX: usize = 4;
-const SEQUENCE_MASK: u64 = (1 << keel_tree::PROPOSAL_SEQUENCE_BITS) - 1;
 const READ_CONTEXT_HEADER_BYTES: usize = 16;
+/// What a proposal costs in an entry besides its payload (id, length),
+/// rounded up for the batch bound.
+const PROPOSAL_OVERHEAD_BYTES: usize = 16;
 
 /// Everything a node sends to a peer.
 #[derive(Debug, Clone)]
 pub enum Outbound {
     Raft(Message),
-    /// A follower's client transactions for the leader, one encoded batch.
+    /// A follower's proposals for the leader, encoded as an entry payload.
     Forward {
         to: u64,
         batch: Vec<u8>,
@@ -229,8 +233,10 @@ pub struct CoreConfig {
     /// The index the state machine has applied (its snapshot's).
     pub applied: u64,
     /// This node's first proposal sequence; must exceed every sequence it
-    /// used before (see Txn::proposal_id).
+    /// used before (see ProposalId).
     pub first_sequence: u64,
+    /// The proposals the loaded snapshot had applied (its envelope).
+    pub dedup: Dedup,
     /// Seeds the election-timeout randomization, so a simulated run is a
     /// function of its seed.
     pub seed: u64,
@@ -267,7 +273,7 @@ pub struct Core<S: StateMachine, I: Io, P: SnapshotSource> {
     machine: S,
     status: Arc<RaftStatus>,
     config: CoreConfig,
-    pending: Vec<Txn>,
+    pending: Vec<Proposal>,
     pending_bytes: usize,
     snapshot_running: bool,
     snapshot_wanted: bool,
@@ -284,8 +290,10 @@ pub struct Core<S: StateMachine, I: Io, P: SnapshotSource> {
     ticks: u64,
     last_transfer_tick: u64,
     /// This node's proposals not yet seen applied, oldest first: resent to
-    /// a new leader after a leader change (the tree drops duplicates).
-    unapplied: VecDeque<Txn>,
+    /// a new leader after a leader change (`dedup` drops duplicates).
+    unapplied: VecDeque<Proposal>,
+    /// Which proposals are applied: a resent one is applied once.
+    dedup: Dedup,
     reads: BTreeMap<u64, PendingRead>,
     next_read: u64,
     reask_reads: bool,
@@ -343,6 +351,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             ticks: 0,
             last_transfer_tick: 0,
             unapplied: VecDeque::new(),
+            dedup: config.dedup.clone(),
             reads: BTreeMap::new(),
             next_read: 1,
             reask_reads: false,
@@ -408,22 +417,29 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
 
     /// Room for more proposals in the batch being formed.
     pub fn batch_has_room(&self) -> bool {
-        self.pending.len() < BATCH_TXNS_MAX && self.pending_bytes < BATCH_BYTES_MAX
+        self.pending.len() < BATCH_PROPOSALS_MAX && self.pending_bytes < BATCH_BYTES_MAX
     }
 
-    /// Queues a local client transaction; it gets its proposal id here.
-    pub fn propose(&mut self, mut txn: Txn) {
-        assert_eq!(txn.proposal_id, 0, "local proposals get their id here");
-        txn.proposal_id = (self.config.node_id << keel_tree::PROPOSAL_SEQUENCE_BITS)
-            | (self.next_sequence & SEQUENCE_MASK);
+    /// Queues a local proposal (bytes opaque to consensus); it gets its id
+    /// here.
+    pub fn propose(&mut self, payload: Vec<u8>) {
+        let proposal = Proposal {
+            id: ProposalId::new(self.config.node_id, self.next_sequence),
+            payload,
+        };
         self.next_sequence += 1;
         if self.unapplied.len() >= UNAPPLIED_PROPOSALS_MAX {
             let oldest = self.unapplied.pop_front().expect("full");
-            self.machine.dropped(vec![oldest]);
+            self.machine.dropped(vec![oldest.payload]);
         }
-        self.unapplied.push_back(txn.clone());
-        self.pending_bytes += 64 + txn_body_bytes(&txn);
-        self.pending.push(txn);
+        self.unapplied.push_back(proposal.clone());
+        self.pending_bytes += PROPOSAL_OVERHEAD_BYTES + proposal.payload.len();
+        self.pending.push(proposal);
+    }
+
+    /// The dedup table as applied so far (the simulator compares replicas).
+    pub fn dedup(&self) -> &Dedup {
+        &self.dedup
     }
 
     /// Session activity seen here: the leader's tracker hears of it.
@@ -474,10 +490,14 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
                 }
                 self.redraw_election_timeout();
             }
-            PeerInput::Forward(batch) => match decode_batch(&batch) {
-                Ok(txns) => {
+            PeerInput::Forward(batch) => match decode_entry(&batch) {
+                Ok(proposals) => {
                     self.pending_bytes += batch.len();
-                    self.pending.extend(txns);
+                    self.pending
+                        .extend(proposals.into_iter().map(|(id, payload)| Proposal {
+                            id,
+                            payload: payload.to_vec(),
+                        }));
                 }
                 Err(error) => tracing::warn!(%error, "forwarded batch does not decode; dropped"),
             },
@@ -601,10 +621,11 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         if self.pending.is_empty() {
             return;
         }
-        let txns = std::mem::take(&mut self.pending);
+        let proposals = std::mem::take(&mut self.pending);
         self.pending_bytes = 0;
-        let mut data = Vec::with_capacity(txns.len() * 128);
-        encode_batch(&txns, &mut data);
+        let bytes: usize = proposals.iter().map(|p| p.payload.len()).sum();
+        let mut data = Vec::with_capacity(bytes + proposals.len() * PROPOSAL_OVERHEAD_BYTES);
+        encode_entry(&proposals, &mut data);
         if !self.leader {
             // No leader known: the proposals wait in `unapplied` and go to
             // the leader once one is elected.
@@ -618,11 +639,12 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         }
         self.status
             .proposals
-            .fetch_add(txns.len() as u64, Ordering::Relaxed);
+            .fetch_add(proposals.len() as u64, Ordering::Relaxed);
         self.status.batches.fetch_add(1, Ordering::Relaxed);
         if let Err(error) = self.raw.propose(Vec::new(), data) {
-            tracing::warn!(%error, count = txns.len(), "proposal dropped");
-            self.machine.dropped(txns);
+            tracing::warn!(%error, count = proposals.len(), "proposal dropped");
+            self.machine
+                .dropped(proposals.into_iter().map(|p| p.payload).collect());
         }
     }
 
@@ -700,10 +722,20 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
                 "a snapshot being written is abandoned for the leader's"
             );
         }
-        if let Err(error) = self.machine.restore(index, &snapshot.data) {
-            tracing::error!(index, %error, "snapshot from the leader fails its checks; ignored");
-            return Ok(());
-        }
+        let envelope = match Envelope::split(&snapshot.data) {
+            Ok((envelope, state)) => match self.machine.restore(index, state) {
+                Ok(()) => envelope,
+                Err(error) => {
+                    tracing::error!(index, %error, "snapshot from the leader fails its checks; ignored");
+                    return Ok(());
+                }
+            },
+            Err(error) => {
+                tracing::error!(index, %error, "snapshot envelope from the leader fails its checks; ignored");
+                return Ok(());
+            }
+        };
+        self.dedup = envelope.dedup;
         self.io.save_snapshot(index, term, &snapshot.data)?;
         self.io
             .persist(&[], None, Some(snapshot.get_metadata().get_conf_state()))?;
@@ -732,7 +764,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         }
         if new_leader && !self.unapplied.is_empty() {
             // Proposals sent to the old leader may be lost: resend them all,
-            // in order; the tree applies each proposal id once.
+            // in order; `dedup` applies each proposal id once.
             tracing::info!(
                 count = self.unapplied.len(),
                 leader_id,
@@ -763,11 +795,19 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
                 self.applied
             );
             match entry.get_entry_type() {
-                EntryType::EntryNormal if !entry.data.is_empty() => match decode_batch(&entry.data)
+                EntryType::EntryNormal if !entry.data.is_empty() => match decode_entry(&entry.data)
                 {
-                    Ok(txns) => {
-                        self.forget_applied(&txns);
-                        self.machine.apply(index, term, txns)
+                    Ok(proposals) => {
+                        self.forget_applied(&proposals);
+                        let fresh: Vec<Committed<'_>> = proposals
+                            .iter()
+                            .filter(|(id, _)| self.dedup.admit(*id))
+                            .map(|(id, payload)| Committed {
+                                origin: id.origin(),
+                                payload,
+                            })
+                            .collect();
+                        self.machine.apply(index, term, &fresh)
                     }
                     Err(error) => {
                         // Every replica decodes the same bytes the same way, so
@@ -856,18 +896,14 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
 
     /// Drops this node's proposals that an applied batch carried (or that
     /// came before them: proposals of one origin apply in order).
-    fn forget_applied(&mut self, txns: &[Txn]) {
-        let own = txns
+    fn forget_applied(&mut self, proposals: &[(ProposalId, &[u8])]) {
+        let own = proposals
             .iter()
-            .filter(|t| t.proposal_id >> keel_tree::PROPOSAL_SEQUENCE_BITS == self.config.node_id)
-            .map(|t| t.proposal_id)
+            .map(|(id, _)| *id)
+            .filter(|id| id.origin() == self.config.node_id)
             .max();
         if let Some(newest) = own {
-            while self
-                .unapplied
-                .front()
-                .is_some_and(|t| t.proposal_id <= newest)
-            {
+            while self.unapplied.front().is_some_and(|p| p.id <= newest) {
                 self.unapplied.pop_front();
             }
         }
@@ -887,7 +923,16 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         if !std::mem::take(&mut self.snapshot_wanted) {
             return None;
         }
-        let job = self.machine.snapshot_begin();
+        let mut job = self.machine.snapshot_begin();
+        // The file starts with consensus's envelope (the dedup table as of
+        // this index), then the state machine's bytes.
+        let mut head = Vec::with_capacity(64 + job.head.len());
+        Envelope {
+            dedup: self.dedup.clone(),
+        }
+        .encode(&mut head);
+        head.extend_from_slice(&job.head);
+        job.head = head;
         self.log_bytes_since_snapshot = 0;
         assert_eq!(
             job.index, self.applied,
@@ -960,11 +1005,4 @@ fn parse_read_context(rctx: &[u8]) -> Option<(u64, u64)> {
     let node = u64::from_be_bytes(rctx[..8].try_into().ok()?);
     let id = u64::from_be_bytes(rctx[8..].try_into().ok()?);
     Some((node, id))
-}
-
-fn txn_body_bytes(txn: &Txn) -> usize {
-    match &txn.op {
-        keel_tree::TxnOp::Request { body, .. } => body.len(),
-        _ => 16,
-    }
 }

@@ -16,11 +16,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use keel_tree::Txn;
 use raft::eraftpb::{ConfState, Entry, HardState};
 use raft::storage::MemStorage;
 
 use crate::core::{storage_from, Core, CoreConfig, Durable, Io, Outbound, SnapshotSource};
+use crate::proposal::{Committed, Dedup, PROPOSAL_SEQUENCE_BITS};
 use crate::store::LogStore;
 use crate::transport::{PeerInput, Transport};
 use crate::{snapfile, ConsensusError};
@@ -33,8 +33,9 @@ pub const SNAPSHOT_SHUTDOWN_WAIT_MS: u64 = 30_000;
 /// The replicated state machine as the driver sees it. Called on the
 /// driver thread, in log order.
 pub trait StateMachine: Send + 'static {
-    /// Applies the transactions of the committed entry at (index, term).
-    fn apply(&mut self, index: u64, term: u64, txns: Vec<Txn>);
+    /// Applies the proposals of the committed entry at (index, term), in
+    /// order; proposals applied before (resent) are already left out.
+    fn apply(&mut self, index: u64, term: u64, proposals: &[Committed<'_>]);
     /// An entry with nothing to apply (a new leader's empty entry).
     fn skip(&mut self, index: u64, term: u64);
     /// Starts a snapshot of the state as applied now; the writer runs on
@@ -43,14 +44,16 @@ pub trait StateMachine: Send + 'static {
     /// The snapshot started last is written (or abandoned): whatever the
     /// state machine kept for it can go.
     fn snapshot_end(&mut self);
-    /// Proposals Raft refused (no leader): their sessions must hear so.
-    fn dropped(&mut self, txns: Vec<Txn>);
+    /// Proposals (their payloads) Raft refused or this node gave up on:
+    /// their sessions must hear so.
+    fn dropped(&mut self, payloads: Vec<Vec<u8>>);
     /// This node became leader (true) or stopped being leader (false).
     fn role_changed(&mut self, leader: bool);
     /// Followers saw activity from these sessions (leader only).
     fn touched(&mut self, sessions: &[i64]);
-    /// A snapshot from the leader (a whole snapshot file's bytes, at
-    /// `index`) replaces the whole state; refused bytes change nothing.
+    /// A snapshot from the leader (the state machine's part of a snapshot
+    /// file, at `index`) replaces the whole state; refused bytes change
+    /// nothing.
     fn restore(&mut self, index: u64, bytes: &[u8]) -> Result<(), String>;
     /// A ReadIndex barrier asked with `context` passed: every entry
     /// committed before it is applied here.
@@ -70,18 +73,19 @@ pub trait SnapshotWriter: Send + 'static {
 pub struct SnapshotJob {
     pub index: u64,
     pub term: u64,
-    /// The first bytes of the file (header), taken when the job started.
+    /// The first bytes of the state machine's part (its header), taken
+    /// when the job started; consensus puts its envelope before them.
     pub head: Vec<u8>,
     pub writer: Box<dyn SnapshotWriter>,
 }
 
-/// Where the state machine's snapshot (loaded by the caller) left off.
-#[derive(Debug, Clone, Copy, Default)]
+/// Where the loaded snapshot left off (see `snapfile::load_newest`).
+#[derive(Debug, Clone, Default)]
 pub struct SnapshotPosition {
     pub index: u64,
     pub term: u64,
-    /// The highest proposal sequence of this node's that it holds.
-    pub own_sequence: u64,
+    /// The proposals it had applied (its envelope's dedup table).
+    pub dedup: Dedup,
 }
 
 #[derive(Debug, Clone)]
@@ -173,8 +177,26 @@ pub struct RaftStatus {
     pub heartbeat: Arc<crate::transport::HeartbeatStats>,
 }
 
+/// Why the driver did not take a proposal or a read barrier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    #[error("the raft driver's queue is full ({PROPOSAL_QUEUE_MAX} waiting)")]
+    QueueFull,
+    #[error("the raft driver has stopped")]
+    Stopped,
+}
+
+impl<T> From<crossbeam_channel::TrySendError<T>> for SubmitError {
+    fn from(error: crossbeam_channel::TrySendError<T>) -> SubmitError {
+        match error {
+            crossbeam_channel::TrySendError::Full(_) => SubmitError::QueueFull,
+            crossbeam_channel::TrySendError::Disconnected(_) => SubmitError::Stopped,
+        }
+    }
+}
+
 enum Input {
-    Propose(Txn),
+    Propose(Vec<u8>),
     ReadIndex(Vec<u8>),
     Touches(Vec<i64>),
     SnapshotDone {
@@ -193,17 +215,18 @@ pub struct RaftHandle {
 }
 
 impl RaftHandle {
-    /// Queues a transaction for the log; false if the driver is gone or
-    /// the queue is full (the caller answers the client with an error).
-    pub fn propose(&self, txn: Txn) -> bool {
-        self.inputs.try_send(Input::Propose(txn)).is_ok()
+    /// Queues a proposal (bytes opaque to consensus) for the log; an
+    /// error if the driver is gone or its queue is full (the caller
+    /// answers the client with an error).
+    pub fn propose(&self, payload: Vec<u8>) -> Result<(), SubmitError> {
+        Ok(self.inputs.try_send(Input::Propose(payload))?)
     }
 
-    /// Asks for a linearizable read barrier (sync); false if the driver is
-    /// gone or its queue is full. `context` comes back through
+    /// Asks for a linearizable read barrier (sync); an error if the driver
+    /// is gone or its queue is full. `context` comes back through
     /// `StateMachine::read_ready`.
-    pub fn read_index(&self, context: Vec<u8>) -> bool {
-        self.inputs.try_send(Input::ReadIndex(context)).is_ok()
+    pub fn read_index(&self, context: Vec<u8>) -> Result<(), SubmitError> {
+        Ok(self.inputs.try_send(Input::ReadIndex(context))?)
     }
 
     pub fn shutdown(&self) {
@@ -265,6 +288,7 @@ pub fn recover(config: RaftConfig, position: SnapshotPosition) -> Result<Recover
             members: conf_state.voters.clone(),
         });
     }
+    check_entries(&recovered.entries, position.index)?;
     let log_entries = recovered.entries.len();
     let last_log_index = recovered.entries.last().map_or(0, |e| e.index);
     let storage = storage_from(Durable {
@@ -287,6 +311,25 @@ pub fn recover(config: RaftConfig, position: SnapshotPosition) -> Result<Recover
         storage,
         config,
     })
+}
+
+/// Every entry still to apply must be in this Keel's entry format: a log
+/// written by an older format is refused whole, never misread or skipped.
+fn check_entries(entries: &[Entry], applied: u64) -> Result<(), ConsensusError> {
+    let to_apply = entries.iter().filter(|e| {
+        e.index > applied
+            && e.get_entry_type() == raft::eraftpb::EntryType::EntryNormal
+            && !e.data.is_empty()
+    });
+    for entry in to_apply {
+        crate::proposal::check_entry_format(&entry.data).map_err(|source| {
+            ConsensusError::EntryFormat {
+                index: entry.index,
+                source,
+            }
+        })?;
+    }
+    Ok(())
 }
 
 /// The data dir remembers which cluster and node it belongs to; starting
@@ -408,8 +451,9 @@ pub fn start<S: StateMachine>(
     let clock_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
-    let sequence_mask = (1u64 << keel_tree::PROPOSAL_SEQUENCE_BITS) - 1;
-    let first_sequence = ((clock_ms << 12) & sequence_mask).max(recovery.position.own_sequence + 1);
+    let sequence_mask = (1u64 << PROPOSAL_SEQUENCE_BITS) - 1;
+    let own_applied = recovery.position.dedup.applied(config.node_id);
+    let first_sequence = ((clock_ms << 12) & sequence_mask).max(own_applied + 1);
     let (peer_sender, peer_inputs) = crossbeam_channel::bounded(PROPOSAL_QUEUE_MAX);
     let transport = start_transport(&config, peer_sender)?;
     let (sender, inputs) = crossbeam_channel::bounded(PROPOSAL_QUEUE_MAX);
@@ -435,6 +479,7 @@ pub fn start<S: StateMachine>(
         preferred_leader: config.preferred_leader,
         applied,
         first_sequence,
+        dedup: recovery.position.dedup.clone(),
         seed: clock_ms ^ config.node_id,
         log_kept_behind_snapshot: crate::core::LOG_KEPT_BEHIND_SNAPSHOT,
         planted_bug: crate::core::PlantedBug::None,
@@ -557,7 +602,7 @@ impl<S: StateMachine> Driver<S> {
 
     fn take(&mut self, input: Input) {
         match input {
-            Input::Propose(txn) => self.core.propose(txn),
+            Input::Propose(payload) => self.core.propose(payload),
             Input::ReadIndex(context) => self.core.read_index(context),
             Input::Touches(sessions) => self.core.touches(sessions),
             Input::SnapshotDone { index, result, ms } => self.core.snapshot_done(index, result, ms),

@@ -1,9 +1,11 @@
 //! keel-consensus: Keel's write path below the server. raft-rs decides,
 //! raft-engine stores the log, this crate drives them in the documented
-//! order and hands committed transactions to the state machine.
+//! order and hands committed proposals (bytes it never interprets) to the
+//! state machine.
 
 pub mod core;
 mod driver;
+pub mod proposal;
 pub mod snapfile;
 mod store;
 pub mod transport;
@@ -14,8 +16,9 @@ pub use crate::core::{
 };
 pub use driver::{
     prepare, recover, start, RaftConfig, RaftHandle, RaftStatus, Recovery, SnapshotJob,
-    SnapshotPosition, SnapshotWriter, StateMachine, PROPOSAL_QUEUE_MAX,
+    SnapshotPosition, SnapshotWriter, StateMachine, SubmitError, PROPOSAL_QUEUE_MAX,
 };
+pub use proposal::{Committed, Dedup, Envelope, ProposalError, ProposalId};
 pub use store::LogStore;
 
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +36,11 @@ pub enum ConsensusError {
         path: std::path::PathBuf,
         found: String,
         expected: String,
+    },
+    #[error("raft log entry {index}: {source}")]
+    EntryFormat {
+        index: u64,
+        source: proposal::ProposalError,
     },
     #[error("the log starts at {first_log_index} but the snapshot ends at {snapshot_index}: entries are missing")]
     Gap {

@@ -1,11 +1,14 @@
 //! Snapshot files: written to a temp name, fsynced, renamed, directory
-//! fsynced; loaded newest first, skipping any that fail their checks.
+//! fsynced; loaded newest first, skipping any that fail their checks. A
+//! file is consensus's envelope (proposal.rs) then the state machine's
+//! bytes.
 
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::{ConsensusError, SnapshotWriter};
+use crate::proposal::Envelope;
+use crate::{ConsensusError, SnapshotPosition, SnapshotWriter};
 
 /// A snapshot being written is synced to disk at least this often.
 pub const SNAPSHOT_SYNC_EVERY_BYTES: u64 = 16 << 20;
@@ -146,15 +149,16 @@ fn remove_gradually(path: &Path) -> Result<(), ConsensusError> {
     Ok(())
 }
 
-/// The newest snapshot that `load` accepts and whose position matches its
-/// name; corrupt ones are logged with the file name and skipped (the
-/// previous one is tried), never half-loaded.
-pub fn load_newest<T>(
+/// The newest snapshot whose envelope and state machine bytes (`load`)
+/// pass their checks and whose position matches its name; corrupt ones
+/// are logged with the file name and skipped (the previous one is tried),
+/// never half-loaded. Returns the state and where it left off.
+pub fn load_newest<T, E: std::fmt::Display>(
     dir: &Path,
-    load: impl Fn(&[u8]) -> Result<T, String>,
+    load: impl Fn(&[u8]) -> Result<T, E>,
     index_of: impl Fn(&T) -> u64,
-) -> Result<Option<T>, ConsensusError> {
-    for (index, _, path) in list(dir)? {
+) -> Result<Option<(T, SnapshotPosition)>, ConsensusError> {
+    for (index, term, path) in list(dir)? {
         let file = fs::File::open(&path)?;
         // SAFETY: a snapshot file is never written again once renamed into
         // place (a new one gets a new name), so the mapping cannot change
@@ -167,8 +171,22 @@ pub fn load_newest<T>(
                 continue;
             }
         };
-        match load(&bytes) {
-            Ok(state) if index_of(&state) == index => return Ok(Some(state)),
+        let (envelope, state) = match Envelope::split(&bytes) {
+            Ok(split) => split,
+            Err(error) => {
+                tracing::error!(path = %path.display(), %error, "corrupt snapshot envelope skipped; trying the previous one");
+                continue;
+            }
+        };
+        match load(state) {
+            Ok(state) if index_of(&state) == index => {
+                let position = SnapshotPosition {
+                    index,
+                    term,
+                    dedup: envelope.dedup,
+                };
+                return Ok(Some((state, position)));
+            }
             Ok(state) => {
                 tracing::warn!(path = %path.display(), inner = index_of(&state), "snapshot index does not match its name; skipped")
             }

@@ -237,14 +237,13 @@ impl Connection {
             },
         );
         let txn = Txn {
-            proposal_id: 0,
             session_id: self.session_id,
             xid: 0,
             time_ms: wall_clock_ms(),
             auth: Vec::new(),
             op: TxnOp::CreateSession { timeout_ms },
         };
-        if !shared.raft().propose(txn) {
+        if shared.raft().propose(txn.encode()).is_err() {
             return Err("cannot propose session creation");
         }
         let wait = tokio::time::timeout(
@@ -439,14 +438,13 @@ impl Connection {
             },
         };
         let txn = Txn {
-            proposal_id: 0,
             session_id: self.session_id,
             xid: header.xid,
             time_ms: wall_clock_ms(),
             auth: self.auth.clone(),
             op,
         };
-        if !self.shared.raft().propose(txn) {
+        if self.shared.raft().propose(txn.encode()).is_err() {
             return Err("proposal queue full or raft stopped");
         }
         self.push_in_flight(header.xid);
@@ -471,7 +469,7 @@ impl Connection {
     /// entry committed by then. It holds its place in the session's FIFO.
     fn sync(&mut self, xid: i32, path: &str) -> Result<(), Closed> {
         let context = crate::machine::encode_sync_context(self.session_id, xid, path);
-        if !self.shared.raft().read_index(context) {
+        if self.shared.raft().read_index(context).is_err() {
             return Err("sync queue full or raft stopped");
         }
         self.push_in_flight(xid);

@@ -47,9 +47,9 @@ fn recover(
     keel_consensus::prepare(&raft_config)?;
     let started = std::time::Instant::now();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let tree = keel_consensus::snapfile::load_newest(
+    let (tree, position) = keel_consensus::snapfile::load_newest(
         &raft_config.data_dir.join("snapshots"),
-        |bytes| keel_tree::snapshot::load(bytes, threads).map_err(|e| e.to_string()),
+        |bytes| keel_tree::snapshot::load(bytes, threads),
         |tree| tree.applied_index(),
     )?
     .unwrap_or_default();
@@ -60,11 +60,7 @@ fn recover(
         threads,
         "snapshot loaded"
     );
-    let position = keel_consensus::SnapshotPosition {
-        index: tree.applied_index(),
-        term: tree.applied_term(),
-        own_sequence: tree.origin_applied(raft_config.node_id),
-    };
+    assert_eq!(position.index, tree.applied_index());
     let recovery = keel_consensus::recover(raft_config, position)?;
     Ok((tree, recovery))
 }
@@ -280,14 +276,13 @@ async fn run_timers(shared: Arc<Shared>) {
 
 fn propose_internal(shared: &Shared, session_id: i64, op: TxnOp) {
     let txn = Txn {
-        proposal_id: 0,
         session_id,
         xid: INTERNAL_XID,
         time_ms: wall_clock_ms(),
         auth: Vec::new(),
         op,
     };
-    if !shared.raft().propose(txn) {
-        tracing::warn!("internal proposal refused: queue full");
+    if let Err(error) = shared.raft().propose(txn.encode()) {
+        tracing::warn!(%error, "internal proposal refused");
     }
 }

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use keel_consensus::{SnapshotJob, SnapshotWriter, StateMachine};
+use keel_consensus::{Committed, SnapshotJob, SnapshotWriter, StateMachine};
 use keel_jute::{opcode, ErrorCode, KeeperState, WatcherEvent};
 use keel_tree::{Applied, DataTree, Txn, TxnOp};
 
@@ -16,14 +16,22 @@ pub struct Machine {
 }
 
 impl StateMachine for Machine {
-    fn apply(&mut self, index: u64, term: u64, txns: Vec<Txn>) {
+    fn apply(&mut self, index: u64, term: u64, proposals: &[Committed<'_>]) {
         let shared = &self.shared;
         let mut tree = shared.tree.write();
-        for txn in &txns {
-            let applied = tree.apply(term, txn);
-            if !applied.duplicate {
-                self.deliver(txn, &applied);
-            }
+        for proposal in proposals {
+            // Every replica decodes the same committed bytes the same way:
+            // one that does not decode is skipped everywhere alike.
+            let txn = match Txn::decode(proposal.payload) {
+                Ok(txn) => txn,
+                Err(error) => {
+                    tracing::error!(index, %error, "committed proposal does not decode; skipped");
+                    continue;
+                }
+            };
+            let applied = tree.apply(term, &txn);
+            let asked_here = proposal.origin == shared.config.server_id;
+            self.deliver(&txn, &applied, asked_here);
         }
         tree.set_applied(index, term);
     }
@@ -49,8 +57,8 @@ impl StateMachine for Machine {
         self.shared.tree.write().snapshot_end();
     }
 
-    fn dropped(&mut self, txns: Vec<Txn>) {
-        for txn in txns {
+    fn dropped(&mut self, payloads: Vec<Vec<u8>>) {
+        for txn in payloads.iter().filter_map(|p| Txn::decode(p).ok()) {
             self.shared.send_to(
                 txn.session_id,
                 Outbound::Close {
@@ -145,7 +153,7 @@ impl Machine {
 
     /// Events first, then the reply: ZooKeeper sends a watch notification
     /// before the response of the request that fired it.
-    fn deliver(&self, txn: &Txn, applied: &Applied) {
+    fn deliver(&self, txn: &Txn, applied: &Applied, asked_here: bool) {
         let shared = &self.shared;
         let mut watches = shared.watches.lock();
         let mut routes = shared.routes.lock();
@@ -174,8 +182,6 @@ impl Machine {
         // moved its session elsewhere, a reply for its old connection's
         // request must not reach the new connection (ZooKeeper binds a
         // reply to the connection the request came on).
-        let asked_here =
-            txn.proposal_id >> keel_tree::PROPOSAL_SEQUENCE_BITS == shared.config.server_id;
         if txn.xid != INTERNAL_XID && asked_here {
             if let Some(route) = routes.get(&txn.session_id) {
                 let op_code = op_code_of(&txn.op);

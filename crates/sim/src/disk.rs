@@ -10,6 +10,7 @@ use std::rc::Rc;
 
 use keel_consensus::core::{Io, Outbound, SnapshotSource};
 use keel_consensus::ConsensusError;
+use keel_consensus::{Dedup, Envelope};
 use keel_tree::DataTree;
 use raft::eraftpb::{ConfState, Entry, HardState};
 
@@ -47,16 +48,19 @@ impl SimDisk {
         }
     }
 
-    /// The newest snapshot that decodes and passes its checks, as the
-    /// server's restart does; an empty tree if none.
-    pub fn load_tree(&self) -> DataTree {
+    /// The newest snapshot whose envelope and tree decode and pass their
+    /// checks, as the server's restart does (`snapfile::load_newest`);
+    /// an empty tree if none.
+    pub fn load_tree(&self) -> (DataTree, Dedup) {
         self.snapshots
             .iter()
             .rev()
             .find_map(|(index, _, bytes)| {
-                keel_tree::snapshot::decode(bytes)
+                let (envelope, state) = Envelope::split(bytes).ok()?;
+                keel_tree::snapshot::decode(state)
                     .ok()
                     .filter(|tree| tree.applied_index() == *index)
+                    .map(|tree| (tree, envelope.dedup))
             })
             .unwrap_or_default()
     }

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use keel_consensus::{SnapshotJob, SnapshotWriter, StateMachine};
+use keel_consensus::{Committed, SnapshotJob, SnapshotWriter, StateMachine};
 use keel_jute::{ErrorCode, Response};
 use keel_session::SessionTracker;
 use keel_tree::watch::WatchManager;
@@ -85,7 +85,7 @@ impl SimMachine {
         }
     }
 
-    fn deliver(&mut self, index: u64, txn: &Txn, applied: keel_tree::Applied) {
+    fn deliver(&mut self, index: u64, txn: &Txn, applied: keel_tree::Applied, asked_here: bool) {
         for event in &applied.events {
             for session in self.watches.trigger(&event.path, event.event_type.code()) {
                 if self.local.contains(&session) {
@@ -104,7 +104,6 @@ impl SimMachine {
             }
         }
         // As the server: only the node the request arrived at answers it.
-        let asked_here = txn.proposal_id >> keel_tree::PROPOSAL_SEQUENCE_BITS == self.node_id;
         if txn.xid != INTERNAL_XID && asked_here && self.local.contains(&txn.session_id) {
             self.out.push(MachineOut::Reply {
                 session: txn.session_id,
@@ -133,14 +132,13 @@ impl SimMachine {
 }
 
 impl StateMachine for SimMachine {
-    fn apply(&mut self, index: u64, term: u64, txns: Vec<Txn>) {
+    fn apply(&mut self, index: u64, term: u64, proposals: &[Committed<'_>]) {
         let shared = self.tree.clone();
         let mut tree = shared.write();
-        for txn in &txns {
-            let applied = tree.apply(term, txn);
-            if !applied.duplicate {
-                self.deliver(index, txn, applied);
-            }
+        for proposal in proposals {
+            let txn = Txn::decode(proposal.payload).expect("the simulator proposes valid txns");
+            let applied = tree.apply(term, &txn);
+            self.deliver(index, &txn, applied, proposal.origin == self.node_id);
         }
         tree.set_applied(index, term);
         self.digests.push((index, tree.digest()));
@@ -169,8 +167,9 @@ impl StateMachine for SimMachine {
         self.tree.write().snapshot_end();
     }
 
-    fn dropped(&mut self, txns: Vec<Txn>) {
-        for txn in txns {
+    fn dropped(&mut self, payloads: Vec<Vec<u8>>) {
+        for payload in payloads {
+            let txn = Txn::decode(&payload).expect("the simulator proposes valid txns");
             if txn.xid != INTERNAL_XID {
                 self.out.push(MachineOut::Dropped {
                     session: txn.session_id,

@@ -483,7 +483,7 @@ impl World {
         let planted_bug = self.options.planted_bug;
         let node = self.node(id);
         let disk = node.disk.clone();
-        let (tree, durable) = {
+        let (tree, dedup, durable) = {
             let mut stored = disk.borrow_mut();
             if stored.conf_state.is_none() {
                 stored.conf_state = Some(ConfState {
@@ -491,7 +491,7 @@ impl World {
                     ..Default::default()
                 });
             }
-            let tree = stored.load_tree();
+            let (tree, dedup) = stored.load_tree();
             let durable = Durable {
                 snapshot_index: tree.applied_index(),
                 snapshot_term: tree.applied_term(),
@@ -499,7 +499,7 @@ impl World {
                 hard_state: stored.hard_state.clone(),
                 entries: stored.entries.values().cloned().collect(),
             };
-            (tree, durable)
+            (tree, dedup, durable)
         };
         let memory = storage_from(durable).expect("the simulated disk holds a valid log");
         let config = CoreConfig {
@@ -508,7 +508,8 @@ impl World {
             snapshot_every_log_bytes: SIM_SNAPSHOT_EVERY_LOG_BYTES,
             preferred_leader: None,
             applied: tree.applied_index(),
-            first_sequence: (now_ms << 12).max(tree.origin_applied(id) + 1),
+            first_sequence: (now_ms << 12).max(dedup.applied(id) + 1),
+            dedup,
             seed,
             log_kept_behind_snapshot: SIM_LOG_KEPT_BEHIND_SNAPSHOT,
             planted_bug,
@@ -586,14 +587,14 @@ impl World {
             Vec::new()
         };
         for &session in &expired {
-            core.propose(Txn {
-                proposal_id: 0,
+            let close = Txn {
                 session_id: session,
                 xid: INTERNAL_XID,
                 time_ms: now_ms as i64,
                 auth: Vec::new(),
                 op: TxnOp::CloseSession,
-            });
+            };
+            core.propose(close.encode());
         }
         for session in expired {
             self.record_expiry(session);
@@ -905,8 +906,7 @@ impl World {
         n.next_session += 1;
         let core = n.core.as_mut().expect("picked a live node");
         core.machine_mut().local.insert(session);
-        core.propose(Txn {
-            proposal_id: 0,
+        let create = Txn {
             session_id: session,
             xid: 0,
             time_ms: now_ms as i64,
@@ -914,7 +914,8 @@ impl World {
             op: TxnOp::CreateSession {
                 timeout_ms: SESSION_TIMEOUT_MS,
             },
-        });
+        };
+        core.propose(create.encode());
         let c = &mut self.clients[client];
         c.node = node;
         c.session = Some(session);
@@ -977,7 +978,6 @@ impl World {
             None => TxnOp::CloseSession,
         };
         let txn = Txn {
-            proposal_id: 0,
             session_id: session,
             xid,
             time_ms: (self.now_us / 1000) as i64,
@@ -999,7 +999,7 @@ impl World {
             history: Some(history),
         });
         let core = self.node(node).core.as_mut().expect("checked alive");
-        core.propose(txn);
+        core.propose(txn.encode());
         self.arm_timeout(client, xid);
         self.request_advance(node);
     }

@@ -32,7 +32,6 @@ fn rss_bytes() -> u64 {
 
 fn txn(op: TxnOp) -> Txn {
     Txn {
-        proposal_id: 0,
         session_id: 1,
         xid: 1,
         time_ms: 1,

@@ -23,12 +23,7 @@ pub struct Applied {
     pub events: Vec<Event>,
     pub session_created: Option<(i64, u32)>,
     pub session_closed: Option<i64>,
-    /// A resent proposal already applied: nothing changed, nobody is answered.
-    pub duplicate: bool,
 }
-
-/// Bits of a proposal id below the origin node id.
-pub const PROPOSAL_SEQUENCE_BITS: u32 = 56;
 
 /// Who is asking, when, and at which zxid: ZooKeeper's Request + TxnHeader.
 struct Context<'a> {
@@ -59,16 +54,6 @@ struct CreateArgs<'a> {
 impl DataTree {
     /// Applies one committed transaction of a Raft entry of term `term`.
     pub fn apply(&mut self, term: u64, txn: &Txn) -> Applied {
-        if txn.proposal_id != 0 {
-            let origin = txn.proposal_id >> PROPOSAL_SEQUENCE_BITS;
-            let sequence = txn.proposal_id & ((1 << PROPOSAL_SEQUENCE_BITS) - 1);
-            if sequence <= self.origin_applied(origin) {
-                let mut applied = self.applied(self.last_zxid, Ok(Response::Empty), Vec::new());
-                applied.duplicate = true;
-                return applied;
-            }
-            self.origins.insert(origin, sequence);
-        }
         if let TxnOp::Sync { path } = &txn.op {
             return self.applied(self.last_zxid, Ok(Response::Sync(path.clone())), Vec::new());
         }
@@ -124,7 +109,6 @@ impl DataTree {
             events,
             session_created: None,
             session_closed: None,
-            duplicate: false,
         }
     }
 

@@ -8,13 +8,14 @@
 //! - [`tree_apply`] reads the fuzzer's bytes through [`ByteSource`] (an
 //!   `arbitrary::Unstructured` work-alike) as a sequence of steps: sessions,
 //!   creates of every mode, deletes, setData, setACL, check, multi,
-//!   deleteContainer, sync, raw request bodies, reads, reaps, term changes,
-//!   duplicate proposals and snapshot reloads, over a small path alphabet so
+//!   deleteContainer, sync, raw request bodies, reads, reaps, term changes
+//!   and snapshot reloads, over a small path alphabet so
 //!   that they collide. After every transaction it checks the tree's
 //!   invariants ([`check_invariants`]); a second tree that is reloaded from
 //!   a snapshot at every `Snapshot` step must answer every transaction the
 //!   same way.
-//! - [`tree_batch_decode`]: `decode_batch` on arbitrary bytes, and whatever
+//! - [`tree_batch_decode`]: [`decode_txns`] (transaction payloads back to
+//!   back, as consensus delivers a batch) on arbitrary bytes, and whatever
 //!   decodes is applied to a fresh tree.
 //! - [`snapshot_decode`]: `snapshot::decode` on arbitrary bytes, raw and with
 //!   the envelope (magic, version, checksum, digest) repaired so the fuzzer
@@ -31,7 +32,6 @@ use keel_jute::{
 
 use crate::store::ROOT;
 use crate::tree::{owner_kind, OwnerKind, SYSTEM_PATHS};
-use crate::txn::{decode_batch, encode_batch};
 use crate::{path, snapshot, Applied, DataTree, Txn, TxnOp};
 
 /// Most steps one `tree_apply` input runs (keeps each execution short).
@@ -242,8 +242,6 @@ struct World {
     term: u64,
     time_ms: i64,
     /// Next proposal sequence per origin (index = origin id).
-    sequences: [u64; 3],
-    last_txn: Option<Txn>,
     index: u64,
     /// A snapshot of `tree` being written a part per transaction: the
     /// tree as it was when it began, and the bytes so far.
@@ -258,15 +256,12 @@ impl World {
             term: 1,
             writing: None,
             time_ms: 1_700_000_000_000,
-            sequences: [1; 3],
-            last_txn: None,
             index: 0,
         }
     }
 
     fn open_session(&mut self, session_id: i64) {
         self.apply(Txn {
-            proposal_id: 0,
             session_id,
             xid: 0,
             time_ms: self.time_ms,
@@ -360,7 +355,8 @@ impl World {
                     _ => self.time_ms.saturating_add(src.below(200_000) as i64),
                 }
             }
-            _ => self.resend(),
+            // Formerly "resend the last proposal": dedup is consensus's.
+            _ => {}
         }
     }
 
@@ -495,18 +491,14 @@ impl World {
     }
 
     fn apply_as(&mut self, src: &mut ByteSource<'_>, session_id: i64, op: TxnOp) -> Applied {
-        let proposal_id = match src.below(4) {
-            0 => {
-                let origin = src.below(self.sequences.len());
-                let sequence = self.sequences[origin];
-                self.sequences[origin] += 1 + src.below(2) as u64;
-                ((origin as u64) << crate::PROPOSAL_SEQUENCE_BITS) | sequence
-            }
-            _ => 0,
-        };
+        // Formerly a proposal id (dedup moved to keel-consensus): the
+        // bytes are still consumed, so recorded inputs keep their meaning.
+        if src.below(4) == 0 {
+            src.below(3);
+            src.below(2);
+        }
         self.time_ms = self.time_ms.saturating_add(src.below(50) as i64);
         let txn = Txn {
-            proposal_id,
             session_id,
             xid: src.below(100) as i32,
             time_ms: self.time_ms,
@@ -521,12 +513,7 @@ impl World {
     }
 
     fn apply(&mut self, txn: Txn) -> Applied {
-        let mut bytes = Vec::new();
-        encode_batch(std::slice::from_ref(&txn), &mut bytes);
-        assert_eq!(
-            decode_batch(&bytes).as_deref(),
-            Ok(std::slice::from_ref(&txn))
-        );
+        assert_eq!(Txn::decode(&txn.encode()).as_ref(), Ok(&txn));
         let before = self.tree.clone();
         let applied = self.tree.apply(self.term, &txn);
         let replayed = self.restored.apply(self.term, &txn);
@@ -534,23 +521,8 @@ impl World {
         assert_eq!(self.tree.digest(), self.restored.digest());
         check_applied(&before, &self.tree, &txn, &applied);
         check_invariants(&self.tree);
-        self.last_txn = Some(txn);
         self.write_part();
         applied
-    }
-
-    /// A proposal resent after a leader change is recognised and ignored.
-    fn resend(&mut self) {
-        let Some(txn) = self.last_txn.clone() else {
-            return;
-        };
-        if txn.proposal_id == 0 {
-            return;
-        }
-        let digest = self.tree.digest();
-        let applied = self.apply(txn);
-        assert!(applied.duplicate, "{applied:?}");
-        assert_eq!(self.tree.digest(), digest);
     }
 
     fn read(&mut self, src: &mut ByteSource<'_>) {
@@ -594,7 +566,6 @@ impl World {
                 continue;
             }
             let txn = Txn {
-                proposal_id: 0,
                 session_id: 0,
                 xid: 0,
                 time_ms: self.time_ms,
@@ -673,12 +644,6 @@ fn check_applied(before: &DataTree, after: &DataTree, txn: &Txn, applied: &Appli
         assert_eq!(before.node_count, after.node_count, "{why}: nodes changed");
         assert_eq!(before.sessions, after.sessions, "{why}: sessions changed");
     };
-    if applied.duplicate {
-        unchanged("duplicate");
-        assert_eq!(before.last_zxid, after.last_zxid);
-        assert_eq!(applied.result, Ok(Response::Empty));
-        return;
-    }
     if let TxnOp::Sync { path } = &txn.op {
         unchanged("sync");
         assert_eq!(applied.zxid, before.last_zxid);
@@ -727,9 +692,6 @@ fn check_request_outcome(tree: &DataTree, request: &Request, applied: &Applied) 
     let Ok(response) = &applied.result else {
         return;
     };
-    if applied.duplicate {
-        return;
-    }
     match (request, response) {
         (Request::Create(_), Response::Create(path)) => {
             assert!(tree.node(path).is_some(), "created {path} is missing");
@@ -834,7 +796,6 @@ pub fn assert_same(a: &DataTree, b: &DataTree) {
     assert_eq!(a.applied_index, b.applied_index, "applied index");
     assert_eq!(a.applied_term, b.applied_term, "applied term");
     assert_eq!(a.sessions, b.sessions, "sessions");
-    assert_eq!(a.origins, b.origins, "origins");
     assert_eq!(a.node_count, b.node_count, "node count");
     assert_eq!(a.data_size, b.data_size, "data size");
     let paths = a.paths();
@@ -863,17 +824,38 @@ pub fn assert_same(a: &DataTree, b: &DataTree) {
 // ---------------------------------------------------------------------------
 // tree_batch_decode
 
-/// Target `tree_batch_decode`: `decode_batch` on arbitrary bytes must fail
+/// Most transactions [`decode_txns`] reads.
+pub const DECODE_TXNS_MAX: usize = 4096;
+
+/// Transaction payloads back to back (what a log entry's proposals carry),
+/// read until the bytes end: any malformed one fails the whole input.
+pub fn decode_txns(data: &[u8]) -> Result<Vec<Txn>, keel_jute::JuteError> {
+    let mut r = keel_jute::Reader::new(data);
+    let mut txns = Vec::new();
+    while r.remaining() > 0 {
+        if txns.len() == DECODE_TXNS_MAX {
+            return Err(keel_jute::JuteError::Malformed("too many transactions"));
+        }
+        txns.push(Txn::read(&mut r)?);
+    }
+    Ok(txns)
+}
+
+/// The inverse of [`decode_txns`].
+pub fn encode_txns(txns: &[Txn]) -> Vec<u8> {
+    txns.iter().flat_map(|txn| txn.encode()).collect()
+}
+
+/// Target `tree_batch_decode`: [`decode_txns`] on arbitrary bytes must fail
 /// cleanly or give transactions that re-encode losslessly and apply to a
 /// fresh tree without breaking its invariants.
 pub fn tree_batch_decode(data: &[u8]) {
-    let Ok(txns) = decode_batch(data) else {
+    let Ok(txns) = decode_txns(data) else {
         return;
     };
-    let mut encoded = Vec::new();
-    encode_batch(&txns, &mut encoded);
+    let encoded = encode_txns(&txns);
     assert!(encoded.len() <= data.len());
-    assert_eq!(decode_batch(&encoded).as_ref(), Ok(&txns));
+    assert_eq!(decode_txns(&encoded).as_ref(), Ok(&txns));
     let mut tree = DataTree::new();
     for txn in &txns {
         let before = tree.clone();
@@ -975,7 +957,6 @@ fn check_loaded(mut tree: DataTree) {
     let mut txns: Vec<Txn> = sessions
         .iter()
         .map(|session| Txn {
-            proposal_id: 0,
             session_id: *session,
             xid: 0,
             time_ms: 0,
@@ -992,7 +973,6 @@ fn check_loaded(mut tree: DataTree) {
     })
     .encode(&mut body);
     txns.push(Txn {
-        proposal_id: 0,
         session_id: 1,
         xid: 0,
         time_ms: 0,
@@ -1000,7 +980,6 @@ fn check_loaded(mut tree: DataTree) {
         op: TxnOp::CreateSession { timeout_ms: 1 },
     });
     txns.push(Txn {
-        proposal_id: 0,
         session_id: 1,
         xid: 1,
         time_ms: 0,
@@ -1025,7 +1004,6 @@ pub fn seeds() -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let mut world = World::new();
     let session = SESSIONS[0];
     let txn = |op: TxnOp| Txn {
-        proposal_id: 0,
         session_id: session,
         xid: 1,
         time_ms: 1_700_000_000_000,
@@ -1084,16 +1062,12 @@ pub fn seeds() -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let mut snapshots = vec![snapshot_body(&world.tree)];
     for txn in &txns {
         world.apply(txn.clone());
-        let mut batch = Vec::new();
-        encode_batch(std::slice::from_ref(txn), &mut batch);
-        batches.push(batch);
+        batches.push(txn.encode());
         if matches!(txn.op, TxnOp::CreateSession { .. } | TxnOp::Sync { .. }) {
             snapshots.push(snapshot_body(&world.tree));
         }
     }
-    let mut all = Vec::new();
-    encode_batch(&txns, &mut all);
-    batches.push(all);
+    batches.push(encode_txns(&txns));
     (batches, snapshots)
 }
 
@@ -1119,7 +1093,7 @@ mod tests {
     fn tree_batch_decode_target_survives_seeds_and_mutations() {
         let (batches, _) = seeds();
         for batch in &batches {
-            assert!(decode_batch(batch).is_ok());
+            assert!(decode_txns(batch).is_ok());
             tree_batch_decode(batch);
         }
         let mut rng = XorShift(0x5eed_0102);

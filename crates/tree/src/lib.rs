@@ -23,7 +23,7 @@ mod tree;
 pub mod txn;
 pub mod watch;
 
-pub use apply::{Applied, PROPOSAL_SEQUENCE_BITS};
+pub use apply::Applied;
 pub use read::{ReadOutcome, CHILDREN_PER_RESPONSE_MAX};
 pub use tree::{
     owner_kind, ttl_owner, DataTree, Event, Node, OwnerKind, CONTAINER_OWNER, SYSTEM_PATHS,

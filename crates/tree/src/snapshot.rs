@@ -11,9 +11,9 @@
 //! side waits at most one segment's encoding, and extra memory is bounded
 //! by the nodes changed during the write.
 //!
-//! File (format 3): `KEELSNAP`, version, then frames `[kind u8][len u32]
+//! File (format 4): `KEELSNAP`, version, then frames `[kind u8][len u32]
 //! [crc32 u32][payload]`, the CRC covering kind and payload:
-//! HEADER (position, counts, sessions, dedup table, ACL lists), one or more
+//! HEADER (position, counts, sessions, ACL lists), one or more
 //! NODES frames per arena segment (records carry their node ids), END
 //! (frame and node counts: a truncated file is refused). Loading verifies
 //! and decodes the segments in parallel, each worker building its segment
@@ -38,8 +38,11 @@ use crate::tree::{
 };
 
 const MAGIC: &[u8; 8] = b"KEELSNAP";
-/// The format this Keel writes.
-pub const FORMAT_VERSION: i32 = 3;
+/// The format this Keel writes: format 3's frames without the proposal
+/// dedup table, which consensus now keeps (in its snapshot envelope).
+pub const FORMAT_VERSION: i32 = 4;
+/// Format 4 plus a dedup table in the header (read, the table skipped).
+const DEDUP_FORMAT_VERSION: i32 = 3;
 /// The previous, single-blob format: still read, never written.
 const LEGACY_FORMAT_VERSION: i32 = 2;
 const FILE_HEADER_BYTES: usize = 12;
@@ -56,20 +59,20 @@ pub const SNAPSHOT_SLOTS_PER_PART: u32 = 8192;
 const RECORD_BYTES_MAX: usize = NAME_BYTES_MAX + (1 << 20) + 128;
 /// Largest frame payload a loader accepts.
 pub const FRAME_BYTES_MAX: usize = CHUNK_BYTES_TARGET + RECORD_BYTES_MAX;
-/// Largest HEADER frame (sessions, dedup table, ACL lists).
+/// Largest HEADER frame (sessions, ACL lists).
 const HEADER_FRAME_BYTES_MAX: usize = 1 << 30;
 /// Most nodes a snapshot may declare (a corrupt count must not allocate).
 pub const SNAPSHOT_NODES_MAX: usize = 1 << 31;
 /// Most loader threads.
 pub const LOAD_THREADS_MAX: usize = 64;
-/// Most distinct origins in the dedup table.
+/// Most distinct origins in a format 3 header's dedup table.
 const ORIGINS_MAX: usize = 1 << 16;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
     #[error("not a Keel snapshot (bad magic)")]
     BadMagic,
-    #[error("snapshot format version {0} is not supported (this Keel reads 2 and 3)")]
+    #[error("snapshot format version {0} is not supported (this Keel reads 2, 3 and 4)")]
     Version(i32),
     #[error("checksum mismatch in the frame at offset {offset}: stored {stored:#010x}, computed {computed:#010x}")]
     Checksum {
@@ -231,11 +234,6 @@ impl DataTree {
             keel_jute::write_i64(out, *session_id);
             keel_jute::write_i32(out, *timeout_ms as i32);
         }
-        keel_jute::write_i32(out, self.origins.len() as i32);
-        for (origin, sequence) in &self.origins {
-            keel_jute::write_i64(out, *origin as i64);
-            keel_jute::write_i64(out, *sequence as i64);
-        }
         let acls: Vec<(u32, &[u8])> = self.acls.live().collect();
         keel_jute::write_i32(out, acls.len() as i32);
         for (id, encoded) in acls {
@@ -345,7 +343,9 @@ pub fn load(bytes: &[u8], threads: usize) -> Result<DataTree, SnapshotError> {
     }
     let version = i32::from_be_bytes(bytes[8..12].try_into().expect("4 bytes"));
     match version {
-        FORMAT_VERSION => load_v3(bytes, threads.clamp(1, LOAD_THREADS_MAX)),
+        FORMAT_VERSION | DEDUP_FORMAT_VERSION => {
+            load_framed(bytes, version, threads.clamp(1, LOAD_THREADS_MAX))
+        }
         LEGACY_FORMAT_VERSION => legacy::decode(bytes),
         other => Err(SnapshotError::Version(other)),
     }
@@ -424,7 +424,6 @@ struct Header {
     node_count: u64,
     slot_len: u32,
     sessions: Vec<(i64, u32)>,
-    origins: Vec<(u64, u64)>,
     acls: Vec<(u32, Vec<u8>)>,
 }
 
@@ -436,7 +435,7 @@ fn read_count(r: &mut Reader<'_>, max: usize, what: &str) -> Result<usize, Snaps
     Ok(count as usize)
 }
 
-fn read_header(frame: &FrameRef<'_>) -> Result<Header, SnapshotError> {
+fn read_header(frame: &FrameRef<'_>, version: i32) -> Result<Header, SnapshotError> {
     frame.verify()?;
     let mut r = Reader::new(frame.payload);
     let applied_index = r.read_i64()? as u64;
@@ -461,10 +460,11 @@ fn read_header(frame: &FrameRef<'_>) -> Result<Header, SnapshotError> {
     for _ in 0..count {
         sessions.push((r.read_i64()?, r.read_i32()? as u32));
     }
-    let count = read_count(&mut r, ORIGINS_MAX, "origin")?;
-    let mut origins = Vec::with_capacity(count);
-    for _ in 0..count {
-        origins.push((r.read_i64()? as u64, r.read_i64()? as u64));
+    if version == DEDUP_FORMAT_VERSION {
+        let count = read_count(&mut r, ORIGINS_MAX, "origin")?;
+        for _ in 0..count * 2 {
+            r.read_i64()?;
+        }
     }
     let most = r.remaining() / 8;
     let count = read_count(&mut r, most, "ACL list")?;
@@ -485,7 +485,6 @@ fn read_header(frame: &FrameRef<'_>) -> Result<Header, SnapshotError> {
         node_count: node_count as u64,
         slot_len: slot_len as u32,
         sessions,
-        origins,
         acls,
     })
 }
@@ -603,7 +602,7 @@ fn decode_record(r: &mut Reader<'_>) -> Result<(NodeId, Slot), SnapshotError> {
     Ok((id, slot))
 }
 
-fn load_v3(bytes: &[u8], threads: usize) -> Result<DataTree, SnapshotError> {
+fn load_framed(bytes: &[u8], version: i32, threads: usize) -> Result<DataTree, SnapshotError> {
     let frames = frames(bytes)?;
     let (Some(first), Some(last)) = (frames.first(), frames.last()) else {
         return Err(inconsistent("no frames"));
@@ -620,7 +619,7 @@ fn load_v3(bytes: &[u8], threads: usize) -> Result<DataTree, SnapshotError> {
             "no END frame: the snapshot is truncated",
         ));
     }
-    let header = read_header(first)?;
+    let header = read_header(first, version)?;
     last.verify()?;
     let node_frames = &frames[1..frames.len() - 1];
     check_end(last, node_frames.len(), header.node_count)?;
@@ -701,7 +700,6 @@ fn build(mut tree: DataTree, header: Header, threads: usize) -> Result<DataTree,
             )));
         }
     }
-    tree.origins = header.origins.into_iter().collect();
     for (id, encoded) in &header.acls {
         tree.acls.load(*id, encoded).map_err(inconsistent)?;
     }
@@ -985,10 +983,10 @@ mod legacy {
             let session_id = r.read_i64()?;
             tree.sessions.insert(session_id, r.read_i32()? as u32);
         }
+        // The dedup table, kept by consensus since format 4: skipped.
         let count = read_count(&mut r, 256, "origin")?;
-        for _ in 0..count {
-            let origin = r.read_i64()? as u64;
-            tree.origins.insert(origin, r.read_i64()? as u64);
+        for _ in 0..count * 2 {
+            r.read_i64()?;
         }
         let count = r.read_i64()?;
         if count < 1 || count as usize > SNAPSHOT_NODES_MAX || count as usize > r.remaining() {

@@ -30,7 +30,6 @@ impl Harness {
     fn txn(&mut self, session_id: i64, op: TxnOp) -> crate::Applied {
         self.time_ms += 1;
         let txn = Txn {
-            proposal_id: 0,
             session_id,
             xid: 1,
             time_ms: self.time_ms,
@@ -49,7 +48,6 @@ impl Harness {
             body,
         };
         let txn = Txn {
-            proposal_id: 0,
             session_id,
             xid: 1,
             time_ms: self.time_ms,
@@ -104,7 +102,6 @@ fn zxids_count_within_a_term_and_restart_in_the_next() {
     h.create("/a", 0).unwrap();
     assert_eq!(h.tree.last_zxid(), 1 << 32 | 2);
     let txn = Txn {
-        proposal_id: 0,
         session_id: SESSION,
         xid: 1,
         time_ms: 5,
@@ -492,32 +489,6 @@ fn snapshots_round_trip_and_reject_corruption() {
     let mut flipped = bytes.clone();
     flipped[bytes.len() / 2] ^= 1;
     assert!(snapshot::decode(&flipped).is_err());
-}
-
-#[test]
-fn a_resent_proposal_is_applied_once() {
-    let mut h = Harness::new();
-    let mut body = Vec::new();
-    let request = Request::Create(create_request("/once", 0));
-    request.encode(&mut body);
-    let txn = Txn {
-        proposal_id: (2 << 56) | 7,
-        session_id: SESSION,
-        xid: 3,
-        time_ms: 9,
-        auth: vec![],
-        op: TxnOp::Request {
-            op_code: request.op_code(),
-            body,
-        },
-    };
-    let first = h.tree.apply(TERM, &txn);
-    assert!(!first.duplicate && first.result.is_ok());
-    let zxid = h.tree.last_zxid();
-    let again = h.tree.apply(TERM, &txn);
-    assert!(again.duplicate && again.events.is_empty());
-    assert_eq!(h.tree.last_zxid(), zxid, "a duplicate takes no zxid");
-    assert_eq!(h.tree.origin_applied(2), 7);
 }
 
 #[test]

@@ -98,9 +98,6 @@ pub struct DataTree {
     pub(crate) containers: BTreeSet<NodeId>,
     pub(crate) ttls: BTreeSet<NodeId>,
     pub(crate) last_zxid: i64,
-    /// Per origin node, the highest proposal sequence applied: a proposal
-    /// resent after a leader change is recognised and applied once.
-    pub(crate) origins: BTreeMap<u64, u64>,
     /// Raft index of the last applied entry (0 = none): a snapshot's position.
     pub(crate) applied_index: u64,
     pub(crate) applied_term: u64,
@@ -135,7 +132,6 @@ impl DataTree {
             containers: BTreeSet::new(),
             ttls: BTreeSet::new(),
             last_zxid: 0,
-            origins: BTreeMap::new(),
             applied_index: 0,
             applied_term: 0,
             digest: 0,
@@ -215,11 +211,6 @@ impl DataTree {
         );
         self.applied_index = index;
         self.applied_term = term;
-    }
-
-    /// The highest proposal sequence applied from `origin` (0 = none).
-    pub fn origin_applied(&self, origin: u64) -> u64 {
-        self.origins.get(&origin).copied().unwrap_or(0)
     }
 
     pub fn digest(&self) -> u64 {

@@ -7,8 +7,6 @@
 
 use keel_jute::{Id, JuteError, Reader, Record};
 
-/// Most transactions one log entry carries (group commit batch bound).
-pub const BATCH_TXNS_MAX: usize = 4096;
 /// Most auth ids a connection may carry into a transaction.
 pub const AUTH_IDS_MAX: usize = 64;
 
@@ -36,10 +34,6 @@ pub enum TxnOp {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Txn {
-    /// (origin node << 56) | per-node sequence, assigned by the driver
-    /// that first received it; 0 = not deduplicated. A proposal resent
-    /// after a leader change is applied once (see DataTree::apply).
-    pub proposal_id: u64,
     pub session_id: i64,
     pub xid: i32,
     pub time_ms: i64,
@@ -56,7 +50,6 @@ const TAG_SYNC: i32 = 5;
 impl Txn {
     pub fn write(&self, out: &mut Vec<u8>) {
         assert!(self.auth.len() <= AUTH_IDS_MAX);
-        keel_jute::write_i64(out, self.proposal_id as i64);
         keel_jute::write_i64(out, self.session_id);
         keel_jute::write_i32(out, self.xid);
         keel_jute::write_i64(out, self.time_ms);
@@ -87,7 +80,6 @@ impl Txn {
     }
 
     pub fn read(r: &mut Reader<'_>) -> Result<Txn, JuteError> {
-        let proposal_id = r.read_i64()? as u64;
         let session_id = r.read_i64()?;
         let xid = r.read_i32()?;
         let time_ms = r.read_i64()?;
@@ -118,7 +110,6 @@ impl Txn {
             _ => return Err(JuteError::Malformed("txn tag")),
         };
         Ok(Txn {
-            proposal_id,
             session_id,
             xid,
             time_ms,
@@ -128,29 +119,32 @@ impl Txn {
     }
 }
 
-/// One Raft entry's payload: a batch of transactions (group commit).
-pub fn encode_batch(txns: &[Txn], out: &mut Vec<u8>) {
-    assert!(!txns.is_empty() && txns.len() <= BATCH_TXNS_MAX);
-    keel_jute::write_i32(out, txns.len() as i32);
-    for txn in txns {
-        txn.write(out);
+impl Txn {
+    /// The bytes consensus carries for this transaction (a proposal's
+    /// payload, opaque to it).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64 + self.body_bytes());
+        self.write(&mut out);
+        out
     }
-}
 
-pub fn decode_batch(bytes: &[u8]) -> Result<Vec<Txn>, JuteError> {
-    let mut r = Reader::new(bytes);
-    let count = r.read_i32()?;
-    if count <= 0 || count as usize > BATCH_TXNS_MAX {
-        return Err(JuteError::Malformed("batch txn count"));
+    /// Decodes a payload whole: trailing bytes are an error.
+    pub fn decode(bytes: &[u8]) -> Result<Txn, JuteError> {
+        let mut r = Reader::new(bytes);
+        let txn = Txn::read(&mut r)?;
+        if r.remaining() != 0 {
+            return Err(JuteError::Malformed("txn trailing bytes"));
+        }
+        Ok(txn)
     }
-    let mut txns = Vec::with_capacity(count as usize);
-    for _ in 0..count {
-        txns.push(Txn::read(&mut r)?);
+
+    fn body_bytes(&self) -> usize {
+        match &self.op {
+            TxnOp::Request { body, .. } => body.len(),
+            TxnOp::DeleteContainer { path } | TxnOp::Sync { path } => path.len(),
+            TxnOp::CreateSession { .. } | TxnOp::CloseSession => 0,
+        }
     }
-    if r.remaining() != 0 {
-        return Err(JuteError::Malformed("batch trailing bytes"));
-    }
-    Ok(txns)
 }
 
 #[cfg(test)]
@@ -158,10 +152,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn batch_round_trip() {
+    fn every_kind_round_trips_and_every_cut_is_refused() {
         let txns = vec![
             Txn {
-                proposal_id: 0,
                 session_id: 7,
                 xid: 3,
                 time_ms: 1000,
@@ -175,7 +168,6 @@ mod tests {
                 },
             },
             Txn {
-                proposal_id: 0,
                 session_id: 7,
                 xid: 0,
                 time_ms: 0,
@@ -183,7 +175,6 @@ mod tests {
                 op: TxnOp::CreateSession { timeout_ms: 4000 },
             },
             Txn {
-                proposal_id: 0,
                 session_id: 7,
                 xid: 0,
                 time_ms: 0,
@@ -191,7 +182,6 @@ mod tests {
                 op: TxnOp::CloseSession,
             },
             Txn {
-                proposal_id: 0,
                 session_id: 0,
                 xid: 0,
                 time_ms: 5,
@@ -199,7 +189,6 @@ mod tests {
                 op: TxnOp::DeleteContainer { path: "/c".into() },
             },
             Txn {
-                proposal_id: 0,
                 session_id: 7,
                 xid: 9,
                 time_ms: 5,
@@ -207,11 +196,15 @@ mod tests {
                 op: TxnOp::Sync { path: "/".into() },
             },
         ];
-        let mut bytes = Vec::new();
-        encode_batch(&txns, &mut bytes);
-        assert_eq!(decode_batch(&bytes).unwrap(), txns);
-        for cut in 0..bytes.len() {
-            assert!(decode_batch(&bytes[..cut]).is_err(), "cut at {cut}");
+        for txn in &txns {
+            let bytes = txn.encode();
+            assert_eq!(&Txn::decode(&bytes).unwrap(), txn);
+            for cut in 0..bytes.len() {
+                assert!(Txn::decode(&bytes[..cut]).is_err(), "cut at {cut}");
+            }
+            let mut longer = bytes.clone();
+            longer.push(0);
+            assert!(Txn::decode(&longer).is_err(), "trailing byte accepted");
         }
     }
 }

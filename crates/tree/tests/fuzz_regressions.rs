@@ -11,7 +11,6 @@ const NOW: i64 = 1_700_000_000_000;
 
 fn txn(time_ms: i64, op: TxnOp) -> Txn {
     Txn {
-        proposal_id: 0,
         session_id: SESSION,
         xid: 1,
         time_ms,
@@ -167,7 +166,6 @@ fn snapshot_with_a_childful_ephemeral_is_rejected() {
     // Format 3: a valid snapshot of / and /a, with the root's owner set.
     let mut tree = keel_tree::DataTree::new();
     let create = |path: &str| Txn {
-        proposal_id: 0,
         session_id: 5,
         xid: 1,
         time_ms: 1,
