@@ -10,6 +10,9 @@ pub mod snapfile;
 mod store;
 pub mod transport;
 
+#[cfg(test)]
+mod tests;
+
 pub use crate::core::{
     Core, CoreConfig, Durable, Io, Outbound, PlantedBug, SnapshotSource, BATCH_BYTES_MAX,
     ELECTION_TICKS, LOG_KEPT_BEHIND_SNAPSHOT,

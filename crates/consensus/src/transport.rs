@@ -82,7 +82,7 @@ const CHUNK_HEADER_BYTES: usize = 8 + 1 + 4 + 4 + 8 + 4;
 #[derive(Debug)]
 pub enum PeerInput {
     Raft(Box<Message>),
-    /// A follower's client transactions, encoded as one batch.
+    /// A follower's proposals, encoded as one entry payload.
     Forward(Vec<u8>),
     /// Sessions a follower saw activity from.
     Touch(Vec<i64>),

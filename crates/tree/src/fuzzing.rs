@@ -343,11 +343,7 @@ impl World {
             19 => self.reap(),
             20 if src.below(2) == 0 => self.begin_writing(),
             20 => self.snapshot(),
-            21 => {
-                if self.term < (1 << 31) - 1 {
-                    self.term += 1;
-                }
-            }
+            21 if self.term < (1 << 31) - 1 => self.term += 1,
             22 => {
                 self.time_ms = match src.below(8) {
                     0 => src.pick(&[i64::MIN, i64::MAX, 0, -1]),

@@ -47,7 +47,7 @@ const DEDUP_FORMAT_VERSION: i32 = 3;
 const LEGACY_FORMAT_VERSION: i32 = 2;
 const FILE_HEADER_BYTES: usize = 12;
 const FRAME_HEADER_BYTES: usize = 9;
-const KIND_HEADER: u8 = 1;
+pub(crate) const KIND_HEADER: u8 = 1;
 const KIND_NODES: u8 = 2;
 const KIND_END: u8 = 3;
 /// A NODES frame is closed once its payload passes this size.
@@ -182,7 +182,7 @@ fn encode_record(id: NodeId, slot: &Slot, out: &mut Vec<u8>) {
 }
 
 /// Appends a frame: header, then the payload `fill` writes.
-fn frame(out: &mut Vec<u8>, kind: u8, fill: impl FnOnce(&mut Vec<u8>)) {
+pub(crate) fn frame(out: &mut Vec<u8>, kind: u8, fill: impl FnOnce(&mut Vec<u8>)) {
     let start = out.len();
     out.push(kind);
     out.extend_from_slice(&[0; 8]);

@@ -586,3 +586,39 @@ fn a_snapshot_written_under_changes_is_the_tree_at_its_start() {
     // A truncated file is refused.
     assert!(snapshot::load(&bytes[..bytes.len() - 3], 2).is_err());
 }
+
+/// A format 3 file (written before consensus kept the dedup table) still
+/// loads: its header's dedup table is read past and dropped.
+#[test]
+fn a_format_3_snapshot_loads_with_its_dedup_table_skipped() {
+    let mut h = Harness::new();
+    h.create("/a", 0).unwrap();
+    h.create("/a/b", 1).unwrap();
+    h.tree.set_applied(7, 2);
+    let mut v4 = Vec::new();
+    snapshot::encode(&mut h.tree, &mut v4);
+    // [magic 8][version 4] then the HEADER frame [kind 1][len 4][crc 4].
+    let len = u32::from_be_bytes(v4[13..17].try_into().unwrap()) as usize;
+    let payload = &v4[21..21 + len];
+    let sessions = h.tree.sessions().len();
+    let split = 48 + 4 + 12 * sessions;
+    let mut v3 = v4[..8].to_vec();
+    v3.extend_from_slice(&3i32.to_be_bytes());
+    snapshot::frame(&mut v3, snapshot::KIND_HEADER, |out| {
+        out.extend_from_slice(&payload[..split]);
+        out.extend_from_slice(&2i32.to_be_bytes());
+        for (origin, sequence) in [(1i64, 40i64), (3, 9)] {
+            out.extend_from_slice(&origin.to_be_bytes());
+            out.extend_from_slice(&sequence.to_be_bytes());
+        }
+        out.extend_from_slice(&payload[split..]);
+    });
+    v3.extend_from_slice(&v4[21 + len..]);
+    let loaded = snapshot::load(&v3, 2).expect("format 3 loads");
+    crate::fuzzing::assert_same(&h.tree, &loaded);
+    assert_eq!(loaded.applied_index(), 7);
+    // The same bytes called format 4 are refused: the table is not a header field.
+    let mut mislabelled = v3.clone();
+    mislabelled[8..12].copy_from_slice(&4i32.to_be_bytes());
+    assert!(snapshot::load(&mislabelled, 2).is_err());
+}

@@ -1,0 +1,185 @@
+//! The dedup of resent proposals, end to end through one `Core`: a
+//! proposal that reaches the log twice is applied once, and a node that
+//! restarts from a snapshot keeps refusing what the snapshot had applied.
+
+use std::sync::Arc;
+
+use raft::eraftpb::{ConfState, Entry, HardState};
+
+use crate::core::{
+    storage_from, Core, CoreConfig, Durable, Io, Outbound, PlantedBug, SnapshotSource,
+};
+use crate::proposal::{encode_entry, Dedup, Envelope, Proposal, ProposalId};
+use crate::transport::PeerInput;
+use crate::{Committed, ConsensusError, RaftStatus, SnapshotJob, SnapshotWriter, StateMachine};
+
+struct NoIo;
+
+impl Io for NoIo {
+    fn send(&mut self, _: Outbound) {}
+    fn persist(
+        &mut self,
+        _: &[Entry],
+        _: Option<&HardState>,
+        _: Option<&ConfState>,
+    ) -> Result<(), ConsensusError> {
+        Ok(())
+    }
+    fn compact_to(&mut self, _: u64) -> Result<(), ConsensusError> {
+        Ok(())
+    }
+    fn save_snapshot(&mut self, _: u64, _: u64, _: &[u8]) -> Result<(), ConsensusError> {
+        Ok(())
+    }
+    fn oldest_snapshot_index(&self) -> Option<u64> {
+        None
+    }
+}
+
+struct NoSnapshots;
+
+impl SnapshotSource for NoSnapshots {
+    fn newest(&self) -> Option<(u64, u64, Vec<u8>)> {
+        None
+    }
+}
+
+/// Records what it applied, as (origin, payload).
+#[derive(Default)]
+struct Recorder {
+    applied: Vec<(u64, Vec<u8>)>,
+    index: u64,
+    term: u64,
+}
+
+struct Done;
+
+impl SnapshotWriter for Done {
+    fn next_chunk(&mut self, _: &mut Vec<u8>) -> Result<bool, String> {
+        Ok(false)
+    }
+}
+
+impl StateMachine for Recorder {
+    fn apply(&mut self, index: u64, term: u64, proposals: &[Committed<'_>]) {
+        self.applied
+            .extend(proposals.iter().map(|p| (p.origin, p.payload.to_vec())));
+        (self.index, self.term) = (index, term);
+    }
+    fn skip(&mut self, index: u64, term: u64) {
+        (self.index, self.term) = (index, term);
+    }
+    fn snapshot_begin(&mut self) -> SnapshotJob {
+        SnapshotJob {
+            index: self.index,
+            term: self.term,
+            head: b"machine".to_vec(),
+            writer: Box::new(Done),
+        }
+    }
+    fn snapshot_end(&mut self) {}
+    fn dropped(&mut self, _: Vec<Vec<u8>>) {}
+    fn role_changed(&mut self, _: bool) {}
+    fn touched(&mut self, _: &[i64]) {}
+    fn restore(&mut self, _: u64, _: &[u8]) -> Result<(), String> {
+        Ok(())
+    }
+    fn read_ready(&mut self, _: Vec<u8>) {}
+    fn read_failed(&mut self, _: Vec<u8>) {}
+}
+
+fn single_node(dedup: Dedup) -> Core<Recorder, NoIo, NoSnapshots> {
+    let storage = storage_from(Durable {
+        snapshot_index: 0,
+        snapshot_term: 0,
+        conf_state: ConfState {
+            voters: vec![1],
+            ..Default::default()
+        },
+        hard_state: HardState::default(),
+        entries: Vec::new(),
+    })
+    .expect("empty storage");
+    let config = CoreConfig {
+        node_id: 1,
+        snapshot_every_entries: 1,
+        snapshot_every_log_bytes: u64::MAX,
+        preferred_leader: None,
+        applied: 0,
+        first_sequence: dedup.applied(1) + 1,
+        dedup,
+        seed: 7,
+        log_kept_behind_snapshot: 10,
+        planted_bug: PlantedBug::None,
+    };
+    let status = Arc::new(RaftStatus::default());
+    let mut core = Core::new(
+        config,
+        storage,
+        NoSnapshots,
+        NoIo,
+        Recorder::default(),
+        status,
+    )
+    .expect("a core");
+    for _ in 0..4 {
+        core.advance().expect("advance");
+    }
+    assert!(core.is_leader(), "a single voter leads");
+    core
+}
+
+/// A follower resending proposal `id` of origin 2 (as after a leader change).
+fn forward(core: &mut Core<Recorder, NoIo, NoSnapshots>, sequence: u64, payload: &[u8]) {
+    let mut batch = Vec::new();
+    let proposal = Proposal {
+        id: ProposalId::new(2, sequence),
+        payload: payload.to_vec(),
+    };
+    encode_entry(&[proposal], &mut batch);
+    core.peer(PeerInput::Forward(batch));
+    core.advance().expect("advance");
+}
+
+fn applied_payloads(core: &Core<Recorder, NoIo, NoSnapshots>) -> Vec<Vec<u8>> {
+    core.machine()
+        .applied
+        .iter()
+        .map(|(_, p)| p.clone())
+        .collect()
+}
+
+#[test]
+fn a_proposal_resent_is_applied_once_even_after_a_restart_from_a_snapshot() {
+    let mut core = single_node(Dedup::default());
+    core.propose(b"local".to_vec());
+    core.advance().expect("advance");
+    forward(&mut core, 5, b"five");
+    forward(&mut core, 5, b"five");
+    forward(&mut core, 4, b"four, older than five");
+    forward(&mut core, 6, b"six");
+    assert_eq!(
+        applied_payloads(&core),
+        [b"local".to_vec(), b"five".to_vec(), b"six".to_vec()]
+    );
+    assert_eq!(
+        core.machine().applied[0].0,
+        1,
+        "the local proposal's origin"
+    );
+    assert_eq!(core.machine().applied[1].0, 2);
+
+    let job = core.take_snapshot_job().expect("a snapshot is due");
+    let (envelope, rest) = Envelope::split(&job.head).expect("the head has an envelope");
+    assert_eq!(rest, b"machine");
+    assert_eq!(envelope.dedup.applied(2), 6);
+    assert_eq!(envelope.dedup.applied(1), 1);
+
+    let mut restarted = single_node(envelope.dedup);
+    forward(&mut restarted, 6, b"six");
+    forward(&mut restarted, 7, b"seven");
+    assert_eq!(applied_payloads(&restarted), [b"seven".to_vec()]);
+    restarted.propose(b"after".to_vec());
+    restarted.advance().expect("advance");
+    assert_eq!(restarted.machine().applied.last().unwrap().1, b"after");
+}
