@@ -807,6 +807,9 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
                                 payload,
                             })
                             .collect();
+                        self.status
+                            .proposals_applied
+                            .fetch_add(fresh.len() as u64, Ordering::Relaxed);
                         self.machine.apply(index, term, &fresh)
                     }
                     Err(error) => {

@@ -172,6 +172,9 @@ pub struct RaftStatus {
     pub snapshot_max_ms: AtomicU64,
     pub fsyncs: AtomicU64,
     pub proposals: AtomicU64,
+    /// Proposals handed to the state machine (duplicates left out), since
+    /// this process started: the log replay's transactions.
+    pub proposals_applied: AtomicU64,
     pub batches: AtomicU64,
     /// Heartbeat round trips measured by the peer transport.
     pub heartbeat: Arc<crate::transport::HeartbeatStats>,
@@ -266,6 +269,7 @@ pub fn prepare(config: &RaftConfig) -> Result<(), ConsensusError> {
 /// Opens the log behind the snapshot the caller loaded (at `position`).
 pub fn recover(config: RaftConfig, position: SnapshotPosition) -> Result<Recovery, ConsensusError> {
     prepare(&config)?;
+    let started = std::time::Instant::now();
     let store = LogStore::open(&config.data_dir.join("raft"))?;
     let recovered = store.recover()?;
     let conf_state = match recovered.conf_state {
@@ -303,6 +307,7 @@ pub fn recover(config: RaftConfig, position: SnapshotPosition) -> Result<Recover
         snapshot_index = position.index,
         log_entries,
         last_index = last,
+        read_ms = started.elapsed().as_millis() as u64,
         "recovered"
     );
     Ok(Recovery {
@@ -429,6 +434,10 @@ struct Driver<S: StateMachine> {
     core: Core<S, ShellIo, SnapshotDir>,
     inputs: Receiver<Input>,
     peer_inputs: Receiver<PeerInput>,
+    /// Keeps `peer_inputs` connected when no transport holds a sender (a
+    /// single node): a disconnected channel is always ready in `select!`,
+    /// and the loop would spin on it.
+    _peer_sender: Sender<PeerInput>,
     tick: Duration,
     snapshot_dir: PathBuf,
 }
@@ -455,7 +464,7 @@ pub fn start<S: StateMachine>(
     let own_applied = recovery.position.dedup.applied(config.node_id);
     let first_sequence = ((clock_ms << 12) & sequence_mask).max(own_applied + 1);
     let (peer_sender, peer_inputs) = crossbeam_channel::bounded(PROPOSAL_QUEUE_MAX);
-    let transport = start_transport(&config, peer_sender)?;
+    let transport = start_transport(&config, peer_sender.clone())?;
     let (sender, inputs) = crossbeam_channel::bounded(PROPOSAL_QUEUE_MAX);
     let status = Arc::new(RaftStatus {
         cluster: transport.is_some(),
@@ -500,6 +509,7 @@ pub fn start<S: StateMachine>(
         core,
         inputs,
         peer_inputs,
+        _peer_sender: peer_sender,
         tick: Duration::from_millis(config.tick_ms.max(1)),
         snapshot_dir,
     };
@@ -537,7 +547,13 @@ impl<S: StateMachine> Driver<S> {
     fn run(&mut self, loopback: Sender<Input>) -> Result<(), ConsensusError> {
         let mut next_tick = Instant::now() + self.tick;
         loop {
-            let timeout = next_tick.saturating_duration_since(Instant::now());
+            // Work left from the last turn (a replay applies a bounded
+            // amount per turn) must not wait for an input or the tick.
+            let timeout = if self.core.has_ready() {
+                Duration::ZERO
+            } else {
+                next_tick.saturating_duration_since(Instant::now())
+            };
             crossbeam_channel::select! {
                 recv(self.inputs) -> input => match input {
                     Ok(Input::Shutdown) | Err(_) => {

@@ -196,11 +196,19 @@ async fn catch_up(shared: &Shared) {
     loop {
         let replay = Replay::read(shared);
         if replay.caught_up() {
+            let ms = started.elapsed().as_millis() as u64;
+            let txns = shared
+                .raft()
+                .status
+                .proposals_applied
+                .load(Ordering::Relaxed);
             return tracing::info!(
                 applied_index = replay.applied_index,
                 term = replay.term,
                 leader_id = replay.leader_id,
-                ms = started.elapsed().as_millis() as u64,
+                ms,
+                txns,
+                txns_per_s = txns * 1000 / ms.max(1),
                 "caught up: log replayed"
             );
         }
