@@ -339,7 +339,14 @@ impl DataTree {
         let parent_path = deletable_parent(path)?;
         let parent = self.resolve(parent_path).ok_or(ErrorCode::NoNode)?;
         acl::check(self.acl_of(parent), perms::DELETE, ctx.auth)?;
-        let id = self.resolve(path).ok_or(ErrorCode::NoNode)?;
+        let id = match path::split(path) {
+            // One lookup under the parent, not a walk from the root again.
+            Some((_, name)) if !name.is_empty() => {
+                self.index.find(&self.arena, parent, name.as_bytes())
+            }
+            _ => self.resolve(path),
+        }
+        .ok_or(ErrorCode::NoNode)?;
         check_version(self.slot(id).stat.version, version)?;
         if !self.slot(id).children.is_empty() {
             return Err(ErrorCode::NotEmpty);

@@ -514,7 +514,11 @@ impl DataTree {
         acl: Option<u32>,
     ) {
         self.before_change(id);
-        self.account(id, false);
+        // The path, its hash and the owner stay: only the content's share
+        // of the digest, data size and memory changes (no owner index is
+        // touched, the ancestors are walked once).
+        let path = self.path_facts(id);
+        let (old_digest, old_size, old_heap) = self.content_share(id, path);
         let slot = self.arena.get_mut(id);
         let old_stat = slot.stat;
         change(&mut slot.stat);
@@ -527,7 +531,13 @@ impl DataTree {
             std::mem::replace(&mut slot.blob, blob)
         });
         let old_acl = acl.map(|acl| std::mem::replace(&mut slot.acl, acl));
-        self.account(id, true);
+        let (new_digest, new_size, new_heap) = self.content_share(id, path);
+        self.digest = self
+            .digest
+            .wrapping_sub(old_digest)
+            .wrapping_add(new_digest);
+        self.data_size = self.data_size - old_size + new_size;
+        self.heap_bytes = self.heap_bytes - old_heap + new_heap;
         match &mut self.journal {
             Some(journal) => {
                 journal.push(Undo::Updated(id, Box::new((old_stat, old_blob, old_acl))))
@@ -544,11 +554,8 @@ impl DataTree {
     /// and owner indexes; an ACL reference is dropped on removal only by
     /// the caller that frees the slot for good.
     fn account(&mut self, id: NodeId, present: bool) {
-        let digest = self.slot_digest(id);
-        let slot = self.arena.get(id);
-        let size = self.path_len(id) + slot.blob.data_len() as u64;
-        let heap = slot.blob.heap_bytes() as u64;
-        let owner = slot.stat.ephemeral_owner;
+        let (digest, size, heap) = self.content_share(id, self.path_facts(id));
+        let owner = self.arena.get(id).stat.ephemeral_owner;
         if present {
             self.node_count += 1;
             self.digest = self.digest.wrapping_add(digest);
@@ -647,16 +654,33 @@ impl DataTree {
     /// into replica comparisons), and the two halves can be computed apart
     /// (a snapshot load hashes contents on every core).
     pub(crate) fn slot_digest(&self, id: NodeId) -> u64 {
+        combine_digest(self.path_facts(id).0, content_digest(self.arena.get(id)))
+    }
+
+    /// FNV-1a of a node's full path, and the path's length in bytes, from
+    /// one walk up its ancestors.
+    fn path_facts(&self, id: NodeId) -> (u64, u64) {
         let mut hash = FNV_OFFSET;
         if id == ROOT {
-            hash = fnv(hash, b"/");
-        } else {
-            for ancestor in self.chain(id).iter().rev() {
-                hash = fnv(hash, b"/");
-                hash = fnv(hash, self.arena.get(*ancestor).blob.name_bytes());
-            }
+            return (fnv(hash, b"/"), 1);
         }
-        combine_digest(hash, content_digest(self.arena.get(id)))
+        let mut len = 0;
+        for ancestor in self.chain(id).iter().rev() {
+            let name = self.arena.get(*ancestor).blob.name_bytes();
+            hash = fnv(hash, b"/");
+            hash = fnv(hash, name);
+            len += 1 + name.len() as u64;
+        }
+        (hash, len)
+    }
+
+    /// A node's digest, approximate data size (the path counts, as in
+    /// ZooKeeper) and blob heap bytes, given its `path_facts`.
+    fn content_share(&self, id: NodeId, (path_hash, path_len): (u64, u64)) -> (u64, u64, u64) {
+        let slot = self.arena.get(id);
+        let digest = combine_digest(path_hash, content_digest(slot));
+        let size = path_len + slot.blob.data_len() as u64;
+        (digest, size, slot.blob.heap_bytes() as u64)
     }
 
     /// Invariants of one node: ephemerals never have children.
