@@ -33,8 +33,8 @@ use crate::store::{
     SEGMENT_SLOTS_LOG2,
 };
 use crate::tree::{
-    acl_refs, combine_digest, content_digest, feed_content, fnv, owner_kind, DataTree, OwnerKind,
-    FNV_OFFSET,
+    acl_refs, combine_digest, content_digest, feed_content, fnv, legacy_content_digest, owner_kind,
+    DataTree, OwnerKind, FNV_OFFSET,
 };
 
 const MAGIC: &[u8; 8] = b"KEELSNAP";
@@ -627,7 +627,7 @@ fn load_framed(bytes: &[u8], version: i32, threads: usize) -> Result<DataTree, S
     let mut tree = DataTree::bare();
     let segments = decode_parallel(&tasks, header.slot_len, threads)?;
     tree.arena = Arena::from_segments(segments);
-    build(tree, header, threads)
+    build(tree, header, version, threads)
 }
 
 fn check_end(frame: &FrameRef<'_>, frames: usize, node_count: u64) -> Result<(), SnapshotError> {
@@ -689,7 +689,12 @@ fn decode_parallel(
 }
 
 /// Links a loaded arena into a tree and checks it against the header.
-fn build(mut tree: DataTree, header: Header, threads: usize) -> Result<DataTree, SnapshotError> {
+fn build(
+    mut tree: DataTree,
+    header: Header,
+    version: i32,
+    threads: usize,
+) -> Result<DataTree, SnapshotError> {
     tree.applied_index = header.applied_index;
     tree.applied_term = header.applied_term;
     tree.last_zxid = header.last_zxid;
@@ -712,7 +717,8 @@ fn build(mut tree: DataTree, header: Header, threads: usize) -> Result<DataTree,
     link_children(&mut tree, threads)?;
     tree.index.build(&tree.arena, threads);
     // Allocated last, so that freeing it leaves no hole under the tree.
-    let contents = content_digests(&tree.arena, threads);
+    let legacy = version == DEDUP_FORMAT_VERSION;
+    let contents = content_digests(&tree.arena, threads, legacy);
     walk(&mut tree, &contents)?;
     if tree.node_count != header.node_count {
         return Err(inconsistent(format!(
@@ -725,6 +731,11 @@ fn build(mut tree: DataTree, header: Header, threads: usize) -> Result<DataTree,
             "digest {:#x} != stored {:#x}",
             tree.digest, header.digest
         )));
+    }
+    if legacy {
+        // Verified with format 3's content hash; kept from now on in this
+        // Keel's (one pass over the nodes, for an old file only).
+        tree.digest = tree.recomputed_digest();
     }
     Ok(tree)
 }
@@ -768,13 +779,17 @@ fn link_children(tree: &mut DataTree, threads: usize) -> Result<(), SnapshotErro
 
 /// Every slot's content digest (0 for free slots), hashed on `threads`
 /// workers over disjoint id ranges.
-fn content_digests(arena: &Arena, threads: usize) -> Vec<u64> {
+fn content_digests(arena: &Arena, threads: usize, legacy: bool) -> Vec<u64> {
     let mut contents = vec![0u64; arena.len() as usize];
     let digest = |first: usize, part: &mut [u64]| {
         for (offset, value) in part.iter_mut().enumerate() {
             let slot = arena.get((first + offset) as NodeId);
             if !slot.is_free() {
-                *value = content_digest(slot);
+                *value = if legacy {
+                    legacy_content_digest(slot)
+                } else {
+                    content_digest(slot)
+                };
             }
         }
     };

@@ -604,8 +604,17 @@ fn a_format_3_snapshot_loads_with_its_dedup_table_skipped() {
     let split = 48 + 4 + 12 * sessions;
     let mut v3 = v4[..8].to_vec();
     v3.extend_from_slice(&3i32.to_be_bytes());
+    // Format 3's digest hashed contents byte-wise (header field 4).
+    let legacy_digest = h.tree.legacy_digest().to_be_bytes();
+    assert_ne!(
+        legacy_digest,
+        payload[24..32],
+        "the content hash changed in format 4"
+    );
     snapshot::frame(&mut v3, snapshot::KIND_HEADER, |out| {
-        out.extend_from_slice(&payload[..split]);
+        out.extend_from_slice(&payload[..24]);
+        out.extend_from_slice(&legacy_digest);
+        out.extend_from_slice(&payload[32..split]);
         out.extend_from_slice(&2i32.to_be_bytes());
         for (origin, sequence) in [(1i64, 40i64), (3, 9)] {
             out.extend_from_slice(&origin.to_be_bytes());
@@ -615,6 +624,7 @@ fn a_format_3_snapshot_loads_with_its_dedup_table_skipped() {
     });
     v3.extend_from_slice(&v4[21 + len..]);
     let loaded = snapshot::load(&v3, 2).expect("format 3 loads");
+    // Loaded, the tree keeps this Keel's digest.
     crate::fuzzing::assert_same(&h.tree, &loaded);
     assert_eq!(loaded.applied_index(), 7);
     // The same bytes called format 4 are refused: the table is not a header field.
