@@ -10,6 +10,7 @@
 #   make compare        Keel vs a 3-node ZooKeeper 3.8 ensemble under keel bench (BENCHMARKS.md)
 #   make scale          Keel vs ZooKeeper 3.8 holding SCALE_ZNODES znodes (default 10,000,000):
 #                       RSS per znode, snapshot under load, restart (bench/scale.py, BENCHMARKS.md)
+#   make replay         Keel vs ZooKeeper 3.8 log replay rate after kill -9, no snapshot (bench/replay.py)
 #
 # PYTEST_ARGS="-k watch -x" passes extra arguments to pytest.
 
@@ -24,7 +25,7 @@ SUITES      := tests/compat tests/badinput tests/crash tests/cluster
 # suites that compare against ZooKeeper (the cluster suite is Keel-only)
 SELFCHECK_SUITES := tests/compat tests/badinput tests/crash
 
-.PHONY: all build run cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare scale sim fuzz
+.PHONY: all build run cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare scale replay sim fuzz
 
 all: build
 
@@ -74,6 +75,11 @@ compare: test-deps build
 SCALE_ZNODES ?= 10000000
 scale: test-deps build
 	SCALE_ZNODES=$(SCALE_ZNODES) python3 bench/scale.py
+
+# Log replay after kill -9 with no snapshot: single-node Keel, then ZooKeeper 3.8
+# (bench/replay.py: REPLAY_WORKLOAD, REPLAY_SECONDS, REPLAY_CLIENTS; bench/work/replay.json).
+replay: test-deps build
+	python3 bench/replay.py
 
 # Deterministic simulator: a seed range with every checker (crates/sim/README.md).
 sim:
