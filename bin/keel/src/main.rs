@@ -13,6 +13,13 @@ use keel_server::ServerConfig;
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// jemalloc's options, read at its start: background threads return freed
+/// pages to the OS on their decay schedule even when the server goes idle
+/// (without them, purging happens only inside later allocations, so the
+/// garbage of a bulk load stays resident while nothing else happens).
+#[export_name = "_rjem_malloc_conf"]
+pub static MALLOC_CONF: &[u8] = b"background_thread:true\0";
+
 #[derive(Parser)]
 #[command(
     name = "keel",
