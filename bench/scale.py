@@ -139,7 +139,9 @@ DEFAULT_FANOUT = 1_000
 LOAD_CHUNK_SECONDS = 10
 POLL_INTERVAL_S = 0.05
 READY_TIMEOUT_S = 120
-SETTLE_S = 2.0
+# Pause before an RSS sample: long enough for the allocators to hand freed
+# memory back (jemalloc's default dirty-page decay is 10 s; the JVM's GC).
+SETTLE_S = 12.0
 SESSION_TIMEOUT_MS = 30_000
 SOCKET_TIMEOUT_S = 60.0
 PROBE_VALUE = b"p" * 100
