@@ -51,6 +51,10 @@ import threading
 import time
 from datetime import datetime
 
+# The test suites' harness (Python standard library only): ports, four-letter words.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from harness.servers import four_letter_word, free_port  # noqa: E402
+
 # --- process groups, ports and four-letter words (as bench/compare.py had them) ---
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -65,17 +69,6 @@ ZK_CLASSPATH = ":".join(
 
 T0 = time.monotonic()
 _procs = []  # every Popen we started (servers and bench runs)
-_ports = set()
-
-
-def free_port():
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        if p not in _ports:
-            _ports.add(p)
-            return p
 
 
 def spawn(cmd, logpath, cwd=None):
@@ -117,16 +110,9 @@ def on_signal(signum, _frame):
 
 
 def four_letter(port, word, timeout=2.0):
+    """The answer to a four-letter word as text; "" if the server is not up."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-            s.sendall(word.encode())
-            chunks = []
-            while True:
-                b = s.recv(65536)
-                if not b:
-                    break
-                chunks.append(b)
-            return b"".join(chunks).decode(errors="replace")
+        return four_letter_word(port, word, timeout=timeout).decode(errors="replace")
     except OSError:
         return ""
 
