@@ -669,8 +669,9 @@ pub const SNAPSHOT_THREAD_NICE: i32 = 10;
 const SNAPSHOT_IOPRIO: libc::c_long = (2 << 13) | 7;
 
 /// Lowers this thread's CPU and I/O priority (Linux: both apply to the
-/// calling thread). Failure only costs latency, so it is logged, not fatal.
-fn background_priority() {
+/// calling thread): the snapshot writer and the log purge. Failure only
+/// costs latency, so it is logged, not fatal.
+pub(crate) fn background_priority() {
     // SAFETY: plain syscalls on the calling thread (who = 0), no memory.
     let nice = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, SNAPSHOT_THREAD_NICE) };
     // IOPRIO_WHO_PROCESS = 1 (the calling thread when who = 0).

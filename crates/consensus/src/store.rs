@@ -3,6 +3,7 @@
 //! returns only when entries and state are on stable storage.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use raft::eraftpb::{ConfState, Entry, HardState};
 use raft_engine::{Config, Engine, LogBatch, MessageExt, ReadableSize, RecoveryMode};
@@ -35,7 +36,9 @@ pub struct Recovered {
 }
 
 pub struct LogStore {
-    engine: Engine,
+    engine: Arc<Engine>,
+    /// Wakes the purge thread (a bound of one coalesces requests).
+    purge: crossbeam_channel::Sender<()>,
 }
 
 impl LogStore {
@@ -50,7 +53,9 @@ impl LogStore {
             ..Default::default()
         };
         let engine = Engine::open(config).map_err(|e| ConsensusError::Log(e.to_string()))?;
-        Ok(LogStore { engine })
+        let engine = Arc::new(engine);
+        let purge = start_purger(engine.clone())?;
+        Ok(LogStore { engine, purge })
     }
 
     pub fn recover(&self) -> Result<Recovered, ConsensusError> {
@@ -112,11 +117,13 @@ impl LogStore {
 
     /// Drops entries below `index` (a durable snapshot covers them) and
     /// lets raft-engine delete whole files that hold nothing live.
+    /// Drops entries below `index` from the log's index at once; their
+    /// files are deleted by the purge thread, off the driver thread (a
+    /// purge unlinks files of LOG_FILE_BYTES each, whose filesystem
+    /// journal commit every fsync of the log would wait for).
     pub fn compact_to(&self, index: u64) -> Result<(), ConsensusError> {
         self.engine.compact_to(GROUP_ID, index);
-        self.engine
-            .purge_expired_files()
-            .map_err(|e| ConsensusError::Log(e.to_string()))?;
+        let _ = self.purge.try_send(());
         Ok(())
     }
 
@@ -127,4 +134,21 @@ impl LogStore {
     pub fn last_index(&self) -> Option<u64> {
         self.engine.last_index(GROUP_ID)
     }
+}
+
+/// The thread that deletes compacted log files, at the background
+/// priority of the snapshot writer; it ends when the store is dropped.
+fn start_purger(engine: Arc<Engine>) -> Result<crossbeam_channel::Sender<()>, ConsensusError> {
+    let (sender, wakeups) = crossbeam_channel::bounded::<()>(1);
+    std::thread::Builder::new()
+        .name("keel-log-purge".into())
+        .spawn(move || {
+            crate::driver::background_priority();
+            for () in wakeups {
+                if let Err(error) = engine.purge_expired_files() {
+                    tracing::error!(%error, "raft log purge failed; retried at the next compaction");
+                }
+            }
+        })?;
+    Ok(sender)
 }
