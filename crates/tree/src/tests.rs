@@ -632,3 +632,32 @@ fn a_format_3_snapshot_loads_with_its_dedup_table_skipped() {
     mislabelled[8..12].copy_from_slice(&4i32.to_be_bytes());
     assert!(snapshot::load(&mislabelled, 2).is_err());
 }
+
+/// Children stay sorted whether a new name lands on the remembered spot
+/// after its previous sibling (`n10` after `n1`, `n11` after `n10`) or not,
+/// also after deletes shrink the list under a stale hint.
+#[test]
+fn children_created_in_any_order_stay_sorted() {
+    let mut h = Harness::new();
+    h.create("/h", 0).unwrap();
+    let mut expected = std::collections::BTreeSet::new();
+    for i in (0..150).chain((300..320).rev()).chain(150..160) {
+        h.create(&format!("/h/n{i}"), 0).unwrap();
+        expected.insert(format!("n{i}"));
+    }
+    for i in (0..160).step_by(3) {
+        let applied = h.request(Request::Delete(DeleteRequest {
+            path: format!("/h/n{i}"),
+            version: -1,
+        }));
+        assert!(applied.result.is_ok(), "{applied:?}");
+        expected.remove(&format!("n{i}"));
+    }
+    for i in [1000, 5, 6, 0, 3] {
+        let created = h.create(&format!("/h/n{i}"), 0);
+        assert_eq!(created.is_ok(), expected.insert(format!("n{i}")), "n{i}");
+    }
+    let children = h.tree.node("/h").unwrap().children;
+    assert_eq!(children, expected.into_iter().collect::<Vec<_>>());
+    crate::fuzzing::check_invariants(&h.tree);
+}

@@ -111,6 +111,37 @@ pub struct DataTree {
     pub(crate) journal: Option<Vec<Undo>>,
     /// The snapshot being written, if any (copy-on-write state).
     pub(crate) snapshot: Option<SnapshotState>,
+    /// Where each recently grown parent's last child was inserted.
+    pub(crate) insert_hints: InsertHints,
+}
+
+/// Parents whose last insert position is remembered (direct-mapped).
+pub const INSERT_HINTS: usize = 1024;
+
+/// (parent, position just after its last inserted child), by parent id
+/// modulo INSERT_HINTS. Siblings are often created in an order where each
+/// new name sorts right after the previous one (`n10`, `n11`, ... or
+/// `key-a1`, `key-a2`): checking that spot costs two name comparisons
+/// instead of a binary search whose every probe is a cache miss. Only a
+/// hint: the position found is the same with or without it.
+#[derive(Debug, Clone)]
+pub(crate) struct InsertHints(Box<[(NodeId, u32)]>);
+
+impl Default for InsertHints {
+    fn default() -> Self {
+        InsertHints(vec![(NIL, 0); INSERT_HINTS].into_boxed_slice())
+    }
+}
+
+impl InsertHints {
+    fn get(&self, parent: NodeId) -> Option<usize> {
+        let (owner, position) = self.0[parent as usize % INSERT_HINTS];
+        (owner == parent).then_some(position as usize)
+    }
+
+    fn set(&mut self, parent: NodeId, position: usize) {
+        self.0[parent as usize % INSERT_HINTS] = (parent, position as u32);
+    }
 }
 
 impl Default for DataTree {
@@ -139,6 +170,7 @@ impl DataTree {
             heap_bytes: 0,
             journal: None,
             snapshot: None,
+            insert_hints: InsertHints::default(),
         }
     }
 
@@ -385,6 +417,22 @@ impl DataTree {
             .sum()
     }
 
+    /// Where a new child `name` goes among `parent`'s sorted children: the
+    /// hinted spot if `name` sorts right there, else `child_position`.
+    fn insert_position(&self, parent: NodeId, name: &[u8]) -> usize {
+        let children = &self.arena.get(parent).children;
+        let name_of = |child: NodeId| self.arena.get(child).blob.name_bytes();
+        if let Some(at) = self.insert_hints.get(parent) {
+            let after_previous =
+                at == 0 || (at <= children.len() && name_of(children[at - 1]) < name);
+            if after_previous && (at == children.len() || name < name_of(children[at])) {
+                return at;
+            }
+        }
+        self.child_position(parent, name)
+            .expect_err("linking an existing name")
+    }
+
     /// The position of `name` among the sorted children of `parent`. Names
     /// past the last child (sequential nodes, most creates) and at the
     /// first (oldest-first deletes) are found without a search: each probe
@@ -448,9 +496,7 @@ impl DataTree {
         data: Option<&[u8]>,
         acl: u32,
     ) -> NodeId {
-        let position = self
-            .child_position(parent, name.as_bytes())
-            .expect_err("linking an existing name");
+        let position = self.insert_position(parent, name.as_bytes());
         let fresh_only = self.snapshot.is_some();
         let blob = Blob::new(name, data);
         let id = self.arena.alloc(
@@ -466,6 +512,7 @@ impl DataTree {
         self.index.insert(&self.arena, id);
         let before = self.arena.get(parent).children_heap_bytes();
         self.arena.get_mut(parent).children.insert(position, id);
+        self.insert_hints.set(parent, position + 1);
         let after = self.arena.get(parent).children_heap_bytes();
         self.heap_bytes = self.heap_bytes + after as u64 - before as u64;
         self.account(id, true);
@@ -642,6 +689,7 @@ impl DataTree {
         self.index.insert(&self.arena, id);
         let before = self.arena.get(parent).children_heap_bytes();
         self.arena.get_mut(parent).children.insert(position, id);
+        self.insert_hints.set(parent, position + 1);
         let after = self.arena.get(parent).children_heap_bytes();
         self.heap_bytes = self.heap_bytes + after as u64 - before as u64;
         self.account(id, true);
