@@ -47,7 +47,10 @@ cargo-test:
 clean-test:
 	rm -rf tests/work
 
-test: test-deps build cargo-test clean-test
+# `build` after `cargo-test`: the workspace test build unifies the crates'
+# `testing` features (fuzzing helpers, planted bugs) into its keel binary;
+# the Python suites run the production binary, built without them.
+test: test-deps cargo-test build clean-test
 	$(PYTEST) $(SUITES) $(PYTEST_ARGS)
 
 test-python: test-deps clean-test

@@ -244,13 +244,13 @@ pub struct CoreConfig {
     /// in the server; the simulator keeps fewer to exercise install).
     pub log_kept_behind_snapshot: u64,
     /// A bug planted on purpose, to prove the simulator's checkers catch
-    /// it. Always `PlantedBug::None` outside the simulator's own test.
-    #[doc(hidden)]
+    /// it. Only with feature `testing` (the simulator).
+    #[cfg(feature = "testing")]
     pub planted_bug: PlantedBug,
 }
 
 /// Bugs the simulator's test plants to show its checkers can fail.
-#[doc(hidden)]
+#[cfg(feature = "testing")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PlantedBug {
     #[default]
@@ -364,6 +364,17 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             core.raw.campaign()?;
         }
         Ok(core)
+    }
+
+    /// The planted bug `ApplyBeforeCommit` is on (never without `testing`).
+    #[cfg(feature = "testing")]
+    fn apply_before_commit(&self) -> bool {
+        self.config.planted_bug == PlantedBug::ApplyBeforeCommit
+    }
+
+    #[cfg(not(feature = "testing"))]
+    const fn apply_before_commit(&self) -> bool {
+        false
     }
 
     fn is_voter(&self) -> bool {
@@ -682,7 +693,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         if let Some(last) = entries.last() {
             self.status.last_index.store(last.index, Ordering::Release);
         }
-        if self.config.planted_bug == PlantedBug::ApplyBeforeCommit && self.leader {
+        if self.apply_before_commit() && self.leader {
             let early: Vec<Entry> = entries
                 .iter()
                 .filter(|e| e.index == self.applied + 1 && !e.data.is_empty())
@@ -786,7 +797,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             self.log_bytes_since_snapshot += entry.data.len() as u64;
             self.applied_sizes
                 .push_back((index, entry.data.len() as u64));
-            if self.config.planted_bug == PlantedBug::ApplyBeforeCommit && index <= self.applied {
+            if self.apply_before_commit() && index <= self.applied {
                 continue; // applied early by the planted bug
             }
             assert!(

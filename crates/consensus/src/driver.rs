@@ -491,6 +491,7 @@ pub fn start<S: StateMachine>(
         dedup: recovery.position.dedup.clone(),
         seed: clock_ms ^ config.node_id,
         log_kept_behind_snapshot: crate::core::LOG_KEPT_BEHIND_SNAPSHOT,
+        #[cfg(feature = "testing")]
         planted_bug: crate::core::PlantedBug::None,
     };
     let core = Core::new(

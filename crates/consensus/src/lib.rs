@@ -3,20 +3,29 @@
 //! order and hands committed proposals (bytes it never interprets) to the
 //! state machine.
 
+// The sans-IO core and the transport's types are public only for the
+// simulator (feature `testing`); the server needs the driver's API below.
+#[cfg(feature = "testing")]
 pub mod core;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code)]
+mod core;
 mod driver;
 pub mod proposal;
 pub mod snapfile;
 mod store;
+#[cfg(feature = "testing")]
 pub mod transport;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code)]
+mod transport;
 
 #[cfg(test)]
 mod tests;
 
-pub use crate::core::{
-    Core, CoreConfig, Durable, Io, Outbound, PlantedBug, SnapshotSource, BATCH_BYTES_MAX,
-    ELECTION_TICKS, LOG_KEPT_BEHIND_SNAPSHOT,
-};
+#[cfg(feature = "testing")]
+pub use crate::core::{Core, CoreConfig, Durable, Io, Outbound, PlantedBug, SnapshotSource};
+pub use crate::core::{BATCH_BYTES_MAX, ELECTION_TICKS, LOG_KEPT_BEHIND_SNAPSHOT};
 pub use driver::{
     prepare, recover, start, RaftConfig, RaftHandle, RaftStatus, Recovery, SnapshotJob,
     SnapshotPosition, SnapshotWriter, StateMachine, SubmitError, PROPOSAL_QUEUE_MAX,

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use raft::eraftpb::{ConfState, Entry, HardState};
 
-use crate::core::{
-    storage_from, Core, CoreConfig, Durable, Io, Outbound, PlantedBug, SnapshotSource,
-};
+#[cfg(feature = "testing")]
+use crate::core::PlantedBug;
+use crate::core::{storage_from, Core, CoreConfig, Durable, Io, Outbound, SnapshotSource};
 use crate::proposal::{encode_entry, Dedup, Envelope, Proposal, ProposalId};
 use crate::transport::PeerInput;
 use crate::{Committed, ConsensusError, RaftStatus, SnapshotJob, SnapshotWriter, StateMachine};
@@ -110,6 +110,7 @@ fn single_node(dedup: Dedup) -> Core<Recorder, NoIo, NoSnapshots> {
         dedup,
         seed: 7,
         log_kept_behind_snapshot: 10,
+        #[cfg(feature = "testing")]
         planted_bug: PlantedBug::None,
     };
     let status = Arc::new(RaftStatus::default());

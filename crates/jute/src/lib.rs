@@ -25,6 +25,7 @@ pub mod consts;
 pub mod error;
 pub mod frame;
 #[doc(hidden)]
+#[cfg(any(test, feature = "testing"))]
 pub mod fuzzing;
 pub mod message;
 pub mod records;

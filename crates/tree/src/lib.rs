@@ -12,7 +12,7 @@
 
 pub mod acl;
 mod apply;
-#[doc(hidden)]
+#[cfg(any(test, feature = "testing"))]
 pub mod fuzzing;
 pub mod path;
 mod quota;
