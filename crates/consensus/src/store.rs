@@ -37,8 +37,21 @@ pub struct Recovered {
 
 pub struct LogStore {
     engine: Arc<Engine>,
-    /// Wakes the purge thread (a bound of one coalesces requests).
-    purge: crossbeam_channel::Sender<()>,
+    /// Wakes the purge thread (a bound of one coalesces requests); None
+    /// once dropped.
+    purge: Option<crossbeam_channel::Sender<()>>,
+    /// Joined on drop: the thread holds the engine, whose directory lock
+    /// must be free when the store is gone (a restart in the same process).
+    purger: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for LogStore {
+    fn drop(&mut self) {
+        self.purge.take();
+        if let Some(purger) = self.purger.take() {
+            let _ = purger.join();
+        }
+    }
 }
 
 impl LogStore {
@@ -54,8 +67,12 @@ impl LogStore {
         };
         let engine = Engine::open(config).map_err(|e| ConsensusError::Log(e.to_string()))?;
         let engine = Arc::new(engine);
-        let purge = start_purger(engine.clone())?;
-        Ok(LogStore { engine, purge })
+        let (purge, purger) = start_purger(engine.clone())?;
+        Ok(LogStore {
+            engine,
+            purge: Some(purge),
+            purger: Some(purger),
+        })
     }
 
     pub fn recover(&self) -> Result<Recovered, ConsensusError> {
@@ -123,7 +140,9 @@ impl LogStore {
     /// journal commit every fsync of the log would wait for).
     pub fn compact_to(&self, index: u64) -> Result<(), ConsensusError> {
         self.engine.compact_to(GROUP_ID, index);
-        let _ = self.purge.try_send(());
+        if let Some(purge) = &self.purge {
+            let _ = purge.try_send(());
+        }
         Ok(())
     }
 
@@ -138,9 +157,11 @@ impl LogStore {
 
 /// The thread that deletes compacted log files, at the background
 /// priority of the snapshot writer; it ends when the store is dropped.
-fn start_purger(engine: Arc<Engine>) -> Result<crossbeam_channel::Sender<()>, ConsensusError> {
+type Purger = (crossbeam_channel::Sender<()>, std::thread::JoinHandle<()>);
+
+fn start_purger(engine: Arc<Engine>) -> Result<Purger, ConsensusError> {
     let (sender, wakeups) = crossbeam_channel::bounded::<()>(1);
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("keel-log-purge".into())
         .spawn(move || {
             crate::driver::background_priority();
@@ -150,5 +171,5 @@ fn start_purger(engine: Arc<Engine>) -> Result<crossbeam_channel::Sender<()>, Co
                 }
             }
         })?;
-    Ok(sender)
+    Ok((sender, thread))
 }

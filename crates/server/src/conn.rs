@@ -25,7 +25,9 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use crate::port::ClientPort;
-use crate::shared::{wall_clock_ms, ConnectionInfo, Outbound, Route, Shared};
+use crate::shared::{
+    wall_clock_ms, ConnectionInfo, Outbound, Route, Shared, CONNECTION_OUTBOUND_MAX,
+};
 
 /// Requests a connection may have queued or in flight before the server
 /// stops reading its socket (backpressure, not an error).
@@ -35,9 +37,57 @@ pub const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
 /// How long session creation may wait for the log.
 pub const SESSION_CREATE_TIMEOUT_MS: u64 = 30_000;
 const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Reply bytes a connection prepares before it writes them out: requests
+/// already read wait while the socket takes these (a client that does not
+/// read its replies stops the server from reading its requests).
+pub const OUT_BUFFER_MAX_BYTES: usize = 1 << 20;
 
 /// Why a connection ended; logged, never sent.
-type Closed = &'static str;
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Closed {
+    #[error("closed by client")]
+    ByClient,
+    #[error("read error")]
+    ReadError,
+    #[error("write error")]
+    WriteError,
+    #[error("first packet length out of bounds")]
+    BadFirstFrame,
+    #[error("frame length out of bounds")]
+    BadFrame,
+    #[error("truncated request header")]
+    TruncatedHeader,
+    #[error("malformed ConnectRequest")]
+    MalformedConnect,
+    #[error("client has seen a newer zxid")]
+    ClientAhead,
+    #[error("session expired or password mismatch")]
+    SessionInvalid,
+    #[error("proposal queue full or raft stopped")]
+    ProposeFailed,
+    #[error("sync queue full or raft stopped")]
+    SyncFailed,
+    #[error("session creation timed out")]
+    SessionCreateTimeout,
+    #[error("unexpected message during session creation")]
+    UnexpectedDuringCreate,
+    #[error("authentication failed")]
+    AuthFailed,
+    #[error("internal: reply out of order")]
+    ReplyOutOfOrder,
+    #[error("session closed by client")]
+    SessionClosedByClient,
+    #[error("unknown opcode")]
+    UnknownOpcode,
+    #[error("server shutting down")]
+    Shutdown,
+    #[error("client not reading: {CONNECTION_OUTBOUND_MAX} messages queued")]
+    OutboundFull,
+    /// The server closed it (the session ended or moved, a snapshot
+    /// replaced the state, ...).
+    #[error("{0}")]
+    Server(&'static str),
+}
 
 /// A request not yet answered, in arrival order.
 enum Queued {
@@ -57,7 +107,9 @@ struct Connection {
     session_id: i64,
     auth: Vec<keel_jute::Id>,
     writer: OwnedWriteHalf,
-    inbox: mpsc::UnboundedReceiver<Outbound>,
+    inbox: mpsc::Receiver<Outbound>,
+    /// Signalled by the apply side when `inbox` is full.
+    overflow: Arc<tokio::sync::Notify>,
     /// Messages taken off the inbox early (while serving a read) but newer
     /// than that read: handled next, in order.
     stash: VecDeque<Outbound>,
@@ -91,14 +143,14 @@ pub async fn serve(port: &ClientPort, stream: TcpStream, peer: SocketAddr) {
             return;
         }
         Ok(Err(reason)) => {
-            return tracing::info!(%peer, reason, "connection closed before handshake")
+            return tracing::info!(%peer, %reason, "connection closed before handshake")
         }
         Err(_) => return tracing::info!(%peer, "handshake timed out"),
     };
     let Some(shared) = serving else {
         return tracing::info!(%peer, "session request closed: still loading the data");
     };
-    let (sender, inbox) = mpsc::unbounded_channel();
+    let (sender, inbox) = mpsc::channel(CONNECTION_OUTBOUND_MAX);
     let id = shared
         .next_connection_id
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -113,6 +165,7 @@ pub async fn serve(port: &ClientPort, stream: TcpStream, peer: SocketAddr) {
         }],
         writer,
         inbox,
+        overflow: Arc::new(tokio::sync::Notify::new()),
         stash: VecDeque::new(),
         queue: VecDeque::new(),
         in_flight: 0,
@@ -151,11 +204,11 @@ async fn read_first_frame(
             match frame::check_frame(buf, frame_max_bytes) {
                 Ok(Some(total)) => return Ok(First::Frame(total)),
                 Ok(None) => {}
-                Err(_) => return Err("first packet length out of bounds"),
+                Err(_) => return Err(Closed::BadFirstFrame),
             }
         }
-        if reader.read_buf(buf).await.map_err(|_| "read error")? == 0 {
-            return Err("closed by client");
+        if reader.read_buf(buf).await.map_err(|_| Closed::ReadError)? == 0 {
+            return Err(Closed::ByClient);
         }
     }
 }
@@ -164,17 +217,16 @@ impl Connection {
     async fn handshake(
         &mut self,
         payload: &[u8],
-        sender: mpsc::UnboundedSender<Outbound>,
+        sender: mpsc::Sender<Outbound>,
     ) -> Result<(), Closed> {
-        let request =
-            ConnectRequest::from_bytes(payload).map_err(|_| "malformed ConnectRequest")?;
+        let request = ConnectRequest::from_bytes(payload).map_err(|_| Closed::MalformedConnect)?;
         let shared = self.shared.clone();
         let config = &shared.config;
         let last_zxid = shared.tree.read().last_zxid();
         if request.last_zxid_seen > last_zxid {
             // ZooKeeper refuses a client that has seen a newer state than ours.
             tracing::info!(peer = %self.peer, seen = request.last_zxid_seen, ours = last_zxid, "client is ahead of this server");
-            return Err("client has seen a newer zxid");
+            return Err(Closed::ClientAhead);
         }
         let timeout_ms = keel_session::negotiate_timeout_ms(
             request.time_out,
@@ -204,7 +256,7 @@ impl Connection {
         }
         frame::write_frame(&mut self.out, |out| out.extend_from_slice(&body));
         if !valid {
-            return Err("session expired or password mismatch");
+            return Err(Closed::SessionInvalid);
         }
         self.shared.connections.lock().insert(
             self.id,
@@ -223,7 +275,7 @@ impl Connection {
     async fn create_session(
         &mut self,
         timeout_ms: u32,
-        sender: mpsc::UnboundedSender<Outbound>,
+        sender: mpsc::Sender<Outbound>,
     ) -> Result<bool, Closed> {
         let shared = self.shared.clone();
         self.session_id = shared
@@ -234,6 +286,7 @@ impl Connection {
             Route {
                 connection_id: self.id,
                 sender,
+                overflow: self.overflow.clone(),
             },
         );
         let txn = Txn {
@@ -244,7 +297,7 @@ impl Connection {
             op: TxnOp::CreateSession { timeout_ms },
         };
         if shared.raft().propose(txn.encode()).is_err() {
-            return Err("cannot propose session creation");
+            return Err(Closed::ProposeFailed);
         }
         let wait = tokio::time::timeout(
             Duration::from_millis(SESSION_CREATE_TIMEOUT_MS),
@@ -257,25 +310,21 @@ impl Connection {
                 result: Ok(_),
                 ..
             })) => Ok(true),
-            Ok(Some(Outbound::Close { reason })) => Err(reason),
-            Ok(_) => Err("unexpected message during session creation"),
-            Err(_) => Err("session creation timed out"),
+            Ok(Some(Outbound::Close { reason })) => Err(Closed::Server(reason)),
+            Ok(_) => Err(Closed::UnexpectedDuringCreate),
+            Err(_) => Err(Closed::SessionCreateTimeout),
         }
     }
 
     /// Resumes a session on this connection if it lives and the password
     /// matches; the previous connection of the session is closed.
-    fn resume_session(
-        &mut self,
-        request: &ConnectRequest,
-        sender: mpsc::UnboundedSender<Outbound>,
-    ) -> bool {
+    fn resume_session(&mut self, request: &ConnectRequest, sender: mpsc::Sender<Outbound>) -> bool {
         let shared = self.shared.clone();
         let session_id = request.session_id;
         // ZooKeeper closes the session's current connection on ANY resume
         // attempt, before it checks the password; clients reconnect.
         if let Some(route) = shared.routes.lock().get(&session_id) {
-            let _ = route.sender.send(Outbound::Close {
+            route.send(Outbound::Close {
                 reason: "another connection resumed this session",
             });
         }
@@ -298,9 +347,10 @@ impl Connection {
             Route {
                 connection_id: self.id,
                 sender,
+                overflow: self.overflow.clone(),
             },
         ) {
-            let _ = old.sender.send(Outbound::Close {
+            old.send(Outbound::Close {
                 reason: "session moved to another connection",
             });
         }
@@ -313,14 +363,18 @@ impl Connection {
         mut buf: Vec<u8>,
     ) -> Closed {
         loop {
-            if let Err(reason) = self.take_frames(&mut buf) {
-                return reason;
-            }
+            let more = match self.take_frames(&mut buf) {
+                Ok(more) => more,
+                Err(reason) => return reason,
+            };
             if let Err(reason) = self.flush().await {
                 return reason;
             }
             if let Some(reason) = self.closing {
                 return reason;
+            }
+            if more {
+                continue; // frames already read wait behind OUT_BUFFER_MAX_BYTES
             }
             let accepting = self.queue.len() < PENDING_REQUESTS_MAX;
             if let Some(message) = self.stash.pop_front() {
@@ -329,22 +383,29 @@ impl Connection {
             }
             tokio::select! {
                 read = reader.read_buf(&mut buf), if accepting => match read {
-                    Ok(0) => return "closed by client",
+                    Ok(0) => return Closed::ByClient,
                     Ok(_) => {}
-                    Err(_) => return "read error",
+                    Err(_) => return Closed::ReadError,
                 },
                 message = self.inbox.recv() => match message {
                     Some(message) => self.on_outbound(message),
-                    None => return "server shutting down",
+                    None => return Closed::Shutdown,
                 },
+                () = self.overflow.notified() => return Closed::OutboundFull,
             }
         }
     }
 
-    /// Handles every complete frame in `buf`.
-    fn take_frames(&mut self, buf: &mut Vec<u8>) -> Result<(), Closed> {
+    /// Handles the complete frames in `buf` until OUT_BUFFER_MAX_BYTES of
+    /// replies are ready; true if it stopped there (frames may be left).
+    fn take_frames(&mut self, buf: &mut Vec<u8>) -> Result<bool, Closed> {
         let mut consumed = 0;
+        let mut full = false;
         while self.closing.is_none() && self.queue.len() < PENDING_REQUESTS_MAX {
+            if self.out.len() >= OUT_BUFFER_MAX_BYTES {
+                full = true;
+                break;
+            }
             let total = match frame::check_frame(
                 &buf[consumed..],
                 self.shared.config.jute_max_buffer_bytes,
@@ -353,7 +414,7 @@ impl Connection {
                 Ok(None) => break,
                 Err(error) => {
                     tracing::warn!(peer = %self.peer, session = format_args!("{:#x}", self.session_id), %error, "closing connection: bad frame length");
-                    return Err("frame length out of bounds");
+                    return Err(Closed::BadFrame);
                 }
             };
             let payload = buf[consumed + 4..consumed + total].to_vec();
@@ -361,12 +422,12 @@ impl Connection {
             self.on_frame(payload)?;
         }
         buf.drain(..consumed);
-        Ok(())
+        Ok(full)
     }
 
     fn on_frame(&mut self, payload: Vec<u8>) -> Result<(), Closed> {
         let header = RequestHeader::from_bytes(&payload[..payload.len().min(8)])
-            .map_err(|_| "truncated request header")?;
+            .map_err(|_| Closed::TruncatedHeader)?;
         self.shared
             .stats
             .packets_received
@@ -403,7 +464,7 @@ impl Connection {
                 tracing::warn!(peer = %self.peer, op, "unknown opcode: answering Unimplemented and closing");
                 // ZooKeeper's UnimplementedRequestProcessor answers zxid -1.
                 self.reply(header.xid, -1, Err(ErrorCode::Unimplemented));
-                self.closing = Some("unknown opcode");
+                self.closing = Some(Closed::UnknownOpcode);
                 return Ok(());
             }
             Err(error) => {
@@ -445,7 +506,7 @@ impl Connection {
             op,
         };
         if self.shared.raft().propose(txn.encode()).is_err() {
-            return Err("proposal queue full or raft stopped");
+            return Err(Closed::ProposeFailed);
         }
         self.push_in_flight(header.xid);
         Ok(())
@@ -470,7 +531,7 @@ impl Connection {
     fn sync(&mut self, xid: i32, path: &str) -> Result<(), Closed> {
         let context = crate::machine::encode_sync_context(self.session_id, xid, path);
         if self.shared.raft().read_index(context).is_err() {
-            return Err("sync queue full or raft stopped");
+            return Err(Closed::SyncFailed);
         }
         self.push_in_flight(xid);
         Ok(())
@@ -637,7 +698,7 @@ impl Connection {
             Err(code) => {
                 tracing::info!(peer = %self.peer, scheme = packet.scheme, "authentication failed; closing");
                 self.reply(request_xid, 0, Err(code));
-                self.closing = Some("authentication failed");
+                self.closing = Some(Closed::AuthFailed);
             }
         }
         Ok(())
@@ -646,7 +707,7 @@ impl Connection {
     fn on_outbound(&mut self, message: Outbound) {
         match message {
             Outbound::Event { event, .. } => self.event(event),
-            Outbound::Close { reason } => self.closing = Some(reason),
+            Outbound::Close { reason } => self.closing = Some(Closed::Server(reason)),
             Outbound::Reply {
                 xid: reply_xid,
                 zxid,
@@ -674,7 +735,7 @@ impl Connection {
                     }
                     _ => {
                         tracing::error!(peer = %self.peer, reply_xid, "reply out of order; closing connection");
-                        self.closing = Some("internal: reply out of order");
+                        self.closing = Some(Closed::ReplyOutOfOrder);
                         return;
                     }
                 }
@@ -685,7 +746,7 @@ impl Connection {
                     self.reply(reply_xid, zxid, result);
                 }
                 if op_code == opcode::CLOSE_SESSION {
-                    self.closing = Some("session closed by client");
+                    self.closing = Some(Closed::SessionClosedByClient);
                     return;
                 }
                 self.run_waiting();
@@ -782,19 +843,29 @@ impl Connection {
         self.shared.tree.read().last_zxid()
     }
 
+    /// Writes the prepared replies; a client that stops reading keeps this
+    /// waiting until its outbound queue overflows, which ends it.
     async fn flush(&mut self) -> Result<(), Closed> {
         if self.out.is_empty() {
             return Ok(());
         }
-        let result = self.writer.write_all(&self.out).await;
+        let overflow = self.overflow.clone();
+        let result = tokio::select! {
+            written = self.writer.write_all(&self.out) => written.map_err(|_| Closed::WriteError),
+            () = overflow.notified() => Err(Closed::OutboundFull),
+        };
         self.out.clear();
-        result.map_err(|_| "write error")
+        result
     }
 
     async fn finish(mut self, reason: Closed) {
         let _ = self.flush().await;
         let _ = self.writer.shutdown().await;
-        tracing::debug!(peer = %self.peer, session = format_args!("{:#x}", self.session_id), reason, "connection closed");
+        if reason == Closed::OutboundFull {
+            tracing::warn!(peer = %self.peer, session = format_args!("{:#x}", self.session_id), %reason, "connection closed");
+        } else {
+            tracing::debug!(peer = %self.peer, session = format_args!("{:#x}", self.session_id), %reason, "connection closed");
+        }
         let shared = self.shared.clone();
         shared.connections.lock().remove(&self.id);
         if self.session_id == 0 {

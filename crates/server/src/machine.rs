@@ -97,7 +97,7 @@ impl StateMachine for Machine {
         // carries the newest zxid, as ZooKeeper's sync reply does.
         let zxid = self.shared.tree.read().last_zxid();
         if let Some(route) = self.shared.routes.lock().get(&session_id) {
-            let _ = route.sender.send(Outbound::Reply {
+            route.send(Outbound::Reply {
                 xid,
                 zxid,
                 op_code: opcode::SYNC,
@@ -145,7 +145,7 @@ impl Machine {
         let mut watches = self.shared.watches.lock();
         for (session_id, route) in self.shared.routes.lock().iter() {
             watches.remove_session(*session_id);
-            let _ = route.sender.send(Outbound::Close {
+            route.send(Outbound::Close {
                 reason: "state replaced by a snapshot from the leader",
             });
         }
@@ -165,7 +165,7 @@ impl Machine {
                         state: KeeperState::SyncConnected.code(),
                         path: event.path.clone(),
                     };
-                    let _ = route.sender.send(Outbound::Event {
+                    route.send(Outbound::Event {
                         zxid: applied.zxid,
                         event,
                     });
@@ -185,7 +185,7 @@ impl Machine {
         if txn.xid != INTERNAL_XID && asked_here {
             if let Some(route) = routes.get(&txn.session_id) {
                 let op_code = op_code_of(&txn.op);
-                let _ = route.sender.send(Outbound::Reply {
+                route.send(Outbound::Reply {
                     xid: txn.xid,
                     zxid: applied.zxid,
                     op_code,
@@ -197,7 +197,7 @@ impl Machine {
             shared.sessions.lock().remove(session_id);
             watches.remove_session(session_id);
             if let Some(route) = routes.remove(&session_id) {
-                let _ = route.sender.send(Outbound::Close {
+                route.send(Outbound::Close {
                     reason: "session closed",
                 });
             }

@@ -47,10 +47,29 @@ impl Outbound {
     }
 }
 
+/// Messages (replies, watch events, a close) queued for one connection.
+/// The apply side never waits: a connection whose queue is full is not
+/// reading its socket fast enough, and is closed (its session survives;
+/// the client reconnects and re-registers its watches).
+pub const CONNECTION_OUTBOUND_MAX: usize = 64 * 1024;
+
 /// Where a session's connection listens.
 pub struct Route {
     pub connection_id: u64,
-    pub sender: mpsc::UnboundedSender<Outbound>,
+    pub sender: mpsc::Sender<Outbound>,
+    /// Signalled when `sender` is full: the connection closes itself.
+    pub overflow: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl Route {
+    /// Queues `message` for the connection without waiting; a full queue
+    /// closes the connection (see CONNECTION_OUTBOUND_MAX).
+    pub fn send(&self, message: Outbound) {
+        match self.sender.try_send(message) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => self.overflow.notify_one(),
+        }
+    }
 }
 
 /// Per-connection facts for `cons`, `stat` and `dump`.
@@ -154,7 +173,7 @@ impl Shared {
 
     pub fn send_to(&self, session_id: i64, message: Outbound) {
         if let Some(route) = self.routes.lock().get(&session_id) {
-            let _ = route.sender.send(message);
+            route.send(message);
         }
     }
 }
