@@ -960,7 +960,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         self.snapshot_running
     }
 
-    pub fn snapshot_done(&mut self, index: u64, result: Result<(), String>, ms: u64) {
+    pub fn snapshot_done(&mut self, index: u64, result: Result<(), crate::MachineError>, ms: u64) {
         assert!(self.snapshot_running, "no snapshot was running");
         self.snapshot_running = false;
         self.machine.snapshot_end();

@@ -30,6 +30,9 @@ pub const PROPOSAL_QUEUE_MAX: usize = 64 * 1024;
 /// How long a clean stop waits for a snapshot being written.
 pub const SNAPSHOT_SHUTDOWN_WAIT_MS: u64 = 30_000;
 
+/// An error of the state machine's own kind, passed through consensus.
+pub type MachineError = Box<dyn std::error::Error + Send + Sync>;
+
 /// The replicated state machine as the driver sees it. Called on the
 /// driver thread, in log order.
 pub trait StateMachine: Send + 'static {
@@ -54,7 +57,7 @@ pub trait StateMachine: Send + 'static {
     /// A snapshot from the leader (the state machine's part of a snapshot
     /// file, at `index`) replaces the whole state; refused bytes change
     /// nothing.
-    fn restore(&mut self, index: u64, bytes: &[u8]) -> Result<(), String>;
+    fn restore(&mut self, index: u64, bytes: &[u8]) -> Result<(), MachineError>;
     /// A ReadIndex barrier asked with `context` passed: every entry
     /// committed before it is applied here.
     fn read_ready(&mut self, context: Vec<u8>);
@@ -66,7 +69,7 @@ pub trait StateMachine: Send + 'static {
 pub trait SnapshotWriter: Send + 'static {
     /// Appends the next part of the snapshot to `out`; false once the
     /// last part is out.
-    fn next_chunk(&mut self, out: &mut Vec<u8>) -> Result<bool, String>;
+    fn next_chunk(&mut self, out: &mut Vec<u8>) -> Result<bool, MachineError>;
 }
 
 /// A snapshot to write: its position and its writer.
@@ -204,7 +207,7 @@ enum Input {
     Touches(Vec<i64>),
     SnapshotDone {
         index: u64,
-        result: Result<(), String>,
+        result: Result<(), MachineError>,
         ms: u64,
     },
     Shutdown,
@@ -643,7 +646,7 @@ impl<S: StateMachine> Driver<S> {
                 let started = Instant::now();
                 let (index, term) = (job.index, job.term);
                 let result = snapfile::write_streaming(&dir, index, term, &job.head, job.writer)
-                    .map_err(|e| e.to_string());
+                    .map_err(MachineError::from);
                 let ms = started.elapsed().as_millis() as u64;
                 match &result {
                     Ok(bytes) => tracing::info!(index, bytes, ms, ok = true, "snapshot written"),
@@ -657,7 +660,7 @@ impl<S: StateMachine> Driver<S> {
             });
         if let Err(error) = spawned {
             tracing::error!(%error, "cannot start snapshot thread");
-            self.core.snapshot_done(index, Err(error.to_string()), 0);
+            self.core.snapshot_done(index, Err(error.into()), 0);
         }
     }
 }

@@ -27,8 +27,8 @@ mod tests;
 pub use crate::core::{Core, CoreConfig, Durable, Io, Outbound, PlantedBug, SnapshotSource};
 pub use crate::core::{BATCH_BYTES_MAX, ELECTION_TICKS, LOG_KEPT_BEHIND_SNAPSHOT};
 pub use driver::{
-    prepare, recover, start, RaftConfig, RaftHandle, RaftStatus, Recovery, SnapshotJob,
-    SnapshotPosition, SnapshotWriter, StateMachine, SubmitError, PROPOSAL_QUEUE_MAX,
+    prepare, recover, start, MachineError, RaftConfig, RaftHandle, RaftStatus, Recovery,
+    SnapshotJob, SnapshotPosition, SnapshotWriter, StateMachine, SubmitError, PROPOSAL_QUEUE_MAX,
 };
 pub use proposal::{Committed, Dedup, Envelope, ProposalError, ProposalId};
 pub use store::LogStore;
@@ -38,7 +38,9 @@ pub enum ConsensusError {
     #[error("raft: {0}")]
     Raft(#[from] raft::Error),
     #[error("raft log (raft-engine): {0}")]
-    Log(String),
+    Log(#[from] raft_engine::Error),
+    #[error("snapshot writer: {0}")]
+    SnapshotWriter(MachineError),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
     #[error("node id {node_id} is not a member of the group stored in this data dir (members {members:?}): wrong --id or a data dir from another cluster")]

@@ -82,7 +82,7 @@ pub fn write_streaming(
             chunk.clear();
             let more = writer
                 .next_chunk(&mut chunk)
-                .map_err(|e| std::io::Error::other(format!("snapshot writer: {e}")))?;
+                .map_err(ConsensusError::SnapshotWriter)?;
             file.write_all(&chunk)?;
             written += chunk.len() as u64;
             unsynced += chunk.len() as u64;

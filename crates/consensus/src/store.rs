@@ -65,7 +65,7 @@ impl LogStore {
             purge_threshold: ReadableSize(4 * LOG_FILE_BYTES),
             ..Default::default()
         };
-        let engine = Engine::open(config).map_err(|e| ConsensusError::Log(e.to_string()))?;
+        let engine = Engine::open(config)?;
         let engine = Arc::new(engine);
         let (purge, purger) = start_purger(engine.clone())?;
         Ok(LogStore {
@@ -83,9 +83,13 @@ impl LogStore {
             self.engine.first_index(GROUP_ID),
             self.engine.last_index(GROUP_ID),
         ) {
-            self.engine
-                .fetch_entries_to::<EntryExt>(GROUP_ID, first, last + 1, None, &mut entries)
-                .map_err(|e| ConsensusError::Log(e.to_string()))?;
+            self.engine.fetch_entries_to::<EntryExt>(
+                GROUP_ID,
+                first,
+                last + 1,
+                None,
+                &mut entries,
+            )?;
         }
         Ok(Recovered {
             hard_state,
@@ -95,9 +99,7 @@ impl LogStore {
     }
 
     fn get<M: protobuf::Message>(&self, key: &[u8]) -> Result<Option<M>, ConsensusError> {
-        self.engine
-            .get_message::<M>(GROUP_ID, key)
-            .map_err(|e| ConsensusError::Log(e.to_string()))
+        Ok(self.engine.get_message::<M>(GROUP_ID, key)?)
     }
 
     /// Appends entries and state in one write and one fdatasync.
@@ -109,26 +111,18 @@ impl LogStore {
     ) -> Result<(), ConsensusError> {
         let mut batch = LogBatch::with_capacity(entries.len());
         if !entries.is_empty() {
-            batch
-                .add_entries::<EntryExt>(GROUP_ID, entries)
-                .map_err(|e| ConsensusError::Log(e.to_string()))?;
+            batch.add_entries::<EntryExt>(GROUP_ID, entries)?;
         }
         if let Some(hs) = hard_state {
-            batch
-                .put_message(GROUP_ID, KEY_HARD_STATE.to_vec(), hs)
-                .map_err(|e| ConsensusError::Log(e.to_string()))?;
+            batch.put_message(GROUP_ID, KEY_HARD_STATE.to_vec(), hs)?;
         }
         if let Some(cs) = conf_state {
-            batch
-                .put_message(GROUP_ID, KEY_CONF_STATE.to_vec(), cs)
-                .map_err(|e| ConsensusError::Log(e.to_string()))?;
+            batch.put_message(GROUP_ID, KEY_CONF_STATE.to_vec(), cs)?;
         }
         if batch.is_empty() {
             return Ok(());
         }
-        self.engine
-            .write(&mut batch, true)
-            .map_err(|e| ConsensusError::Log(e.to_string()))?;
+        self.engine.write(&mut batch, true)?;
         Ok(())
     }
 

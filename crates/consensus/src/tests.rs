@@ -55,7 +55,7 @@ struct Recorder {
 struct Done;
 
 impl SnapshotWriter for Done {
-    fn next_chunk(&mut self, _: &mut Vec<u8>) -> Result<bool, String> {
+    fn next_chunk(&mut self, _: &mut Vec<u8>) -> Result<bool, crate::MachineError> {
         Ok(false)
     }
 }
@@ -81,7 +81,7 @@ impl StateMachine for Recorder {
     fn dropped(&mut self, _: Vec<Vec<u8>>) {}
     fn role_changed(&mut self, _: bool) {}
     fn touched(&mut self, _: &[i64]) {}
-    fn restore(&mut self, _: u64, _: &[u8]) -> Result<(), String> {
+    fn restore(&mut self, _: u64, _: &[u8]) -> Result<(), crate::MachineError> {
         Ok(())
     }
     fn read_ready(&mut self, _: Vec<u8>) {}

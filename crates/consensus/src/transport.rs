@@ -741,6 +741,58 @@ struct ReaderContext {
     transfers: Arc<Mutex<HashMap<u64, Reassembly>>>,
 }
 
+/// Why a peer connection was closed (logged with the peer's address;
+/// nothing it sent after the error reaches Raft).
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    #[error("read: {0}")]
+    Read(#[from] std::io::Error),
+    #[error("frame length {0} out of bounds")]
+    FrameLength(usize),
+    #[error("first frame is not a hello")]
+    NotHello,
+    #[error("peer {from} belongs to cluster {theirs:#x}, we are {ours:#x}")]
+    OtherCluster { from: u64, theirs: u64, ours: u64 },
+    #[error("unknown peer id {0}")]
+    UnknownPeer(u64),
+    #[error("frame from {sender} on {from}'s connection")]
+    WrongSender { sender: u64, from: u64 },
+    #[error("bad frame kind {0}")]
+    BadKind(u8),
+    #[error("raft message does not decode: {0}")]
+    Decode(#[from] protobuf::ProtobufError),
+    #[error("raft message claims sender {0}")]
+    ClaimedSender(u64),
+    #[error("chunk frame shorter than its header")]
+    ShortChunk,
+    #[error("chunk of {0} bytes")]
+    ChunkTooLarge(usize),
+    #[error("transfer {new} started while transfer {current} is in progress")]
+    Interleaved { new: u64, current: u64 },
+    #[error("chunk {chunk} of transfer {transfer} out of order (expected {expected})")]
+    OutOfOrder {
+        chunk: u32,
+        transfer: u64,
+        expected: u32,
+    },
+    #[error("chunk {chunk} of transfer {transfer} disagrees with the transfer's header")]
+    HeaderMismatch { chunk: u32, transfer: u64 },
+    #[error("chunk {chunk} of transfer {transfer} without its start")]
+    NoStart { chunk: u32, transfer: u64 },
+    #[error("chunked frame of kind {0}")]
+    ChunkedKind(u8),
+    #[error("transfer of {0} bytes exceeds {SNAPSHOT_BYTES_MAX}")]
+    TransferTooLarge(u64),
+    #[error("transfer of {total} bytes announced in {chunks} chunks")]
+    ChunkCount { total: u64, chunks: u32 },
+    #[error("transfer {transfer} carries more than its {total} bytes")]
+    Overlong { transfer: u64, total: u64 },
+    #[error("transfer {transfer} ended after {got} of {total} bytes")]
+    Short { transfer: u64, got: u64, total: u64 },
+    #[error("transfer {0} fails its CRC")]
+    Crc(u64),
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct ChunkHeader {
     transfer: u64,
@@ -751,9 +803,9 @@ struct ChunkHeader {
     crc: u32,
 }
 
-fn parse_chunk(payload: &[u8]) -> Result<(ChunkHeader, &[u8]), String> {
+fn parse_chunk(payload: &[u8]) -> Result<(ChunkHeader, &[u8]), PeerError> {
     if payload.len() < CHUNK_HEADER_BYTES {
-        return Err("chunk frame shorter than its header".into());
+        return Err(PeerError::ShortChunk);
     }
     let u32_at = |at: usize| u32::from_be_bytes(payload[at..at + 4].try_into().expect("4 bytes"));
     let u64_at = |at: usize| u64::from_be_bytes(payload[at..at + 8].try_into().expect("8 bytes"));
@@ -795,7 +847,7 @@ fn accept_chunk(
     connection: u64,
     header: ChunkHeader,
     data: &[u8],
-) -> Result<Option<Reassembled>, String> {
+) -> Result<Option<Reassembled>, PeerError> {
     let result = take_chunk(slot, connection, header, data);
     if result.is_err() && slot.as_ref().is_some_and(|r| r.connection == connection) {
         *slot = None;
@@ -808,59 +860,57 @@ fn take_chunk(
     connection: u64,
     header: ChunkHeader,
     data: &[u8],
-) -> Result<Option<Reassembled>, String> {
+) -> Result<Option<Reassembled>, PeerError> {
     if data.len() > SNAPSHOT_CHUNK_BYTES {
-        return Err(format!("chunk of {} bytes", data.len()));
+        return Err(PeerError::ChunkTooLarge(data.len()));
     }
     match slot {
         Some(current) if current.connection == connection => {
             if header.transfer != current.header.transfer {
-                return Err(format!(
-                    "transfer {} started while transfer {} is in progress",
-                    header.transfer, current.header.transfer
-                ));
+                return Err(PeerError::Interleaved {
+                    new: header.transfer,
+                    current: current.header.transfer,
+                });
             }
             if header.chunk != current.next {
-                return Err(format!(
-                    "chunk {} of transfer {} out of order (expected {})",
-                    header.chunk, header.transfer, current.next
-                ));
+                return Err(PeerError::OutOfOrder {
+                    chunk: header.chunk,
+                    transfer: header.transfer,
+                    expected: current.next,
+                });
             }
             let announced = ChunkHeader {
                 chunk: header.chunk,
                 ..current.header
             };
             if header != announced {
-                return Err(format!(
-                    "chunk {} of transfer {} disagrees with the transfer's header",
-                    header.chunk, header.transfer
-                ));
+                return Err(PeerError::HeaderMismatch {
+                    chunk: header.chunk,
+                    transfer: header.transfer,
+                });
             }
         }
         // A chunk for another connection's transfer: only a new transfer
         // may start here, and it replaces that one (the old connection is
         // stale: its reader finds its transfer gone and closes).
         Some(_) | None if header.chunk != 0 => {
-            return Err(format!(
-                "chunk {} of transfer {} without its start",
-                header.chunk, header.transfer
-            ));
+            return Err(PeerError::NoStart {
+                chunk: header.chunk,
+                transfer: header.transfer,
+            });
         }
         Some(_) | None => {
             if header.kind != KIND_RAFT && header.kind != KIND_FORWARD {
-                return Err(format!("chunked frame of kind {}", header.kind));
+                return Err(PeerError::ChunkedKind(header.kind));
             }
             if header.total > SNAPSHOT_BYTES_MAX {
-                return Err(format!(
-                    "transfer of {} bytes exceeds {SNAPSHOT_BYTES_MAX}",
-                    header.total
-                ));
+                return Err(PeerError::TransferTooLarge(header.total));
             }
             if header.chunks != chunk_count(header.total as usize) {
-                return Err(format!(
-                    "transfer of {} bytes announced in {} chunks",
-                    header.total, header.chunks
-                ));
+                return Err(PeerError::ChunkCount {
+                    total: header.total,
+                    chunks: header.chunks,
+                });
             }
             *slot = Some(Reassembly {
                 connection,
@@ -873,10 +923,10 @@ fn take_chunk(
     }
     let current = slot.as_mut().expect("set above");
     if (current.data.len() + data.len()) as u64 > header.total {
-        return Err(format!(
-            "transfer {} carries more than its {} bytes",
-            header.transfer, header.total
-        ));
+        return Err(PeerError::Overlong {
+            transfer: header.transfer,
+            total: header.total,
+        });
     }
     current.data.extend_from_slice(data);
     current.next += 1;
@@ -885,15 +935,14 @@ fn take_chunk(
     }
     let done = slot.take().expect("current");
     if done.data.len() as u64 != header.total {
-        return Err(format!(
-            "transfer {} ended after {} of {} bytes",
-            header.transfer,
-            done.data.len(),
-            header.total
-        ));
+        return Err(PeerError::Short {
+            transfer: header.transfer,
+            got: done.data.len() as u64,
+            total: header.total,
+        });
     }
     if crc32fast::hash(&done.data) != header.crc {
-        return Err(format!("transfer {} fails its CRC", header.transfer));
+        return Err(PeerError::Crc(header.transfer));
     }
     Ok(Some(Reassembled {
         kind: header.kind,
@@ -925,28 +974,29 @@ fn accept_loop(listener: TcpListener, context: ReaderContext) {
                     .map(|a| a.to_string())
                     .unwrap_or_default();
                 if let Err(reason) = read_peer(stream, &context) {
-                    tracing::warn!(%peer, reason, "peer connection closed");
+                    tracing::warn!(%peer, %reason, "peer connection closed");
                 }
             });
     }
 }
 
-fn read_peer(stream: TcpStream, context: &ReaderContext) -> Result<(), String> {
+fn read_peer(stream: TcpStream, context: &ReaderContext) -> Result<(), PeerError> {
     let _ = stream.set_nodelay(true);
     let mut reader = BufReader::with_capacity(256 * 1024, stream);
     let (kind, from, payload) = read_frame(&mut reader)?;
     if kind != KIND_HELLO || payload.len() != 8 {
-        return Err("first frame is not a hello".into());
+        return Err(PeerError::NotHello);
     }
     let their_cluster = u64::from_be_bytes(payload[..8].try_into().expect("8 bytes"));
     if their_cluster != context.cluster_id {
-        return Err(format!(
-            "peer {from} belongs to cluster {their_cluster:#x}, we are {:#x}",
-            context.cluster_id
-        ));
+        return Err(PeerError::OtherCluster {
+            from,
+            theirs: their_cluster,
+            ours: context.cluster_id,
+        });
     }
     if !context.known.contains(&from) {
-        return Err(format!("unknown peer id {from}"));
+        return Err(PeerError::UnknownPeer(from));
     }
     let connection = NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed);
     let result = read_frames(&mut reader, context, from, connection);
@@ -966,11 +1016,11 @@ fn read_frames(
     context: &ReaderContext,
     from: u64,
     connection: u64,
-) -> Result<(), String> {
+) -> Result<(), PeerError> {
     loop {
         let (kind, sender, payload) = read_frame(reader)?;
         if sender != from {
-            return Err(format!("frame from {sender} on {from}'s connection"));
+            return Err(PeerError::WrongSender { sender, from });
         }
         let input = if kind == KIND_CHUNK {
             let (header, data) = parse_chunk(&payload)?;
@@ -1018,13 +1068,12 @@ fn decode_input(
     from: u64,
     payload: Vec<u8>,
     context: &ReaderContext,
-) -> Result<PeerInput, String> {
+) -> Result<PeerInput, PeerError> {
     Ok(match kind {
         KIND_RAFT => {
-            let message = Message::parse_from_bytes(&payload)
-                .map_err(|e| format!("raft message does not decode: {e}"))?;
+            let message = Message::parse_from_bytes(&payload)?;
             if message.from != from {
-                return Err(format!("raft message claims sender {}", message.from));
+                return Err(PeerError::ClaimedSender(message.from));
             }
             if message.get_msg_type() == MessageType::MsgHeartbeatResponse {
                 if let Some(rtt_us) = context.heartbeat.answered(from) {
@@ -1046,27 +1095,21 @@ fn decode_input(
                 .map(|c| i64::from_be_bytes(c.try_into().expect("8 bytes")))
                 .collect(),
         ),
-        _ => return Err(format!("bad frame kind {kind}")),
+        _ => return Err(PeerError::BadKind(kind)),
     })
 }
 
-fn read_frame(reader: &mut impl Read) -> Result<(u8, u64, Vec<u8>), String> {
+fn read_frame(reader: &mut impl Read) -> Result<(u8, u64, Vec<u8>), PeerError> {
     let mut length = [0u8; 4];
-    reader
-        .read_exact(&mut length)
-        .map_err(|e| format!("read: {e}"))?;
+    reader.read_exact(&mut length)?;
     let length = u32::from_be_bytes(length) as usize;
     if !(9..=PEER_FRAME_BYTES_MAX).contains(&length) {
-        return Err(format!("frame length {length} out of bounds"));
+        return Err(PeerError::FrameLength(length));
     }
     let mut head = [0u8; 9];
-    reader
-        .read_exact(&mut head)
-        .map_err(|e| format!("read: {e}"))?;
+    reader.read_exact(&mut head)?;
     let mut payload = vec![0u8; length - 9];
-    reader
-        .read_exact(&mut payload)
-        .map_err(|e| format!("read: {e}"))?;
+    reader.read_exact(&mut payload)?;
     let from = u64::from_be_bytes(head[1..9].try_into().expect("8 bytes"));
     Ok((head[0], from, payload))
 }
@@ -1125,12 +1168,11 @@ mod tests {
         connection: u64,
         chunks: &[(ChunkHeader, Vec<u8>)],
     ) -> Result<Option<Reassembled>, String> {
-        let mut last = Ok(None);
+        let mut last = None;
         for (header, data) in chunks {
-            last = accept_chunk(slot, connection, *header, data);
-            last.as_ref().map_err(|e| e.clone())?;
+            last = accept_chunk(slot, connection, *header, data).map_err(|e| e.to_string())?;
         }
-        last
+        Ok(last)
     }
 
     #[test]

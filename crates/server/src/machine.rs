@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use keel_consensus::{Committed, SnapshotJob, SnapshotWriter, StateMachine};
+use keel_consensus::{Committed, MachineError, SnapshotJob, SnapshotWriter, StateMachine};
 use keel_jute::{opcode, ErrorCode, KeeperState, WatcherEvent};
 use keel_tree::{Applied, DataTree, Txn, TxnOp};
 
@@ -76,14 +76,14 @@ impl StateMachine for Machine {
         }
     }
 
-    fn restore(&mut self, index: u64, bytes: &[u8]) -> Result<(), String> {
+    fn restore(&mut self, index: u64, bytes: &[u8]) -> Result<(), MachineError> {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let tree = keel_tree::snapshot::load(bytes, threads).map_err(|e| e.to_string())?;
+        let tree = keel_tree::snapshot::load(bytes, threads)?;
         if tree.applied_index() != index {
-            return Err(format!(
-                "snapshot holds index {}, not {index}",
-                tree.applied_index()
-            ));
+            return Err(Box::new(IndexMismatch {
+                found: tree.applied_index(),
+                expected: index,
+            }));
         }
         self.replace(tree);
         Ok(())
@@ -238,6 +238,14 @@ fn decode_sync_context(context: &[u8]) -> Option<(i64, i32, String)> {
     Some((session_id, xid, path))
 }
 
+/// A snapshot from the leader that is not at the position it was sent for.
+#[derive(Debug, thiserror::Error)]
+#[error("snapshot holds index {found}, not {expected}")]
+pub struct IndexMismatch {
+    pub found: u64,
+    pub expected: u64,
+}
+
 /// Writes the snapshot started by `snapshot_begin` a segment at a time,
 /// each under the tree's read lock: applies wait at most one segment.
 struct TreeWriter {
@@ -245,11 +253,7 @@ struct TreeWriter {
 }
 
 impl SnapshotWriter for TreeWriter {
-    fn next_chunk(&mut self, out: &mut Vec<u8>) -> Result<bool, String> {
-        self.shared
-            .tree
-            .read()
-            .snapshot_chunk(out)
-            .map_err(|e| e.to_string())
+    fn next_chunk(&mut self, out: &mut Vec<u8>) -> Result<bool, MachineError> {
+        Ok(self.shared.tree.read().snapshot_chunk(out)?)
     }
 }

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use keel_consensus::{Committed, SnapshotJob, SnapshotWriter, StateMachine};
+use keel_consensus::{Committed, MachineError, SnapshotJob, SnapshotWriter, StateMachine};
 use keel_jute::{ErrorCode, Response};
 use keel_session::SessionTracker;
 use keel_tree::watch::WatchManager;
@@ -192,10 +192,12 @@ impl StateMachine for SimMachine {
         }
     }
 
-    fn restore(&mut self, index: u64, bytes: &[u8]) -> Result<(), String> {
-        let tree = keel_tree::snapshot::decode(bytes).map_err(|e| e.to_string())?;
+    fn restore(&mut self, index: u64, bytes: &[u8]) -> Result<(), MachineError> {
+        let tree = keel_tree::snapshot::decode(bytes)?;
         if tree.applied_index() != index {
-            return Err(format!("snapshot holds index {}", tree.applied_index()));
+            return Err(
+                format!("snapshot holds index {}, not {index}", tree.applied_index()).into(),
+            );
         }
         let mut tracker = SessionTracker::new(self.tracker_tick_ms());
         for (session, timeout_ms) in tree.sessions() {
@@ -273,10 +275,7 @@ struct TreeWriter {
 }
 
 impl SnapshotWriter for TreeWriter {
-    fn next_chunk(&mut self, out: &mut Vec<u8>) -> Result<bool, String> {
-        self.tree
-            .read()
-            .snapshot_chunk(out)
-            .map_err(|e| e.to_string())
+    fn next_chunk(&mut self, out: &mut Vec<u8>) -> Result<bool, MachineError> {
+        Ok(self.tree.read().snapshot_chunk(out)?)
     }
 }

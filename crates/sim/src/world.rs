@@ -681,9 +681,10 @@ impl World {
             Err(error) => {
                 let index = writing.index;
                 node.snapshot = None;
+                let note = format!("n{id} snapshot {index} abandoned: {error}");
                 let core = node.core.as_mut().expect("a live epoch has a core");
-                core.snapshot_done(index, Err(error.clone()), 0);
-                self.note(format!("n{id} snapshot {index} abandoned: {error}"));
+                core.snapshot_done(index, Err(error), 0);
+                self.note(note);
                 return self.request_advance(id);
             }
         };
