@@ -362,7 +362,7 @@ class KeelServer(BaseServer):
     TOML_KEYS = (
         "client_address", "tick_time_ms", "min_session_timeout_ms", "max_session_timeout_ms",
         "super_digest", "four_letter_words", "container_check_interval_ms",
-        "snapshot_every_entries", "jute_max_buffer_bytes", "max_client_connections_per_ip",
+        "snapshot_every_entries", "snapshot_every_log_bytes", "jute_max_buffer_bytes", "max_client_connections_per_ip",
         "server_id", "peers", "cluster_name", "preferred_leader", "observers",
     )
 
@@ -375,6 +375,12 @@ class KeelServer(BaseServer):
             raise ServerStartError("Keel binary %s not found (run `cargo build --release -p keel`)" % self.binary)
         s = dict(self.settings)
         s.setdefault("client_address", "127.0.0.1")
+        unknown = sorted(k for k in set(s) - set(self.TOML_KEYS) if not k.startswith("zk_"))
+        if unknown:
+            # A setting the harness did not write would silently not apply
+            # (zk_* keys are ZooKeeper's only).
+            raise ValueError("Keel settings the harness does not know: %s (add them to KeelServer.TOML_KEYS)"
+                             % ", ".join(unknown))
         self.config_path = os.path.join(self.workdir, "keel.toml")
         with open(self.config_path, "w") as f:
             for k in self.TOML_KEYS:
