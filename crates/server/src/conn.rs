@@ -17,16 +17,16 @@ use keel_jute::{
     frame, opcode, xid, AuthPacket, ConnectRequest, ConnectResponse, ErrorCode, JuteError,
     KeeperState, Record, ReplyHeader, Request, RequestHeader, Response, WatcherEvent,
 };
-use keel_tree::watch::WatchKind;
-use keel_tree::{Txn, TxnOp};
+use keel_tree::{Event, Txn, TxnOp};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
+use crate::node::{CloseReason, Outbound, Route, SyncContext, SESSION_SECRET};
 use crate::port::ClientPort;
 use crate::shared::{
-    wall_clock_ms, ConnectionInfo, Outbound, Route, Shared, CONNECTION_OUTBOUND_MAX,
+    wall_clock_ms, ConnectionInfo, ConnectionOutlet, Shared, CONNECTION_OUTBOUND_MAX,
 };
 
 /// Requests a connection may have queued or in flight before the server
@@ -86,7 +86,7 @@ pub enum Closed {
     /// The server closed it (the session ended or moved, a snapshot
     /// replaced the state, ...).
     #[error("{0}")]
-    Server(&'static str),
+    Server(CloseReason),
 }
 
 /// A request not yet answered, in arrival order.
@@ -222,7 +222,7 @@ impl Connection {
         let request = ConnectRequest::from_bytes(payload).map_err(|_| Closed::MalformedConnect)?;
         let shared = self.shared.clone();
         let config = &shared.config;
-        let last_zxid = shared.tree.read().last_zxid();
+        let last_zxid = shared.node.last_zxid();
         if request.last_zxid_seen > last_zxid {
             // ZooKeeper refuses a client that has seen a newer state than ours.
             tracing::info!(peer = %self.peer, seen = request.last_zxid_seen, ours = last_zxid, "client is ahead of this server");
@@ -243,8 +243,7 @@ impl Connection {
             time_out: if valid { timeout_ms as i32 } else { 0 },
             session_id: if valid { self.session_id } else { 0 },
             passwd: if valid {
-                keel_session::session_password(self.session_id, crate::shared::SESSION_SECRET)
-                    .to_vec()
+                keel_session::session_password(self.session_id, SESSION_SECRET).to_vec()
             } else {
                 vec![0; 16]
             },
@@ -281,14 +280,8 @@ impl Connection {
         self.session_id = shared
             .next_session_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        shared.routes.lock().insert(
-            self.session_id,
-            Route {
-                connection_id: self.id,
-                sender,
-                overflow: self.overflow.clone(),
-            },
-        );
+        let route = self.route(sender);
+        shared.node.register(self.session_id, route);
         let txn = Txn {
             session_id: self.session_id,
             xid: 0,
@@ -319,42 +312,26 @@ impl Connection {
     /// Resumes a session on this connection if it lives and the password
     /// matches; the previous connection of the session is closed.
     fn resume_session(&mut self, request: &ConnectRequest, sender: mpsc::Sender<Outbound>) -> bool {
-        let shared = self.shared.clone();
-        let session_id = request.session_id;
-        // ZooKeeper closes the session's current connection on ANY resume
-        // attempt, before it checks the password; clients reconnect.
-        if let Some(route) = shared.routes.lock().get(&session_id) {
-            route.send(Outbound::Close {
-                reason: "another connection resumed this session",
-            });
+        let route = self.route(sender);
+        let resumed = self
+            .shared
+            .node
+            .resume(request.session_id, &request.passwd, route);
+        if resumed {
+            self.session_id = request.session_id;
         }
-        let password = keel_session::session_password(session_id, crate::shared::SESSION_SECRET);
-        if request.passwd != password || shared.tree.read().session_timeout_ms(session_id).is_none()
-        {
-            return false;
-        }
-        let now_ms = shared.now_ms();
-        if !shared.sessions.lock().touch(session_id, now_ms) {
-            return false;
-        }
-        self.session_id = session_id;
-        let mut watches = shared.watches.lock();
-        let mut routes = shared.routes.lock();
-        // The client re-registers its watches with setWatches right after.
-        watches.remove_session(session_id);
-        if let Some(old) = routes.insert(
-            session_id,
-            Route {
-                connection_id: self.id,
+        resumed
+    }
+
+    /// This connection's entry in the node's reply registry.
+    fn route(&self, sender: mpsc::Sender<Outbound>) -> Route<ConnectionOutlet> {
+        Route {
+            connection_id: self.id,
+            outlet: ConnectionOutlet {
                 sender,
                 overflow: self.overflow.clone(),
             },
-        ) {
-            old.send(Outbound::Close {
-                reason: "session moved to another connection",
-            });
         }
-        true
     }
 
     async fn run(
@@ -432,8 +409,7 @@ impl Connection {
             .stats
             .packets_received
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let now_ms = self.shared.now_ms();
-        self.shared.sessions.lock().touch(self.session_id, now_ms);
+        self.shared.node.touch(self.session_id);
         if self.shared.raft().status.cluster {
             self.shared.touched.lock().insert(self.session_id);
         }
@@ -451,7 +427,7 @@ impl Connection {
     /// is answered now.
     fn execute(&mut self, header: RequestHeader, body: Vec<u8>) -> Result<(), Closed> {
         if header.op_type == opcode::PING {
-            let zxid = self.shared.tree.read().last_zxid();
+            let zxid = self.last_zxid();
             self.reply(xid::PING, zxid, Ok(Response::Empty));
             return Ok(());
         }
@@ -529,7 +505,12 @@ impl Connection {
     /// still leads, and the reply goes out once this node applied every
     /// entry committed by then. It holds its place in the session's FIFO.
     fn sync(&mut self, xid: i32, path: &str) -> Result<(), Closed> {
-        let context = crate::machine::encode_sync_context(self.session_id, xid, path);
+        let context = SyncContext {
+            session_id: self.session_id,
+            xid,
+            path: path.to_owned(),
+        }
+        .encode();
         if self.shared.raft().read_index(context).is_err() {
             return Err(Closed::SyncFailed);
         }
@@ -537,133 +518,31 @@ impl Connection {
         Ok(())
     }
 
+    /// A read, served from this node's tree with this connection's
+    /// identities; events queued up to the zxid it read at go out first.
     fn read(&mut self, request_xid: i32, request: Request) {
         let started = Instant::now();
-        let shared = self.shared.clone();
         let (result, zxid) = match &request {
-            Request::SetWatches(w) => (
-                self.set_watches(
-                    w.relative_zxid,
-                    &w.data_watches,
-                    &w.exist_watches,
-                    &w.child_watches,
-                    &[],
-                    &[],
-                ),
-                None,
-            ),
-            Request::SetWatches2(w) => (
-                self.set_watches(
-                    w.relative_zxid,
-                    &w.data_watches,
-                    &w.exist_watches,
-                    &w.child_watches,
-                    &w.persistent_watches,
-                    &w.persistent_recursive_watches,
-                ),
-                None,
-            ),
-            Request::AddWatch(add) if !(0..=1).contains(&add.mode) => {
-                (Err(ErrorCode::MarshallingError), None)
-            }
-            Request::AddWatch(add) => {
-                let kind = if add.mode == 1 {
-                    WatchKind::PersistentRecursive
-                } else {
-                    WatchKind::Persistent
-                };
-                shared.watches.lock().add(&add.path, self.session_id, kind);
-                (Ok(Response::ErrorResponse(0)), None)
-            }
-            Request::RemoveWatches(r) => (self.remove_watch(&r.path, r.watcher_type, true), None),
-            Request::CheckWatches(r) => (self.remove_watch(&r.path, r.watcher_type, false), None),
             Request::WhoAmI => (
                 Ok(Response::WhoAmI(crate::fourlw::client_infos(&self.auth))),
-                None,
+                self.last_zxid(),
             ),
-            Request::Reconfig(_) => (Err(ErrorCode::ReconfigDisabled), None),
-            Request::Sasl(_) => (Err(ErrorCode::Unimplemented), None),
+            Request::Reconfig(_) => (Err(ErrorCode::ReconfigDisabled), self.last_zxid()),
+            Request::Sasl(_) => (Err(ErrorCode::Unimplemented), self.last_zxid()),
             _ => {
-                let tree = shared.tree.read();
-                match tree.read(&request, self.session_id, &self.auth) {
-                    Some(outcome) => {
-                        if !outcome.watches.is_empty() {
-                            let mut watches = shared.watches.lock();
-                            for (path, kind) in &outcome.watches {
-                                watches.add(path, self.session_id, *kind);
-                            }
-                        }
-                        (outcome.result, Some(tree.last_zxid()))
-                    }
-                    None => (Err(ErrorCode::Unimplemented), Some(tree.last_zxid())),
+                let read = self.shared.node.read(self.session_id, &self.auth, &request);
+                self.send_events_up_to(read.zxid);
+                for event in &read.fired {
+                    self.event(event);
                 }
+                (read.result, read.zxid)
             }
         };
-        let zxid = zxid.unwrap_or_else(|| self.last_zxid());
         self.send_events_up_to(zxid);
         self.reply(request_xid, zxid, result);
         self.shared
             .stats
             .record_latency_us(started.elapsed().as_micros() as u64);
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn set_watches(
-        &mut self,
-        relative_zxid: i64,
-        data: &[String],
-        exist: &[String],
-        child: &[String],
-        persistent: &[String],
-        recursive: &[String],
-    ) -> Result<Response, ErrorCode> {
-        let shared = self.shared.clone();
-        let tree = shared.tree.read();
-        let (fired, watches) = tree.missed_events(relative_zxid, data, exist, child);
-        let mut manager = shared.watches.lock();
-        for (path, kind) in watches {
-            manager.add(&path, self.session_id, kind);
-        }
-        for path in persistent {
-            manager.add(path, self.session_id, WatchKind::Persistent);
-        }
-        for path in recursive {
-            manager.add(path, self.session_id, WatchKind::PersistentRecursive);
-        }
-        drop(manager);
-        let zxid = tree.last_zxid();
-        drop(tree);
-        self.send_events_up_to(zxid);
-        for (path, event_type) in fired {
-            self.event(WatcherEvent {
-                event_type: event_type.code(),
-                state: KeeperState::SyncConnected.code(),
-                path,
-            });
-        }
-        Ok(Response::Empty)
-    }
-
-    fn remove_watch(
-        &mut self,
-        path: &str,
-        watcher_type: i32,
-        remove: bool,
-    ) -> Result<Response, ErrorCode> {
-        if !(1..=5).contains(&watcher_type) {
-            return Err(ErrorCode::BadArguments);
-        }
-        let mut watches = self.shared.watches.lock();
-        let found = if remove {
-            watches.remove(path, self.session_id, watcher_type)
-        } else {
-            watches.contains(path, self.session_id, watcher_type)
-        };
-        if found {
-            Ok(Response::Empty)
-        } else {
-            Err(ErrorCode::NoWatcher)
-        }
     }
 
     /// addauth: a failure answers AuthFailed and closes, as ZooKeeper does.
@@ -706,7 +585,7 @@ impl Connection {
 
     fn on_outbound(&mut self, message: Outbound) {
         match message {
-            Outbound::Event { event, .. } => self.event(event),
+            Outbound::Event { event, .. } => self.event(&event),
             Outbound::Close { reason } => self.closing = Some(Closed::Server(reason)),
             Outbound::Reply {
                 xid: reply_xid,
@@ -785,7 +664,7 @@ impl Connection {
                     zxid: event_zxid, ..
                 } if *event_zxid <= zxid => {
                     if let Some(Outbound::Event { event, .. }) = self.stash.pop_front() {
-                        self.event(event);
+                        self.event(&event);
                     }
                 }
                 _ => break,
@@ -793,7 +672,12 @@ impl Connection {
         }
     }
 
-    fn event(&mut self, event: WatcherEvent) {
+    fn event(&mut self, event: &Event) {
+        let event = WatcherEvent {
+            event_type: event.event_type.code(),
+            state: KeeperState::SyncConnected.code(),
+            path: event.path.clone(),
+        };
         let header = ReplyHeader {
             xid: xid::NOTIFICATION,
             zxid: -1,
@@ -840,7 +724,7 @@ impl Connection {
     }
 
     fn last_zxid(&self) -> i64 {
-        self.shared.tree.read().last_zxid()
+        self.shared.node.last_zxid()
     }
 
     /// Writes the prepared replies; a client that stops reading keeps this
@@ -871,17 +755,7 @@ impl Connection {
         if self.session_id == 0 {
             return;
         }
-        let mut watches = shared.watches.lock();
-        let mut routes = shared.routes.lock();
-        if routes
-            .get(&self.session_id)
-            .is_some_and(|route| route.connection_id == self.id)
-        {
-            // ZooKeeper drops a connection's watches with the connection;
-            // the client re-registers them after it reconnects.
-            routes.remove(&self.session_id);
-            watches.remove_session(self.session_id);
-        }
+        shared.node.disconnect(self.session_id, self.id);
     }
 }
 

@@ -97,7 +97,7 @@ fn latency(shared: &Shared) -> (f64, u64, u64) {
 fn srvr(shared: &Shared, with_clients: bool) -> String {
     let (avg, min, max) = latency(shared);
     let (zxid, nodes) = {
-        let tree = shared.tree.read();
+        let tree = shared.node.tree();
         (tree.last_zxid(), tree.node_count())
     };
     let mut text = format!("Zookeeper version: {ZOOKEEPER_VERSION}, built on {BUILT_ON}\n");
@@ -133,13 +133,10 @@ fn cons(shared: &Shared) -> String {
 
 fn mntr(shared: &Shared) -> String {
     let (avg, min, max) = latency(shared);
-    // Every lock in its own statement, never two at once: a guard taken
-    // inside the `vec![...]` below would live to the end of that statement,
-    // and holding `sessions` while waiting for the tree deadlocks with the
-    // apply thread (tree write lock, then `sessions` for a new or closed
-    // session).
+    // The tree's read guard is dropped before the rest is read: applies
+    // wait while it is held.
     let (nodes, ephemerals, data_size, digest, last_zxid, tree_bytes, preimage_bytes) = {
-        let tree = shared.tree.read();
+        let tree = shared.node.tree();
         (
             tree.node_count(),
             tree.ephemeral_count(),
@@ -150,9 +147,9 @@ fn mntr(shared: &Shared) -> String {
             tree.snapshot_preimage_bytes(),
         )
     };
-    let watches = shared.watches.lock().watch_count();
+    let watches = shared.node.with_watches(|w| w.watch_count());
     let connections = shared.connections.lock().len();
-    let sessions = shared.sessions.lock().len();
+    let sessions = shared.node.session_count();
     let status = &shared.raft().status;
     let heartbeat = status.heartbeat.summary();
     let lines: Vec<(&str, String)> = vec![
@@ -294,18 +291,19 @@ fn envi(config: &ServerConfig) -> String {
 }
 
 fn wchs(shared: &Shared) -> String {
-    let watches = shared.watches.lock();
-    format!(
-        "{} connections watching {} paths\nTotal watches:{}\n",
-        watches.session_count(),
-        watches.path_count(),
-        watches.watch_count()
-    )
+    shared.node.with_watches(|watches| {
+        format!(
+            "{} connections watching {} paths\nTotal watches:{}\n",
+            watches.session_count(),
+            watches.path_count(),
+            watches.watch_count()
+        )
+    })
 }
 
 fn wchc(shared: &Shared) -> String {
     let mut text = String::new();
-    for (session_id, paths) in shared.watches.lock().paths_by_session() {
+    for (session_id, paths) in shared.node.with_watches(|w| w.paths_by_session()) {
         let _ = writeln!(text, "0x{session_id:x}");
         for path in paths {
             let _ = writeln!(text, "\t{path}");
@@ -316,7 +314,7 @@ fn wchc(shared: &Shared) -> String {
 
 fn wchp(shared: &Shared) -> String {
     let mut text = String::new();
-    for (path, sessions) in shared.watches.lock().sessions_by_path() {
+    for (path, sessions) in shared.node.with_watches(|w| w.sessions_by_path()) {
         let _ = writeln!(text, "{path}");
         for session_id in sessions {
             let _ = writeln!(text, "\t0x{session_id:x}");
@@ -326,7 +324,7 @@ fn wchp(shared: &Shared) -> String {
 }
 
 fn dump(shared: &Shared) -> String {
-    let tree = shared.tree.read();
+    let tree = shared.node.tree();
     let sessions = tree.sessions();
     let mut text = format!(
         "SessionTracker dump:\nGlobal Sessions({}):\n",

@@ -1,6 +1,7 @@
 //! keel-server: the ZooKeeper-compatible front of Keel. Accepts client
-//! connections, runs the request pipeline (`conn`), applies committed
-//! transactions (`machine`), expires sessions and reaps containers.
+//! connections, runs the request pipeline (`conn`) around the sans-IO
+//! node (`node`: tree, watches, sessions, the apply step), expires
+//! sessions and reaps containers.
 //!
 //! `run(listener, config, shutdown)` is the testable entry point: tests
 //! bind 127.0.0.1:0 and call it; `keel server` does the same.
@@ -8,7 +9,7 @@
 pub mod config;
 mod conn;
 pub mod fourlw;
-mod machine;
+pub mod node;
 mod port;
 mod reaper;
 mod shared;
@@ -23,7 +24,7 @@ use tokio::net::TcpListener;
 
 pub use config::{ConfigError, ServerConfig};
 pub use reaper::{REAP_PROPOSALS_PER_PASS_MAX, REAP_RESEND_AFTER_MS, REAP_UNAPPLIED_MAX};
-use shared::{wall_clock_ms, Shared, INTERNAL_XID};
+use shared::{wall_clock_ms, Shared};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -119,7 +120,7 @@ pub async fn run(
 type DriverThread = std::thread::JoinHandle<Result<(), keel_consensus::ConsensusError>>;
 
 /// A node whose driver runs (and may still be replaying its log).
-struct Node {
+struct Started {
     shared: Arc<Shared>,
     raft: keel_consensus::RaftHandle,
     driver: DriverThread,
@@ -127,7 +128,7 @@ struct Node {
 
 /// Loads the newest snapshot and the log (off the async threads, so the
 /// client port keeps answering) and starts the driver, which replays.
-async fn start_node(config: ServerConfig) -> Result<Node, ServerError> {
+async fn start_node(config: ServerConfig) -> Result<Started, ServerError> {
     let raft_config = keel_consensus::RaftConfig {
         node_id: config.server_id,
         data_dir: config.data_dir.clone(),
@@ -142,13 +143,13 @@ async fn start_node(config: ServerConfig) -> Result<Node, ServerError> {
     let (tree, recovery) = tokio::task::spawn_blocking(move || recover(raft_config))
         .await
         .map_err(|error| ServerError::RecoveryFailed(error.to_string()))??;
-    let shared = Arc::new(Shared::new(config, tree));
-    let machine = machine::Machine {
-        shared: shared.clone(),
-    };
+    let clock = Arc::new(shared::MonotonicClock::start());
+    let node = node::Node::new(tree, config.server_id, config.tick_time_ms as u64, clock);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let machine = node::NodeMachine::new(node.clone(), (), threads);
     let (raft, driver) = keel_consensus::start(recovery, machine)?;
-    let _ = shared.raft.set(raft.clone());
-    Ok(Node {
+    let shared = Arc::new(Shared::new(config, node, raft.clone()));
+    Ok(Started {
         shared,
         raft,
         driver,
@@ -171,7 +172,7 @@ struct Replay {
 impl Replay {
     fn read(shared: &Shared) -> Replay {
         let status = &shared.raft().status;
-        let applied_term = shared.tree.read().applied_term();
+        let applied_term = shared.node.tree().applied_term();
         Replay {
             leader_id: status.leader_id.load(Ordering::Acquire),
             term: status.term.load(Ordering::Acquire),
@@ -273,23 +274,18 @@ async fn run_timers(shared: Arc<Shared>) {
             continue;
         }
         shared.touched.lock().clear();
-        let now_ms = shared.now_ms();
-        let expired = shared.sessions.lock().expired(now_ms);
-        for session_id in expired {
+        for (session_id, txn) in shared.node.expire(wall_clock_ms()) {
             tracing::info!(session = format_args!("{session_id:#x}"), "session expired");
-            propose_internal(&shared, session_id, TxnOp::CloseSession);
+            propose(&shared, &txn);
         }
     }
 }
 
 fn propose_internal(shared: &Shared, session_id: i64, op: TxnOp) {
-    let txn = Txn {
-        session_id,
-        xid: INTERNAL_XID,
-        time_ms: wall_clock_ms(),
-        auth: Vec::new(),
-        op,
-    };
+    propose(shared, &node::internal_txn(session_id, op, wall_clock_ms()));
+}
+
+fn propose(shared: &Shared, txn: &Txn) {
     if let Err(error) = shared.raft().propose(txn.encode()) {
         tracing::warn!(%error, "internal proposal refused");
     }

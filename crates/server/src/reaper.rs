@@ -125,7 +125,7 @@ pub async fn run(shared: Arc<Shared>) {
 
 fn pass(shared: &Shared, reaper: &mut Reaper) {
     let candidates: Vec<(String, NodeStamp)> = {
-        let tree = shared.tree.read();
+        let tree = shared.node.tree();
         tree.reap_candidates(wall_clock_ms())
             .into_iter()
             .filter_map(|path| {

@@ -1,51 +1,19 @@
-//! State shared by connection tasks, the Raft driver's apply step and the
-//! timers. Lock order, everywhere: tree → watches → routes → sessions.
+//! What the network side of a node holds: the `Node` handle (tree,
+//! watches, sessions, reply registry: see node.rs for who owns what), the
+//! Raft handle, request counters and the connection table. Every lock here
+//! is a leaf: none is held while another is taken.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::OnceLock;
 use std::time::Instant;
 
 use keel_consensus::RaftHandle;
-use keel_jute::{ErrorCode, Response, WatcherEvent};
-use keel_session::SessionTracker;
-use keel_tree::watch::WatchManager;
-use keel_tree::DataTree;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
 use crate::config::ServerConfig;
-
-/// xid of transactions the server makes itself (expiry, reaper): no reply.
-pub const INTERNAL_XID: i32 = i32::MIN;
-/// Secret mixed into session passwords; equal on every node of a cluster.
-pub const SESSION_SECRET: u64 = 0x6b65_656c_2d7a_6b21;
-
-/// What the apply step (or the server) sends to one connection.
-#[derive(Debug)]
-pub enum Outbound {
-    /// The result of this session's write, in log order.
-    Reply {
-        xid: i32,
-        zxid: i64,
-        op_code: i32,
-        result: Result<Response, ErrorCode>,
-    },
-    /// A watch fired at `zxid` (used for ordering; the wire carries -1).
-    Event { zxid: i64, event: WatcherEvent },
-    /// The session ended or moved: close the connection after flushing.
-    Close { reason: &'static str },
-}
-
-impl Outbound {
-    pub fn zxid(&self) -> i64 {
-        match self {
-            Outbound::Reply { zxid, .. } | Outbound::Event { zxid, .. } => *zxid,
-            Outbound::Close { .. } => i64::MAX,
-        }
-    }
-}
+use crate::node::{Clock, Node, Outbound, Outlet};
 
 /// Messages (replies, watch events, a close) queued for one connection.
 /// The apply side never waits: a connection whose queue is full is not
@@ -53,22 +21,36 @@ impl Outbound {
 /// the client reconnects and re-registers its watches).
 pub const CONNECTION_OUTBOUND_MAX: usize = 64 * 1024;
 
-/// Where a session's connection listens.
-pub struct Route {
-    pub connection_id: u64,
+/// A connection's side of the reply registry: its bounded queue.
+pub struct ConnectionOutlet {
     pub sender: mpsc::Sender<Outbound>,
     /// Signalled when `sender` is full: the connection closes itself.
     pub overflow: std::sync::Arc<tokio::sync::Notify>,
 }
 
-impl Route {
+impl Outlet for ConnectionOutlet {
     /// Queues `message` for the connection without waiting; a full queue
     /// closes the connection (see CONNECTION_OUTBOUND_MAX).
-    pub fn send(&self, message: Outbound) {
+    fn send(&self, message: Outbound) {
         match self.sender.try_send(message) {
             Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
             Err(mpsc::error::TrySendError::Full(_)) => self.overflow.notify_one(),
         }
+    }
+}
+
+/// The server's monotonic clock (session deadlines).
+pub struct MonotonicClock(Instant);
+
+impl MonotonicClock {
+    pub fn start() -> MonotonicClock {
+        MonotonicClock(Instant::now())
+    }
+}
+
+impl Clock for MonotonicClock {
+    fn now_ms(&self) -> u64 {
+        self.0.elapsed().as_millis() as u64
     }
 }
 
@@ -122,59 +104,39 @@ impl Stats {
 
 pub struct Shared {
     pub config: ServerConfig,
-    pub tree: RwLock<DataTree>,
-    pub watches: Mutex<WatchManager>,
-    pub routes: Mutex<HashMap<i64, Route>>,
-    pub sessions: Mutex<SessionTracker>,
-    pub raft: OnceLock<RaftHandle>,
+    pub node: Node<ConnectionOutlet>,
+    pub raft: RaftHandle,
     pub stats: Stats,
     pub connections: Mutex<HashMap<u64, ConnectionInfo>>,
     pub next_connection_id: AtomicU64,
     pub next_session_id: AtomicI64,
     /// Sessions active here since the last report to the leader.
     pub touched: Mutex<std::collections::HashSet<i64>>,
-    started: Instant,
 }
 
 impl Shared {
-    pub fn new(config: ServerConfig, tree: DataTree) -> Shared {
-        let now_ms = wall_clock_ms() as u64;
-        let mut tracker = SessionTracker::new(config.tick_time_ms as u64);
-        for (session_id, timeout_ms) in tree.sessions() {
-            // A restarted server gives every session a full timeout, as
-            // ZooKeeper does: clients get the chance to reconnect.
-            tracker.add(session_id, timeout_ms, 0);
-        }
-        let first_session_id = keel_session::initial_session_id(config.server_id as u8, now_ms);
+    pub fn new(config: ServerConfig, node: Node<ConnectionOutlet>, raft: RaftHandle) -> Shared {
+        let first_session_id =
+            keel_session::initial_session_id(config.server_id as u8, wall_clock_ms() as u64);
         Shared {
-            tree: RwLock::new(tree),
-            watches: Mutex::new(WatchManager::new()),
-            routes: Mutex::new(HashMap::new()),
-            sessions: Mutex::new(tracker),
-            raft: OnceLock::new(),
+            node,
+            raft,
             stats: Stats::default(),
             connections: Mutex::new(HashMap::new()),
             next_connection_id: AtomicU64::new(1),
             next_session_id: AtomicI64::new(first_session_id),
             touched: Mutex::new(std::collections::HashSet::new()),
-            started: Instant::now(),
             config,
         }
     }
 
     /// Milliseconds on the server's monotonic clock (session expiry).
     pub fn now_ms(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64
+        self.node.now_ms()
     }
 
     pub fn raft(&self) -> &RaftHandle {
-        self.raft.get().expect("raft started before serving")
-    }
-
-    pub fn send_to(&self, session_id: i64, message: Outbound) {
-        if let Some(route) = self.routes.lock().get(&session_id) {
-            route.send(message);
-        }
+        &self.raft
     }
 }
 

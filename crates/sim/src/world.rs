@@ -11,14 +11,15 @@ use std::sync::Arc;
 use keel_consensus::core::{storage_from, Core, CoreConfig, Durable, Outbound, PlantedBug};
 use keel_consensus::transport::PeerInput;
 use keel_consensus::RaftStatus;
-use keel_jute::{ErrorCode, Request};
+use keel_jute::{opcode, ErrorCode, Request, SetWatches};
 use keel_linearize::{Call, Operation, Ret};
+use keel_server::node::{CloseReason, Outbound as ToClient, Route, SyncContext, SESSION_SECRET};
 use keel_tree::watch::WatchKind;
 use keel_tree::{Event, Txn, TxnOp};
 use raft::eraftpb::ConfState;
 
 use crate::disk::{SharedDisk, SimIo, SimSnapshots};
-use crate::machine::{encode_sync_context, MachineOut, SimMachine, INTERNAL_XID};
+use crate::machine::{new_machine, Outbox, SimMachine, SimOutlet};
 use crate::rng::Rng;
 use crate::workload::{self, Step};
 
@@ -141,7 +142,7 @@ enum Ev {
     ToClient {
         client: usize,
         generation: u64,
-        out: MachineOut,
+        out: ToClient,
     },
     /// A read's reply reaches the client (behind everything queued for
     /// it before: the connection is a FIFO).
@@ -180,6 +181,8 @@ struct Node {
     advance_scheduled: bool,
     busy_until_us: u64,
     next_session: i64,
+    /// What the node sent to client connections, not yet routed.
+    outbox: Outbox,
     /// The snapshot being written, part by part.
     snapshot: Option<Writing>,
 }
@@ -289,6 +292,7 @@ impl World {
                 advance_scheduled: false,
                 busy_until_us: 0,
                 next_session: 0,
+                outbox: Outbox::default(),
                 snapshot: None,
             })
             .collect();
@@ -521,7 +525,7 @@ impl World {
             busy_ms: 0,
             crash_in_next_write: None,
         };
-        let machine = SimMachine::new(id, tree, TICK_MS, clock);
+        let machine = new_machine(id, tree, TICK_MS, clock);
         let core = Core::new(
             config,
             memory,
@@ -577,26 +581,20 @@ impl World {
         let core = node.core.as_mut().expect("a live epoch has a core");
         core.tick();
         // Connected clients ping: their sessions are touched here.
-        let local: Vec<i64> = core.machine().local.iter().copied().collect();
+        let local = core.machine().node().connected_sessions();
         if !local.is_empty() {
             core.touches(local);
         }
+        // The server's own expiry step (on the leader only, as its timers).
         let expired = if core.is_leader() {
-            core.machine_mut().tracker.expired(now_ms)
+            core.machine().node().expire(now_ms as i64)
         } else {
             Vec::new()
         };
-        for &session in &expired {
-            let close = Txn {
-                session_id: session,
-                xid: INTERNAL_XID,
-                time_ms: now_ms as i64,
-                auth: Vec::new(),
-                op: TxnOp::CloseSession,
-            };
+        for (_, close) in &expired {
             core.propose(close.encode());
         }
-        for session in expired {
+        for (session, _) in expired {
             self.record_expiry(session);
         }
         self.schedule(tick_us, Ev::Tick { node: id, epoch });
@@ -629,13 +627,13 @@ impl World {
         let result = core.advance();
         let busy_ms = std::mem::take(&mut core.io_mut().busy_ms);
         let sent = std::mem::take(&mut core.io_mut().sent);
-        let outs = std::mem::take(&mut core.machine_mut().out);
-        let digests = std::mem::take(&mut core.machine_mut().digests);
-        let applied = std::mem::take(&mut core.machine_mut().applied);
+        let recorder = core.machine_mut().observer_mut();
+        let digests = std::mem::take(&mut recorder.digests);
+        let applied = std::mem::take(&mut recorder.applied);
+        let ephemerals = recorder.ephemerals.take();
         let more = core.has_ready();
         let job = core.take_snapshot_job();
         let term = core.term();
-        let ephemerals = core.machine().ephemerals_consistent();
         node.busy_until_us = now_us + busy_ms * 1000;
         self.stats.max_term = self.stats.max_term.max(term);
         if let Err(error) = result {
@@ -643,7 +641,7 @@ impl World {
             let restart_after_ms = self.rng.between(300, 3_000);
             return self.crash(id, restart_after_ms);
         }
-        if let Err(problem) = ephemerals {
+        if let Some(problem) = ephemerals {
             self.fail(format!("n{id}: {problem}"));
         }
         self.check_digests(id, &digests);
@@ -651,7 +649,7 @@ impl World {
         for message in sent {
             self.send(id, message.message, message.after_ms * 1000);
         }
-        self.route_outs(id, outs, busy_ms * 1000);
+        self.route_outs(id, busy_ms * 1000);
         if more {
             self.request_advance(id);
         }
@@ -902,11 +900,19 @@ impl World {
             return self.wake_later(client);
         };
         let now_ms = self.now_us / 1000;
+        let connection_id = self.connection_id(client);
         let n = self.node(node);
         let session = n.next_session;
         n.next_session += 1;
+        let route = Route {
+            connection_id,
+            outlet: SimOutlet {
+                connection_id,
+                outbox: n.outbox.clone(),
+            },
+        };
         let core = n.core.as_mut().expect("picked a live node");
-        core.machine_mut().local.insert(session);
+        core.machine().node().register(session, route);
         let create = Txn {
             session_id: session,
             xid: 0,
@@ -940,7 +946,7 @@ impl World {
                 self.nodes[(id - 1) as usize]
                     .core
                     .as_ref()
-                    .is_some_and(|core| core.machine().tree.read().last_zxid() >= last_zxid)
+                    .is_some_and(|core| core.machine().node().last_zxid() >= last_zxid)
             })
             .collect();
         if candidates.is_empty() {
@@ -1026,7 +1032,12 @@ impl World {
             history: Some(history),
         });
         let core = self.node(node).core.as_mut().expect("checked alive");
-        core.read_index(encode_sync_context(session, xid));
+        let context = SyncContext {
+            session_id: session,
+            xid,
+            path: String::new(),
+        };
+        core.read_index(context.encode());
         self.arm_timeout(client, xid);
         self.request_advance(node);
     }
@@ -1041,16 +1052,10 @@ impl World {
         };
         let request: Request = workload::read_request(call, watch);
         let core = self.node(node).core.as_mut().expect("checked alive");
-        let machine = core.machine_mut();
-        let outcome = machine
-            .tree
-            .read()
-            .read(&request, session, &[])
-            .expect("a tree read");
-        let zxid = machine.tree.read().last_zxid();
-        for (path, kind) in &outcome.watches {
-            machine.watches.add(path, session, *kind);
-        }
+        // The server's own local read: its watches registered under the
+        // same lock, with the session's identities (none here).
+        let outcome = core.machine().node().read(session, &[], &request);
+        let zxid = outcome.zxid;
         let ret = workload::ret_of(call, &outcome.result);
         self.note(format!("c{client} read {call:?} at {zxid:#x} -> {ret:?}"));
         let generation = self.clients[client].generation;
@@ -1119,14 +1124,9 @@ impl World {
         let old_node = self.clients[client].node;
         let session = self.clients[client].session;
         if let (Some(session), true) = (session, self.alive(old_node)) {
-            let machine = self
-                .node(old_node)
-                .core
-                .as_mut()
-                .expect("alive")
-                .machine_mut();
-            machine.local.remove(&session);
-            machine.watches.remove_session(session);
+            let connection_id = self.connection_id(client);
+            let core = self.node(old_node).core.as_ref().expect("alive");
+            core.machine().node().disconnect(session, connection_id);
         }
         let c = &mut self.clients[client];
         c.generation += 1;
@@ -1158,16 +1158,32 @@ impl World {
         let last_zxid = self.clients[client].last_zxid;
         let watches = std::mem::take(&mut self.clients[client].watches);
         self.clients[client].node = node;
-        let core = self.node(node).core.as_mut().expect("picked alive");
-        let machine = core.machine_mut();
-        if machine.tree.read().session_timeout_ms(session).is_none() {
+        let connection_id = self.connection_id(client);
+        let n = self.node(node);
+        let route = Route {
+            connection_id,
+            outlet: SimOutlet {
+                connection_id,
+                outbox: n.outbox.clone(),
+            },
+        };
+        let handle = n
+            .core
+            .as_ref()
+            .expect("picked alive")
+            .machine()
+            .node()
+            .clone();
+        let password = keel_session::session_password(session, SESSION_SECRET);
+        // The server's own session move, then setWatches as the client
+        // library sends it right after.
+        if !handle.resume(session, &password, route) {
             self.note(format!(
                 "c{client} session {session:#x} expired (seen on n{node})"
             ));
             self.clients[client].session = None;
-            return;
+            return self.route_outs(node, 0);
         }
-        machine.local.insert(session);
         let list = |kinds: &[WatchKind]| -> Vec<String> {
             watches
                 .iter()
@@ -1175,19 +1191,14 @@ impl World {
                 .map(|w| w.path.clone())
                 .collect()
         };
-        let (data, exist, child) = (
-            list(&[WatchKind::Data]),
-            list(&[WatchKind::Exist]),
-            list(&[WatchKind::Child]),
-        );
-        let (fired, kept) = machine
-            .tree
-            .read()
-            .missed_events(last_zxid, &data, &exist, &child);
-        let zxid = machine.tree.read().last_zxid();
-        for (path, kind) in &kept {
-            machine.watches.add(path, session, *kind);
-        }
+        let set_watches = Request::SetWatches(SetWatches {
+            relative_zxid: last_zxid,
+            data_watches: list(&[WatchKind::Data]),
+            exist_watches: list(&[WatchKind::Exist]),
+            child_watches: list(&[WatchKind::Child]),
+        });
+        let read = handle.read(session, &[], &set_watches);
+        let (fired, kept, zxid) = (read.fired, read.watches, read.zxid);
         self.note(format!(
             "c{client} session {session:#x} moves to n{node}: {} watches fire, {} kept",
             fired.len(),
@@ -1202,41 +1213,42 @@ impl World {
         c.watches.extend(
             watches
                 .iter()
-                .filter(|w| fired.iter().any(|(p, _)| *p == w.path))
+                .filter(|w| fired.iter().any(|e| e.path == w.path))
                 .cloned(),
         );
-        for (path, event_type) in fired {
+        for event in fired {
             self.schedule(
                 1,
                 Ev::ToClient {
                     client,
                     generation,
-                    out: MachineOut::Event {
-                        session,
-                        zxid,
-                        event: Event { path, event_type },
-                    },
+                    out: ToClient::Event { zxid, event },
                 },
             );
         }
+        self.route_outs(node, 0);
     }
 
-    fn route_outs(&mut self, node: u64, outs: Vec<MachineOut>, after_us: u64) {
-        for out in outs {
-            let session = match &out {
-                MachineOut::Reply { session, .. }
-                | MachineOut::Event { session, .. }
-                | MachineOut::SessionClosed { session, .. }
-                | MachineOut::SyncReady { session, .. }
-                | MachineOut::Dropped { session } => *session,
-            };
-            let Some(client) = self
-                .clients
-                .iter()
-                .position(|c| c.session == Some(session) && c.node == node)
+    /// The id of the client's current connection in the nodes' reply
+    /// registries: one per client and generation.
+    fn connection_id(&self, client: usize) -> u64 {
+        ((client as u64) << 32) | (self.clients[client].generation & 0xffff_ffff)
+    }
+
+    /// Sends what `node` queued for client connections, each message to
+    /// the client whose current connection it was queued for (messages for
+    /// a connection that is gone are lost with it).
+    fn route_outs(&mut self, node: u64, after_us: u64) {
+        let deliveries = std::mem::take(&mut *self.node(node).outbox.lock());
+        for delivery in deliveries {
+            let Some(client) =
+                (0..self.clients.len()).find(|&c| self.connection_id(c) == delivery.connection_id)
             else {
                 continue;
             };
+            if self.clients[client].node != node {
+                continue;
+            }
             let generation = self.clients[client].generation;
             let at_us = self.fifo_slot(client, after_us + 100);
             self.seq += 1;
@@ -1245,23 +1257,29 @@ impl World {
                 Ev::ToClient {
                     client,
                     generation,
-                    out,
+                    out: delivery.message,
                 },
             );
         }
     }
 
-    fn client_receives(&mut self, client: usize, generation: u64, out: MachineOut) {
+    fn client_receives(&mut self, client: usize, generation: u64, out: ToClient) {
         if self.clients[client].generation != generation {
             return;
         }
         match out {
-            MachineOut::Reply {
+            ToClient::Reply {
+                xid,
+                op_code: opcode::SYNC,
+                ..
+            } => self.sync_ready(client, xid),
+            ToClient::Reply {
                 xid, zxid, result, ..
             } => self.reply(client, xid, zxid, result),
-            MachineOut::Event { zxid, event, .. } => self.watch_event(client, zxid, event),
-            MachineOut::SessionClosed { zxid, .. } => {
-                self.response_seen(client, zxid);
+            ToClient::Event { zxid, event } => self.watch_event(client, zxid, event),
+            ToClient::Close {
+                reason: CloseReason::SessionClosed,
+            } => {
                 self.note(format!("c{client} session closed"));
                 let c = &mut self.clients[client];
                 c.session = None;
@@ -1275,8 +1293,10 @@ impl World {
                 let generation = self.clients[client].generation;
                 self.schedule(10_000, Ev::ClientWake { client, generation });
             }
-            MachineOut::SyncReady { xid, .. } => self.sync_ready(client, xid),
-            MachineOut::Dropped { .. } => self.lose_connection(client),
+            ToClient::Close { reason } => {
+                self.note(format!("c{client} connection closed: {reason}"));
+                self.lose_connection(client);
+            }
         }
     }
 
@@ -1436,7 +1456,7 @@ impl World {
             if let Some(core) = &node.core {
                 fnv(
                     &mut fingerprint,
-                    &core.machine().tree.read().digest().to_be_bytes(),
+                    &core.machine().node().tree().digest().to_be_bytes(),
                 );
             }
         }
@@ -1459,7 +1479,7 @@ impl World {
             .filter_map(|n| {
                 n.core
                     .as_ref()
-                    .map(|c| (n.id, c.applied(), c.machine().tree.read().digest()))
+                    .map(|c| (n.id, c.applied(), c.machine().node().tree().digest()))
             })
             .collect();
         if states.len() != self.nodes.len() {
@@ -1481,7 +1501,7 @@ impl World {
         let Some(tree) = self
             .nodes
             .iter()
-            .find_map(|n| n.core.as_ref().map(|c| c.machine().tree.read().clone()))
+            .find_map(|n| n.core.as_ref().map(|c| c.machine().node().tree().clone()))
         else {
             return;
         };

@@ -1,0 +1,916 @@
+//! The server node without IO: the data tree, the watches, the session
+//! tracker and the reply registry, the apply step that changes them, and
+//! the local reads, session moves and expiry that read them. The network
+//! (`conn.rs`, `lib.rs`) and the simulator (`crates/sim`) drive this same
+//! code; neither keeps a copy of it.
+//!
+//! Ownership: the apply step (`NodeMachine`, on the Raft driver's thread)
+//! owns the state and changes it under `NodeState`'s write lock. Everyone
+//! else holds a `Node` handle and reads through it: its methods take the
+//! state's read lock, and the watch table and reply registry inside it are
+//! leaf locks that no method holds while taking another. The session
+//! tracker is a leaf lock of its own, so a connection touching its session
+//! never waits for an apply. No lock order to remember: every method takes
+//! the state lock first, then at most one leaf at a time.
+//!
+//! Replies are routed by a registry keyed by session id: the route of a
+//! session names the connection it is bound to, and a connection answers
+//! only requests it sent (it matches the reply's xid with its own queue).
+//! Only the node a request arrived at answers it (`Committed::origin`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use keel_consensus::{Committed, MachineError, SnapshotJob, SnapshotWriter, StateMachine};
+use keel_jute::{opcode, ErrorCode, Id, Request, Response};
+use keel_session::SessionTracker;
+use keel_tree::watch::{WatchKind, WatchManager};
+use keel_tree::{Applied, DataTree, Event, Txn, TxnOp};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+
+/// xid of transactions the server makes itself (expiry, reaper): no reply.
+pub const INTERNAL_XID: i32 = i32::MIN;
+/// Secret mixed into session passwords; equal on every node of a cluster.
+pub const SESSION_SECRET: u64 = 0x6b65_656c_2d7a_6b21;
+/// Bound on a sync context's path (a ZooKeeper path is at most jute's
+/// buffer, far below this; a longer context is not ours).
+pub const SYNC_CONTEXT_PATH_MAX_BYTES: usize = 1 << 20;
+
+/// Why the node closes a connection (the connection logs it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CloseReason {
+    #[error("session closed")]
+    SessionClosed,
+    #[error("another connection resumed this session")]
+    Resumed,
+    #[error("session moved to another connection")]
+    Moved,
+    #[error("state replaced by a snapshot from the leader")]
+    SnapshotInstalled,
+    #[error("not the leader: proposal dropped")]
+    ProposalDropped,
+    #[error("too many syncs pending")]
+    SyncRefused,
+}
+
+/// What the node sends to one connection.
+#[derive(Debug, Clone)]
+pub enum Outbound {
+    /// The result of this session's write (or sync), in log order.
+    Reply {
+        xid: i32,
+        zxid: i64,
+        op_code: i32,
+        result: Result<Response, ErrorCode>,
+    },
+    /// A watch fired at `zxid` (used for ordering; the wire carries -1).
+    Event { zxid: i64, event: Event },
+    /// The session ended or moved: close the connection after flushing.
+    Close { reason: CloseReason },
+}
+
+impl Outbound {
+    pub fn zxid(&self) -> i64 {
+        match self {
+            Outbound::Reply { zxid, .. } | Outbound::Event { zxid, .. } => *zxid,
+            Outbound::Close { .. } => i64::MAX,
+        }
+    }
+}
+
+/// A connection's mailbox as the node sees it. `send` never waits: the
+/// apply step calls it under the state's write lock.
+pub trait Outlet: Send + Sync + 'static {
+    fn send(&self, message: Outbound);
+}
+
+/// Where a session's connection listens.
+pub struct Route<O> {
+    pub connection_id: u64,
+    pub outlet: O,
+}
+
+/// Milliseconds on a monotonic clock (session deadlines).
+pub trait Clock: Send + Sync + 'static {
+    fn now_ms(&self) -> u64;
+}
+
+/// What the apply step owns; reached only through `Node`'s methods.
+struct NodeState<O> {
+    tree: DataTree,
+    /// Leaf lock: reads register watches under the state's read lock.
+    watches: Mutex<WatchManager>,
+    /// Leaf lock: the reply registry. A BTreeMap so that every walk over
+    /// it (a snapshot install closes every route) has one order.
+    routes: Mutex<BTreeMap<i64, Route<O>>>,
+}
+
+impl<O: Outlet> NodeState<O> {
+    fn send(&self, session_id: i64, message: Outbound) {
+        if let Some(route) = self.routes.lock().get(&session_id) {
+            route.outlet.send(message);
+        }
+    }
+}
+
+/// A handle to the node: cheap to clone, shared by the connections, the
+/// timers and the apply step.
+pub struct Node<O> {
+    state: Arc<RwLock<NodeState<O>>>,
+    sessions: Arc<Mutex<SessionTracker>>,
+    clock: Arc<dyn Clock>,
+    server_id: u64,
+    tick_ms: u64,
+}
+
+impl<O> Clone for Node<O> {
+    fn clone(&self) -> Self {
+        Node {
+            state: self.state.clone(),
+            sessions: self.sessions.clone(),
+            clock: self.clock.clone(),
+            server_id: self.server_id,
+            tick_ms: self.tick_ms,
+        }
+    }
+}
+
+/// A read served from this node's tree.
+#[derive(Debug)]
+pub struct LocalRead {
+    pub result: Result<Response, ErrorCode>,
+    /// The tree's last zxid when it was read: the reply's zxid, and the
+    /// events queued up to it go out before the reply.
+    pub zxid: i64,
+    /// Watches registered for the session, in request order.
+    pub watches: Vec<(String, WatchKind)>,
+    /// Events that setWatches fires at once (changes the client missed);
+    /// they go out before the reply.
+    pub fired: Vec<Event>,
+}
+
+impl LocalRead {
+    fn answer(result: Result<Response, ErrorCode>, zxid: i64) -> LocalRead {
+        LocalRead {
+            result,
+            zxid,
+            watches: Vec::new(),
+            fired: Vec::new(),
+        }
+    }
+}
+
+/// A sync's ReadIndex context: who asked, and the path to echo.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncContext {
+    pub session_id: i64,
+    pub xid: i32,
+    pub path: String,
+}
+
+impl SyncContext {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut context = Vec::with_capacity(12 + self.path.len());
+        context.extend_from_slice(&self.session_id.to_be_bytes());
+        context.extend_from_slice(&self.xid.to_be_bytes());
+        context.extend_from_slice(self.path.as_bytes());
+        context
+    }
+
+    pub fn decode(context: &[u8]) -> Option<SyncContext> {
+        if context.len() < 12 || context.len() - 12 > SYNC_CONTEXT_PATH_MAX_BYTES {
+            return None;
+        }
+        Some(SyncContext {
+            session_id: i64::from_be_bytes(context[..8].try_into().ok()?),
+            xid: i32::from_be_bytes(context[8..12].try_into().ok()?),
+            path: String::from_utf8(context[12..].to_vec()).ok()?,
+        })
+    }
+}
+
+/// A transaction the node proposes itself: no reply goes to anyone.
+pub fn internal_txn(session_id: i64, op: TxnOp, time_ms: i64) -> Txn {
+    Txn {
+        session_id,
+        xid: INTERNAL_XID,
+        time_ms,
+        auth: Vec::new(),
+        op,
+    }
+}
+
+impl<O: Outlet> Node<O> {
+    /// A node holding `tree` (loaded from a snapshot): every session in it
+    /// gets a full timeout, as ZooKeeper gives a restarted server's
+    /// sessions the chance to reconnect.
+    pub fn new(tree: DataTree, server_id: u64, tick_ms: u64, clock: Arc<dyn Clock>) -> Node<O> {
+        assert!(tick_ms > 0, "a session tracker needs a tick");
+        let sessions = tracker_for(&tree, tick_ms, clock.now_ms());
+        Node {
+            state: Arc::new(RwLock::new(NodeState {
+                tree,
+                watches: Mutex::new(WatchManager::new()),
+                routes: Mutex::new(BTreeMap::new()),
+            })),
+            sessions: Arc::new(Mutex::new(sessions)),
+            clock,
+            server_id,
+            tick_ms,
+        }
+    }
+
+    pub fn server_id(&self) -> u64 {
+        self.server_id
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    /// The tree, read-locked, for the four-letter words, the reaper and
+    /// checkers. Hold it briefly: applies wait while it is held.
+    pub fn tree(&self) -> parking_lot::MappedRwLockReadGuard<'_, DataTree> {
+        RwLockReadGuard::map(self.state.read(), |state| &state.tree)
+    }
+
+    pub fn last_zxid(&self) -> i64 {
+        self.state.read().tree.last_zxid()
+    }
+
+    /// `f` over the watch table (four-letter words).
+    pub fn with_watches<T>(&self, f: impl FnOnce(&WatchManager) -> T) -> T {
+        let state = self.state.read();
+        let watches = state.watches.lock();
+        f(&watches)
+    }
+
+    /// Sessions the tracker knows (alive, not yet expired).
+    pub fn session_count(&self) -> usize {
+        self.sessions.lock().len()
+    }
+
+    /// Sessions whose connection is on this node.
+    pub fn connected_sessions(&self) -> Vec<i64> {
+        self.state.read().routes.lock().keys().copied().collect()
+    }
+
+    /// Activity on a session: its deadline moves. False if the tracker
+    /// does not know it (expired, closed, or never created).
+    pub fn touch(&self, session_id: i64) -> bool {
+        let now_ms = self.clock.now_ms();
+        self.sessions.lock().touch(session_id, now_ms)
+    }
+
+    /// Binds a session being created to its connection (the reply of its
+    /// CreateSession finds the connection through this).
+    pub fn register(&self, session_id: i64, route: Route<O>) {
+        let state = self.state.read();
+        let old = state.routes.lock().insert(session_id, route);
+        assert!(old.is_none(), "session ids are unique per node");
+    }
+
+    /// Resumes a session on a new connection if it lives and the password
+    /// matches. As ZooKeeper, any attempt first closes the session's
+    /// current connection here; the client re-registers its watches with
+    /// setWatches right after.
+    pub fn resume(&self, session_id: i64, password: &[u8], route: Route<O>) -> bool {
+        let state = self.state.read();
+        state.send(
+            session_id,
+            Outbound::Close {
+                reason: CloseReason::Resumed,
+            },
+        );
+        let expected = keel_session::session_password(session_id, SESSION_SECRET);
+        if password != expected || state.tree.session_timeout_ms(session_id).is_none() {
+            return false;
+        }
+        if !self.touch(session_id) {
+            return false;
+        }
+        state.watches.lock().remove_session(session_id);
+        let old = state.routes.lock().insert(session_id, route);
+        if let Some(old) = old {
+            old.outlet.send(Outbound::Close {
+                reason: CloseReason::Moved,
+            });
+        }
+        true
+    }
+
+    /// The connection went away: if the session is still bound to it, the
+    /// binding and the session's watches go (ZooKeeper drops a
+    /// connection's watches with it; the client re-registers them).
+    pub fn disconnect(&self, session_id: i64, connection_id: u64) {
+        let state = self.state.read();
+        let removed = {
+            let mut routes = state.routes.lock();
+            let bound = routes
+                .get(&session_id)
+                .is_some_and(|route| route.connection_id == connection_id);
+            bound && routes.remove(&session_id).is_some()
+        };
+        if removed {
+            state.watches.lock().remove_session(session_id);
+        }
+    }
+
+    /// A read (or watch request) of `session_id` with the identities in
+    /// `auth`, served from this node's tree; its watches are registered
+    /// before the lock is released, so no change can slip between the read
+    /// and its watch. Requests that are not reads answer Unimplemented.
+    pub fn read(&self, session_id: i64, auth: &[Id], request: &Request) -> LocalRead {
+        let state = self.state.read();
+        let zxid = state.tree.last_zxid();
+        match request {
+            Request::SetWatches(w) => {
+                let watches = [&w.data_watches, &w.exist_watches, &w.child_watches];
+                state.set_watches(session_id, w.relative_zxid, watches, &[], &[])
+            }
+            Request::SetWatches2(w) => {
+                let watches = [&w.data_watches, &w.exist_watches, &w.child_watches];
+                let persistent = (
+                    &w.persistent_watches[..],
+                    &w.persistent_recursive_watches[..],
+                );
+                state.set_watches(
+                    session_id,
+                    w.relative_zxid,
+                    watches,
+                    persistent.0,
+                    persistent.1,
+                )
+            }
+            Request::AddWatch(add) => {
+                let kind = match add.mode {
+                    0 => WatchKind::Persistent,
+                    1 => WatchKind::PersistentRecursive,
+                    _ => return LocalRead::answer(Err(ErrorCode::MarshallingError), zxid),
+                };
+                state.watches.lock().add(&add.path, session_id, kind);
+                LocalRead {
+                    watches: vec![(add.path.clone(), kind)],
+                    ..LocalRead::answer(Ok(Response::ErrorResponse(0)), zxid)
+                }
+            }
+            Request::RemoveWatches(r) => {
+                let result = state.remove_watch(session_id, &r.path, r.watcher_type, true);
+                LocalRead::answer(result, zxid)
+            }
+            Request::CheckWatches(r) => {
+                let result = state.remove_watch(session_id, &r.path, r.watcher_type, false);
+                LocalRead::answer(result, zxid)
+            }
+            _ => match state.tree.read(request, session_id, auth) {
+                Some(outcome) => {
+                    if !outcome.watches.is_empty() {
+                        let mut watches = state.watches.lock();
+                        for (path, kind) in &outcome.watches {
+                            watches.add(path, session_id, *kind);
+                        }
+                    }
+                    LocalRead {
+                        watches: outcome.watches,
+                        ..LocalRead::answer(outcome.result, zxid)
+                    }
+                }
+                None => LocalRead::answer(Err(ErrorCode::Unimplemented), zxid),
+            },
+        }
+    }
+
+    /// The leader's expiry step: sessions past their deadline, each with
+    /// the CloseSession transaction to propose for it. Followers expire
+    /// nothing (they report activity to the leader instead).
+    pub fn expire(&self, time_ms: i64) -> Vec<(i64, Txn)> {
+        let now_ms = self.clock.now_ms();
+        let expired = self.sessions.lock().expired(now_ms);
+        expired
+            .into_iter()
+            .map(|session_id| {
+                let txn = internal_txn(session_id, TxnOp::CloseSession, time_ms);
+                (session_id, txn)
+            })
+            .collect()
+    }
+}
+
+impl<O: Outlet> NodeState<O> {
+    fn set_watches(
+        &self,
+        session_id: i64,
+        relative_zxid: i64,
+        [data, exist, child]: [&Vec<String>; 3],
+        persistent: &[String],
+        recursive: &[String],
+    ) -> LocalRead {
+        let (fired, mut registered) = self.tree.missed_events(relative_zxid, data, exist, child);
+        registered.extend(
+            persistent
+                .iter()
+                .map(|p| (p.clone(), WatchKind::Persistent)),
+        );
+        registered.extend(
+            recursive
+                .iter()
+                .map(|p| (p.clone(), WatchKind::PersistentRecursive)),
+        );
+        {
+            let mut watches = self.watches.lock();
+            for (path, kind) in &registered {
+                watches.add(path, session_id, *kind);
+            }
+        }
+        LocalRead {
+            result: Ok(Response::Empty),
+            zxid: self.tree.last_zxid(),
+            watches: registered,
+            fired: fired
+                .into_iter()
+                .map(|(path, event_type)| Event { path, event_type })
+                .collect(),
+        }
+    }
+
+    fn remove_watch(
+        &self,
+        session_id: i64,
+        path: &str,
+        watcher_type: i32,
+        remove: bool,
+    ) -> Result<Response, ErrorCode> {
+        if !(1..=5).contains(&watcher_type) {
+            return Err(ErrorCode::BadArguments);
+        }
+        let mut watches = self.watches.lock();
+        let found = if remove {
+            watches.remove(path, session_id, watcher_type)
+        } else {
+            watches.contains(path, session_id, watcher_type)
+        };
+        if found {
+            Ok(Response::Empty)
+        } else {
+            Err(ErrorCode::NoWatcher)
+        }
+    }
+}
+
+fn tracker_for(tree: &DataTree, tick_ms: u64, now_ms: u64) -> SessionTracker {
+    let mut tracker = SessionTracker::new(tick_ms);
+    for (session_id, timeout_ms) in tree.sessions() {
+        tracker.add(session_id, timeout_ms, now_ms);
+    }
+    tracker
+}
+
+/// What the simulator (or a test) watches the apply step do; the server
+/// watches nothing (`()`).
+pub trait ApplyObserver: Send + 'static {
+    /// One transaction applied at log `index`.
+    fn applied(&mut self, _index: u64, _txn: &Txn, _applied: &Applied) {}
+    /// The tree after an entry was applied or skipped, or a snapshot
+    /// installed.
+    fn settled(&mut self, _tree: &DataTree) {}
+}
+
+impl ApplyObserver for () {}
+
+/// The node's apply step: the Raft driver's state machine.
+pub struct NodeMachine<O, B = ()> {
+    node: Node<O>,
+    observer: B,
+    /// Threads that decode a snapshot installed from the leader.
+    load_threads: usize,
+}
+
+impl<O: Outlet, B: ApplyObserver> NodeMachine<O, B> {
+    pub fn new(node: Node<O>, observer: B, load_threads: usize) -> Self {
+        assert!(load_threads > 0);
+        NodeMachine {
+            node,
+            observer,
+            load_threads,
+        }
+    }
+
+    pub fn node(&self) -> &Node<O> {
+        &self.node
+    }
+
+    pub fn observer_mut(&mut self) -> &mut B {
+        &mut self.observer
+    }
+
+    /// A snapshot from the leader replaces the tree.
+    fn replace(&mut self, tree: DataTree) {
+        let mut state = self.node.state.write();
+        let state = &mut *state;
+        *self.node.sessions.lock() = tracker_for(&tree, self.node.tick_ms, self.node.now_ms());
+        state.tree = tree;
+        // The changes the snapshot jumped over fired no watch. As a
+        // ZooKeeper follower that resyncs from a SNAP, drop every client
+        // connection: clients reconnect and setWatches fires what they
+        // missed since their last zxid.
+        let watches = state.watches.get_mut();
+        for (session_id, route) in state.routes.get_mut().iter() {
+            watches.remove_session(*session_id);
+            route.outlet.send(Outbound::Close {
+                reason: CloseReason::SnapshotInstalled,
+            });
+        }
+        self.observer.settled(&state.tree);
+    }
+}
+
+/// Events first, then the reply: ZooKeeper sends a watch notification
+/// before the response of the request that fired it. Runs under the
+/// state's write lock, so a read that follows sees the change and every
+/// event it fired queued ahead of its reply.
+fn deliver<O: Outlet>(
+    state: &mut NodeState<O>,
+    sessions: &Mutex<SessionTracker>,
+    now_ms: u64,
+    txn: &Txn,
+    applied: &Applied,
+    asked_here: bool,
+) {
+    let watches = state.watches.get_mut();
+    let routes = state.routes.get_mut();
+    for event in &applied.events {
+        for session_id in watches.trigger(&event.path, event.event_type.code()) {
+            if let Some(route) = routes.get(&session_id) {
+                route.outlet.send(Outbound::Event {
+                    zxid: applied.zxid,
+                    event: event.clone(),
+                });
+            }
+        }
+    }
+    if let Some((session_id, timeout_ms)) = applied.session_created {
+        let mut sessions = sessions.lock();
+        if !sessions.contains(session_id) {
+            sessions.add(session_id, timeout_ms, now_ms);
+        }
+    }
+    // Only the node the request arrived at answers it: after a client
+    // moved its session elsewhere, a reply for its old connection's
+    // request must not reach the new connection (ZooKeeper binds a reply
+    // to the connection the request came on).
+    if txn.xid != INTERNAL_XID && asked_here {
+        if let Some(route) = routes.get(&txn.session_id) {
+            route.outlet.send(Outbound::Reply {
+                xid: txn.xid,
+                zxid: applied.zxid,
+                op_code: op_code_of(&txn.op),
+                result: applied.result.clone(),
+            });
+        }
+    }
+    if let Some(session_id) = applied.session_closed {
+        sessions.lock().remove(session_id);
+        watches.remove_session(session_id);
+        if let Some(route) = routes.remove(&session_id) {
+            route.outlet.send(Outbound::Close {
+                reason: CloseReason::SessionClosed,
+            });
+        }
+    } else if matches!(txn.op, TxnOp::CloseSession)
+        && applied.result == Err(ErrorCode::SessionExpired)
+    {
+        routes.remove(&txn.session_id);
+    }
+}
+
+impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
+    fn apply(&mut self, index: u64, term: u64, proposals: &[Committed<'_>]) {
+        let now_ms = self.node.now_ms();
+        let mut state = self.node.state.write();
+        let state = &mut *state;
+        for proposal in proposals {
+            // Every replica decodes the same committed bytes the same way:
+            // one that does not decode is skipped everywhere alike.
+            let txn = match Txn::decode(proposal.payload) {
+                Ok(txn) => txn,
+                Err(error) => {
+                    tracing::error!(index, %error, "committed proposal does not decode; skipped");
+                    continue;
+                }
+            };
+            let applied = state.tree.apply(term, &txn);
+            self.observer.applied(index, &txn, &applied);
+            let asked_here = proposal.origin == self.node.server_id;
+            deliver(
+                state,
+                &self.node.sessions,
+                now_ms,
+                &txn,
+                &applied,
+                asked_here,
+            );
+        }
+        state.tree.set_applied(index, term);
+        self.observer.settled(&state.tree);
+    }
+
+    fn skip(&mut self, index: u64, term: u64) {
+        let mut state = self.node.state.write();
+        state.tree.set_applied(index, term);
+        self.observer.settled(&state.tree);
+    }
+
+    fn snapshot_begin(&mut self) -> SnapshotJob {
+        let mut state = self.node.state.write();
+        let head = state.tree.snapshot_begin();
+        SnapshotJob {
+            index: state.tree.applied_index(),
+            term: state.tree.applied_term(),
+            head,
+            writer: Box::new(TreeWriter {
+                state: self.node.state.clone(),
+            }),
+        }
+    }
+
+    fn snapshot_end(&mut self) {
+        self.node.state.write().tree.snapshot_end();
+    }
+
+    fn dropped(&mut self, payloads: Vec<Vec<u8>>) {
+        let state = self.node.state.read();
+        for txn in payloads.iter().filter_map(|p| Txn::decode(p).ok()) {
+            if txn.xid != INTERNAL_XID {
+                let reason = CloseReason::ProposalDropped;
+                state.send(txn.session_id, Outbound::Close { reason });
+            }
+        }
+    }
+
+    fn touched(&mut self, sessions: &[i64]) {
+        let now_ms = self.node.now_ms();
+        let mut tracker = self.node.sessions.lock();
+        for session_id in sessions {
+            tracker.touch(*session_id, now_ms);
+        }
+    }
+
+    fn restore(&mut self, index: u64, bytes: &[u8]) -> Result<(), MachineError> {
+        let tree = keel_tree::snapshot::load(bytes, self.load_threads)?;
+        if tree.applied_index() != index {
+            return Err(Box::new(IndexMismatch {
+                found: tree.applied_index(),
+                expected: index,
+            }));
+        }
+        self.replace(tree);
+        Ok(())
+    }
+
+    fn read_ready(&mut self, context: Vec<u8>) {
+        let Some(sync) = SyncContext::decode(&context) else {
+            return tracing::error!("sync context does not decode");
+        };
+        // Every entry committed before the barrier is applied: the reply
+        // carries the newest zxid, as ZooKeeper's sync reply does.
+        let state = self.node.state.read();
+        let zxid = state.tree.last_zxid();
+        let reply = Outbound::Reply {
+            xid: sync.xid,
+            zxid,
+            op_code: opcode::SYNC,
+            result: Ok(Response::Sync(sync.path)),
+        };
+        state.send(sync.session_id, reply);
+    }
+
+    fn read_failed(&mut self, context: Vec<u8>) {
+        if let Some(sync) = SyncContext::decode(&context) {
+            let reason = CloseReason::SyncRefused;
+            let state = self.node.state.read();
+            state.send(sync.session_id, Outbound::Close { reason });
+        }
+    }
+
+    fn role_changed(&mut self, leader: bool) {
+        if leader {
+            // A new leader must not expire sessions for the election's
+            // sake: every session gets a fresh deadline.
+            let now_ms = self.node.now_ms();
+            self.node.sessions.lock().renew_all(now_ms);
+        }
+    }
+}
+
+fn op_code_of(op: &TxnOp) -> i32 {
+    match op {
+        TxnOp::Request { op_code, .. } => *op_code,
+        TxnOp::CreateSession { .. } => opcode::CREATE_SESSION,
+        TxnOp::CloseSession => opcode::CLOSE_SESSION,
+        TxnOp::DeleteContainer { .. } => opcode::DELETE_CONTAINER,
+        TxnOp::Sync { .. } => opcode::SYNC,
+    }
+}
+
+/// A snapshot from the leader that is not at the position it was sent for.
+#[derive(Debug, thiserror::Error)]
+#[error("snapshot holds index {found}, not {expected}")]
+pub struct IndexMismatch {
+    pub found: u64,
+    pub expected: u64,
+}
+
+/// Writes the snapshot started by `snapshot_begin` a segment at a time,
+/// each under the state's read lock: applies wait at most one segment.
+struct TreeWriter<O> {
+    state: Arc<RwLock<NodeState<O>>>,
+}
+
+impl<O: Outlet> SnapshotWriter for TreeWriter<O> {
+    fn next_chunk(&mut self, out: &mut Vec<u8>) -> Result<bool, MachineError> {
+        Ok(self.state.read().tree.snapshot_chunk(out)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    #[derive(Default)]
+    struct ManualClock(AtomicU64);
+
+    impl Clock for ManualClock {
+        fn now_ms(&self) -> u64 {
+            self.0.load(Ordering::Relaxed)
+        }
+    }
+
+    /// Records what one connection was sent.
+    #[derive(Clone, Default)]
+    struct Recorder(Arc<Mutex<Vec<Outbound>>>);
+
+    impl Outlet for Recorder {
+        fn send(&self, message: Outbound) {
+            self.0.lock().push(message);
+        }
+    }
+
+    fn node() -> (NodeMachine<Recorder>, Arc<ManualClock>) {
+        let clock = Arc::new(ManualClock::default());
+        let node = Node::new(DataTree::new(), 1, 100, clock.clone());
+        (NodeMachine::new(node, (), 1), clock)
+    }
+
+    fn commit(machine: &mut NodeMachine<Recorder>, index: u64, origin: u64, txn: &Txn) {
+        let payload = txn.encode();
+        let committed = [Committed {
+            origin,
+            payload: &payload,
+        }];
+        machine.apply(index, 1, &committed);
+    }
+
+    fn request(session_id: i64, xid: i32, request: &Request) -> Txn {
+        let mut body = Vec::new();
+        request.encode(&mut body);
+        Txn {
+            session_id,
+            xid,
+            time_ms: 0,
+            auth: Vec::new(),
+            op: TxnOp::Request {
+                op_code: request.op_code(),
+                body,
+            },
+        }
+    }
+
+    fn create(path: &str) -> Request {
+        Request::Create(keel_jute::CreateRequest {
+            path: path.into(),
+            data: Some(Vec::new()),
+            acl: vec![keel_jute::Acl {
+                perms: keel_jute::perms::ALL,
+                id: Id {
+                    scheme: "world".into(),
+                    id: "anyone".into(),
+                },
+            }],
+            flags: 0,
+        })
+    }
+
+    fn open(machine: &mut NodeMachine<Recorder>, session_id: i64, index: u64) -> Recorder {
+        let outlet = Recorder::default();
+        let route = Route {
+            connection_id: session_id as u64,
+            outlet: outlet.clone(),
+        };
+        machine.node().register(session_id, route);
+        let txn = Txn {
+            session_id,
+            xid: 0,
+            time_ms: 0,
+            auth: Vec::new(),
+            op: TxnOp::CreateSession { timeout_ms: 1_000 },
+        };
+        commit(machine, index, 1, &txn);
+        outlet
+    }
+
+    #[test]
+    fn an_event_goes_out_before_the_reply_of_the_write_that_fired_it() {
+        let (mut machine, _) = node();
+        let watcher = open(&mut machine, 7, 1);
+        let writer = open(&mut machine, 8, 2);
+        let exists = Request::Exists(keel_jute::ExistsRequest {
+            path: "/a".into(),
+            watch: true,
+        });
+        let read = machine.node().read(7, &[], &exists);
+        assert_eq!(read.result, Err(ErrorCode::NoNode));
+        assert_eq!(read.watches, vec![("/a".to_string(), WatchKind::Exist)]);
+        commit(&mut machine, 3, 1, &request(8, 5, &create("/a")));
+        let seen = watcher.0.lock();
+        assert!(matches!(seen.last(), Some(Outbound::Event { event, .. }) if event.path == "/a"));
+        let replies = writer.0.lock();
+        assert!(matches!(
+            replies.last(),
+            Some(Outbound::Reply {
+                xid: 5,
+                result: Ok(_),
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn only_the_node_the_request_came_to_answers_it() {
+        let (mut machine, _) = node();
+        let outlet = open(&mut machine, 7, 1);
+        let before = outlet.0.lock().len();
+        commit(&mut machine, 2, 2, &request(7, 5, &create("/b")));
+        assert_eq!(
+            outlet.0.lock().len(),
+            before,
+            "a reply for another node's request"
+        );
+        assert!(machine.node().tree().node("/b").is_some());
+    }
+
+    #[test]
+    fn a_resume_with_a_wrong_password_is_refused_and_closes_the_old_connection() {
+        let (mut machine, _) = node();
+        let old = open(&mut machine, 7, 1);
+        let new = Recorder::default();
+        let route = || Route {
+            connection_id: 99,
+            outlet: new.clone(),
+        };
+        assert!(!machine.node().resume(7, &[0; 16], route()));
+        assert!(matches!(
+            old.0.lock().last(),
+            Some(Outbound::Close {
+                reason: CloseReason::Resumed
+            })
+        ));
+        let password = keel_session::session_password(7, SESSION_SECRET);
+        assert!(machine.node().resume(7, &password, route()));
+        assert!(
+            !machine.node().resume(8, &password, route()),
+            "no such session"
+        );
+        // The old connection going away does not unbind the new one.
+        machine.node().disconnect(7, 7);
+        assert_eq!(machine.node().connected_sessions(), vec![7]);
+        machine.node().disconnect(7, 99);
+        assert!(machine.node().connected_sessions().is_empty());
+    }
+
+    #[test]
+    fn a_session_past_its_deadline_expires_on_the_leader_step() {
+        let (mut machine, clock) = node();
+        open(&mut machine, 7, 1);
+        assert!(machine.node().expire(0).is_empty());
+        clock.0.store(10_000, Ordering::Relaxed);
+        let expired = machine.node().expire(0);
+        assert_eq!(expired.len(), 1);
+        assert_eq!(expired[0].0, 7);
+        assert_eq!(expired[0].1.xid, INTERNAL_XID);
+    }
+
+    #[test]
+    fn sync_contexts_round_trip_and_bad_ones_are_refused() {
+        let sync = SyncContext {
+            session_id: -3,
+            xid: 9,
+            path: "/x/y".into(),
+        };
+        assert_eq!(SyncContext::decode(&sync.encode()), Some(sync));
+        assert_eq!(SyncContext::decode(&[0; 11]), None);
+        let mut bad = vec![0; 12];
+        bad.push(0xff);
+        assert_eq!(SyncContext::decode(&bad), None);
+    }
+}
