@@ -8,7 +8,6 @@
 //! - a watch event reaches the client before any reply that reflects a
 //!   later state: events queued up to a read's zxid are sent before it.
 
-use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,15 +22,13 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
+use crate::fifo::{Completed, Lane, RequestFifo, Stash, PENDING_REQUESTS_MAX};
 use crate::node::{CloseReason, Outbound, Route, SyncContext, SESSION_SECRET};
 use crate::port::ClientPort;
 use crate::shared::{
     wall_clock_ms, ConnectionInfo, ConnectionOutlet, Shared, CONNECTION_OUTBOUND_MAX,
 };
 
-/// Requests a connection may have queued or in flight before the server
-/// stops reading its socket (backpressure, not an error).
-pub const PENDING_REQUESTS_MAX: usize = 10_000;
 /// How long a new connection may take to send its first packet.
 pub const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
 /// How long session creation may wait for the log.
@@ -89,17 +86,6 @@ pub enum Closed {
     Server(CloseReason),
 }
 
-/// A request not yet answered, in arrival order.
-enum Queued {
-    /// A write sent to the log: its reply comes back through the channel.
-    InFlight { xid: i32, since: Instant },
-    /// A request that must wait for the writes in flight ahead of it.
-    Waiting {
-        header: RequestHeader,
-        body: Vec<u8>,
-    },
-}
-
 struct Connection {
     shared: Arc<Shared>,
     id: u64,
@@ -112,9 +98,11 @@ struct Connection {
     overflow: Arc<tokio::sync::Notify>,
     /// Messages taken off the inbox early (while serving a read) but newer
     /// than that read: handled next, in order.
-    stash: VecDeque<Outbound>,
-    queue: VecDeque<Queued>,
-    in_flight: usize,
+    stash: Stash,
+    /// The session's request order (`fifo.rs`): what runs, what waits.
+    fifo: RequestFifo<(RequestHeader, Vec<u8>)>,
+    /// The clock of `fifo`'s timestamps (latency of writes).
+    opened: Instant,
     out: Vec<u8>,
     closing: Option<Closed>,
 }
@@ -166,9 +154,9 @@ pub async fn serve(port: &ClientPort, stream: TcpStream, peer: SocketAddr) {
         writer,
         inbox,
         overflow: Arc::new(tokio::sync::Notify::new()),
-        stash: VecDeque::new(),
-        queue: VecDeque::new(),
-        in_flight: 0,
+        stash: Stash::default(),
+        fifo: RequestFifo::new(PENDING_REQUESTS_MAX),
+        opened: Instant::now(),
         out: Vec::with_capacity(READ_CHUNK_BYTES),
         closing: None,
     };
@@ -353,8 +341,8 @@ impl Connection {
             if more {
                 continue; // frames already read wait behind OUT_BUFFER_MAX_BYTES
             }
-            let accepting = self.queue.len() < PENDING_REQUESTS_MAX;
-            if let Some(message) = self.stash.pop_front() {
+            let accepting = self.fifo.accepting();
+            if let Some(message) = self.stash.pop() {
                 self.on_outbound(message);
                 continue;
             }
@@ -378,7 +366,7 @@ impl Connection {
     fn take_frames(&mut self, buf: &mut Vec<u8>) -> Result<bool, Closed> {
         let mut consumed = 0;
         let mut full = false;
-        while self.closing.is_none() && self.queue.len() < PENDING_REQUESTS_MAX {
+        while self.closing.is_none() && self.fifo.accepting() {
             if self.out.len() >= OUT_BUFFER_MAX_BYTES {
                 full = true;
                 break;
@@ -414,13 +402,16 @@ impl Connection {
             self.shared.touched.lock().insert(self.session_id);
         }
         let body = payload[8..].to_vec();
-        // queue = InFlight* Waiting*: the first in_flight entries fly.
-        let waiting = self.queue.len() > self.in_flight;
-        if waiting || (self.in_flight > 0 && !pipelinable(header.op_type, &body)) {
-            self.queue.push_back(Queued::Waiting { header, body });
-            return Ok(());
+        let lane = if pipelinable(header.op_type, &body) {
+            Lane::Pipelined
+        } else {
+            Lane::Alone
+        };
+        if let Some((header, body)) = self.fifo.arrive((header, body), lane) {
+            self.execute(header, body)?;
         }
-        self.execute(header, body)
+        self.run_waiting();
+        Ok(())
     }
 
     /// Runs a request whose turn has come: writes go to the log, the rest
@@ -491,14 +482,8 @@ impl Connection {
     /// The request now waits for the apply step, after the session's
     /// earlier in-flight requests and before its waiting ones.
     fn push_in_flight(&mut self, xid: i32) {
-        self.queue.insert(
-            self.in_flight,
-            Queued::InFlight {
-                xid,
-                since: Instant::now(),
-            },
-        );
-        self.in_flight += 1;
+        let now_us = self.opened.elapsed().as_micros() as u64;
+        self.fifo.started(xid, now_us);
     }
 
     /// sync is a ReadIndex barrier, not a log entry: the leader confirms it
@@ -593,32 +578,25 @@ impl Connection {
                 op_code,
                 result,
             } => {
-                let ours = self
-                    .queue
-                    .iter()
-                    .any(|q| matches!(q, Queued::InFlight { xid, .. } if *xid == reply_xid));
-                if !ours {
-                    // A request of an earlier connection of this session.
-                    tracing::debug!(peer = %self.peer, reply_xid, "reply for an earlier connection dropped");
-                    return;
-                }
-                match self.queue.pop_front() {
-                    Some(Queued::InFlight {
-                        xid: expected,
-                        since,
-                    }) if expected == reply_xid => {
+                match self.fifo.complete(reply_xid) {
+                    Ok(Completed::Done { since_us }) => {
                         // A write's latency: proposal to applied reply.
+                        let now_us = self.opened.elapsed().as_micros() as u64;
                         self.shared
                             .stats
-                            .record_latency_us(since.elapsed().as_micros() as u64);
+                            .record_latency_us(now_us.saturating_sub(since_us));
                     }
-                    _ => {
-                        tracing::error!(peer = %self.peer, reply_xid, "reply out of order; closing connection");
+                    Ok(Completed::Foreign) => {
+                        // A request of an earlier connection of this session.
+                        tracing::debug!(peer = %self.peer, reply_xid, "reply for an earlier connection dropped");
+                        return;
+                    }
+                    Err(error) => {
+                        tracing::error!(peer = %self.peer, %error, "closing connection");
                         self.closing = Some(Closed::ReplyOutOfOrder);
                         return;
                     }
                 }
-                self.in_flight -= 1;
                 // ZooKeeper 3.8.0 never answers a check sent outside a multi
                 // (serializing its null Stat fails); Keel matches that.
                 if op_code != opcode::CHECK {
@@ -637,14 +615,8 @@ impl Connection {
     /// anything once nothing flies, further writes while writes fly.
     fn run_waiting(&mut self) {
         while self.closing.is_none() {
-            let Some(Queued::Waiting { header, body }) = self.queue.get(self.in_flight) else {
+            let Some((header, body)) = self.fifo.next_ready() else {
                 return;
-            };
-            if self.in_flight > 0 && !pipelinable(header.op_type, body) {
-                return;
-            }
-            let Some(Queued::Waiting { header, body }) = self.queue.remove(self.in_flight) else {
-                unreachable!("checked above")
             };
             if let Err(reason) = self.execute(header, body) {
                 self.closing = Some(reason);
@@ -656,19 +628,10 @@ impl Connection {
     /// newer messages for later, in order.
     fn send_events_up_to(&mut self, zxid: i64) {
         while let Ok(message) = self.inbox.try_recv() {
-            self.stash.push_back(message);
+            self.stash.push(message);
         }
-        while let Some(front) = self.stash.front() {
-            match front {
-                Outbound::Event {
-                    zxid: event_zxid, ..
-                } if *event_zxid <= zxid => {
-                    if let Some(Outbound::Event { event, .. }) = self.stash.pop_front() {
-                        self.event(&event);
-                    }
-                }
-                _ => break,
-            }
+        for event in self.stash.events_up_to(zxid) {
+            self.event(&event);
         }
     }
 
@@ -770,9 +733,10 @@ fn credentials_null(body: &[u8], packet: &AuthPacket) -> bool {
 }
 
 /// A write that may join the writes in flight: it must decode, or its
-/// error reply would overtake their replies.
+/// error reply would overtake their replies. Not sync: its ReadIndex is
+/// answered outside the log's order, so it flies alone (`fifo.rs`).
 fn pipelinable(op: i32, body: &[u8]) -> bool {
-    is_write_op(op) && Request::decode(op, body).is_ok()
+    is_write_op(op) && op != opcode::SYNC && Request::decode(op, body).is_ok()
 }
 
 /// Requests that go through the log (in session order with the rest).

@@ -8,6 +8,7 @@
 
 pub mod config;
 mod conn;
+pub mod fifo;
 pub mod fourlw;
 pub mod node;
 mod port;

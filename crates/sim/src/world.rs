@@ -13,6 +13,7 @@ use keel_consensus::transport::PeerInput;
 use keel_consensus::RaftStatus;
 use keel_jute::{opcode, ErrorCode, Request, SetWatches};
 use keel_linearize::{Call, Operation, Ret};
+use keel_server::fifo::{Completed, Lane, RequestFifo, Stash, PENDING_REQUESTS_MAX};
 use keel_server::node::{CloseReason, Outbound as ToClient, Route, SyncContext, SESSION_SECRET};
 use keel_tree::watch::WatchKind;
 use keel_tree::{Event, Txn, TxnOp};
@@ -33,6 +34,10 @@ pub const OP_TIMEOUT_MS: u64 = 4_000;
 pub const SETTLE_MS: u64 = 8_000;
 /// Events a client remembers to recognise a repeat (see `watch_event`).
 pub const RECENT_EVENTS_KEPT: usize = 64;
+/// Chance (per million wakes) that a client pipelines a burst of requests.
+pub const PIPELINE_BURST_PER_MILLION: u64 = 250_000;
+/// Most requests in one pipelined burst.
+pub const PIPELINE_BURST_MAX: u64 = 5;
 /// The client id history entries of expiries carry.
 pub const SYSTEM_CLIENT: u64 = u64::MAX;
 /// Bound on events per run: a run that exceeds it is reported, not hung.
@@ -54,6 +59,10 @@ pub struct Options {
     pub duration_ms: u64,
     pub faults: bool,
     pub planted_bug: PlantedBug,
+    /// A planted bug in the node's connection shell: reads skip the
+    /// session's request queue (`keel_server::fifo`) and may overtake the
+    /// writes in flight before them. The session-order check must see it.
+    pub reads_skip_queue: bool,
     /// Keep the readable trace (the fingerprint is always computed).
     pub trace: bool,
 }
@@ -69,6 +78,7 @@ impl Options {
             duration_ms: 12_000,
             faults: true,
             planted_bug: PlantedBug::None,
+            reads_skip_queue: false,
             trace: false,
         }
     }
@@ -90,6 +100,8 @@ pub struct Stats {
     pub snapshots_written: u64,
     pub watch_events: u64,
     pub sessions_expired: u64,
+    /// Wakes in which a client sent several requests without waiting.
+    pub pipelined_bursts: u64,
     /// Runs whose linearizability search ran out of budget (undecided).
     pub linearizability_undecided: u64,
 }
@@ -149,6 +161,7 @@ enum Ev {
     ReadDone {
         client: usize,
         generation: u64,
+        xid: i32,
         zxid: i64,
         watches: Vec<(String, WatchKind)>,
         recorded: Option<(usize, Ret)>,
@@ -199,6 +212,38 @@ enum PendingKind {
     CreateSession,
     Write,
     Sync { call: Call, watch: bool },
+    Read,
+}
+
+/// A request as the node's connection shell holds it in the session's
+/// queue (`RequestFifo`), as `conn.rs` holds the frames it read.
+#[derive(Debug)]
+enum Queued {
+    Write {
+        xid: i32,
+        payload: Vec<u8>,
+    },
+    Sync {
+        xid: i32,
+        context: Vec<u8>,
+    },
+    Read {
+        xid: i32,
+        call: Call,
+        watch: bool,
+        history: Option<usize>,
+    },
+}
+
+impl Queued {
+    /// As `conn.rs` decides: well-formed writes pipeline; reads and sync
+    /// run alone.
+    fn lane(&self) -> Lane {
+        match self {
+            Queued::Write { .. } => Lane::Pipelined,
+            Queued::Sync { .. } | Queued::Read { .. } => Lane::Alone,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -224,7 +269,14 @@ struct Client {
     /// Bumped whenever the client's connection changes: messages for an
     /// older connection are ignored, as a closed socket would.
     generation: u64,
-    pending: Option<Pending>,
+    /// Requests sent and not answered, in the order sent (xid order).
+    pending: std::collections::VecDeque<Pending>,
+    /// The node side of the client's current connection: the server's own
+    /// session request queue. A new one with every connection.
+    conn: RequestFifo<Queued>,
+    /// What the node queued for the current connection, not yet handled
+    /// by its side of the connection (as `conn.rs`'s inbox and stash).
+    stash: Stash,
     next_xid: i32,
     writes: u64,
     /// Newest zxid this session has seen (ZooKeeper never lets a session
@@ -302,7 +354,9 @@ impl World {
                 node: 1 + (id as u64 % options.nodes as u64),
                 session: None,
                 generation: 0,
-                pending: None,
+                pending: std::collections::VecDeque::new(),
+                conn: RequestFifo::new(PENDING_REQUESTS_MAX),
+                stash: Stash::default(),
                 next_xid: 1,
                 writes: 0,
                 last_zxid: 0,
@@ -450,10 +504,11 @@ impl World {
             Ev::ReadDone {
                 client,
                 generation,
+                xid,
                 zxid,
                 watches,
                 recorded,
-            } => self.read_done(client, generation, zxid, watches, recorded),
+            } => self.read_done(client, generation, xid, zxid, watches, recorded),
             Ev::Crash {
                 node,
                 restart_after_ms,
@@ -857,7 +912,8 @@ impl World {
     // ---- clients -----------------------------------------------------
 
     fn client_wake(&mut self, client: usize, generation: u64) {
-        if self.clients[client].generation != generation || self.clients[client].pending.is_some() {
+        if self.clients[client].generation != generation || !self.clients[client].pending.is_empty()
+        {
             return;
         }
         if self.faults_over {
@@ -870,15 +926,32 @@ impl World {
         if !self.alive(node) {
             return self.lose_connection(client);
         }
-        let data = {
-            let c = &mut self.clients[client];
-            c.writes += 1;
-            format!("c{}-{}", c.id, c.writes).into_bytes()
+        // Now and then a client pipelines a burst of requests, as real
+        // clients do; the node's session queue must keep their order.
+        let burst = if self.rng.chance(PIPELINE_BURST_PER_MILLION) {
+            self.stats.pipelined_bursts += 1;
+            self.rng.between(2, PIPELINE_BURST_MAX)
+        } else {
+            1
         };
-        match workload::next_step(&mut self.rng, data) {
-            Step::Write(call) => self.issue_write(client, call),
-            Step::SyncRead { call, watch } => self.issue_sync(client, call, watch),
-            Step::LocalRead { call, watch } => self.local_read(client, &call, watch, None),
+        for _ in 0..burst {
+            let data = {
+                let c = &mut self.clients[client];
+                c.writes += 1;
+                format!("c{}-{}", c.id, c.writes).into_bytes()
+            };
+            match workload::next_step(&mut self.rng, data) {
+                Step::Write(call) => self.issue_write(client, call),
+                Step::SyncRead { call, watch } => {
+                    // Its read follows the sync's reply: the burst ends.
+                    self.issue_sync(client, call, watch);
+                    break;
+                }
+                Step::LocalRead { call, watch } => self.issue_read(client, call, watch, None),
+            }
+            if self.clients[client].pending.is_empty() {
+                break; // the connection was lost on the way
+            }
         }
     }
 
@@ -928,7 +1001,9 @@ impl World {
         c.session = Some(session);
         c.watches.clear();
         c.last_event_zxid = 0;
-        c.pending = Some(Pending {
+        c.conn = RequestFifo::new(PENDING_REQUESTS_MAX);
+        c.stash = Stash::default();
+        c.pending.push_back(Pending {
             xid: 0,
             kind: PendingKind::CreateSession,
             history: None,
@@ -1000,15 +1075,20 @@ impl World {
             invoke: self.now_us,
             ret: None,
         });
-        self.clients[client].pending = Some(Pending {
+        self.clients[client].pending.push_back(Pending {
             xid,
             kind: PendingKind::Write,
             history: Some(history),
         });
-        let core = self.node(node).core.as_mut().expect("checked alive");
-        core.propose(txn.encode());
         self.arm_timeout(client, xid);
-        self.request_advance(node);
+        let _ = node;
+        self.submit(
+            client,
+            Queued::Write {
+                xid,
+                payload: txn.encode(),
+            },
+        );
     }
 
     fn issue_sync(&mut self, client: usize, call: Call, watch: bool) {
@@ -1026,26 +1106,102 @@ impl World {
             invoke: self.now_us,
             ret: None,
         });
-        self.clients[client].pending = Some(Pending {
+        self.clients[client].pending.push_back(Pending {
             xid,
             kind: PendingKind::Sync { call, watch },
             history: Some(history),
         });
-        let core = self.node(node).core.as_mut().expect("checked alive");
+        let _ = node;
         let context = SyncContext {
             session_id: session,
             xid,
             path: String::new(),
-        };
-        core.read_index(context.encode());
+        }
+        .encode();
         self.arm_timeout(client, xid);
-        self.request_advance(node);
+        self.submit(client, Queued::Sync { xid, context });
+    }
+
+    /// A read request (recorded in the history when `history` is set).
+    fn issue_read(&mut self, client: usize, call: Call, watch: bool, history: Option<usize>) {
+        let xid = self.next_xid(client);
+        self.clients[client].pending.push_back(Pending {
+            xid,
+            kind: PendingKind::Read,
+            history,
+        });
+        self.arm_timeout(client, xid);
+        let request = Queued::Read {
+            xid,
+            call,
+            watch,
+            history,
+        };
+        if self.options.reads_skip_queue {
+            return self.execute(client, request); // the planted bug
+        }
+        self.submit(client, request);
+    }
+
+    /// A request reaches the node's side of the connection: it runs now
+    /// or waits in the session's queue, exactly as in `conn.rs`.
+    fn submit(&mut self, client: usize, request: Queued) {
+        let lane = request.lane();
+        let c = &mut self.clients[client];
+        assert!(
+            c.conn.accepting(),
+            "bursts stay far below the queue's bound"
+        );
+        if let Some(request) = c.conn.arrive(request, lane) {
+            self.execute(client, request);
+        }
+        self.run_waiting(client);
+    }
+
+    fn run_waiting(&mut self, client: usize) {
+        while let Some(request) = self.clients[client].conn.next_ready() {
+            self.execute(client, request);
+        }
+    }
+
+    /// Runs a request whose turn came: writes and sync go to the log (and
+    /// fly), reads are answered from the node's tree.
+    fn execute(&mut self, client: usize, request: Queued) {
+        let node = self.clients[client].node;
+        let now_us = self.now_us;
+        match request {
+            Queued::Write { xid, payload } => {
+                let core = self.node(node).core.as_mut().expect("checked alive");
+                core.propose(payload);
+                self.clients[client].conn.started(xid, now_us);
+                self.request_advance(node);
+            }
+            Queued::Sync { xid, context } => {
+                let core = self.node(node).core.as_mut().expect("checked alive");
+                core.read_index(context);
+                self.clients[client].conn.started(xid, now_us);
+                self.request_advance(node);
+            }
+            Queued::Read {
+                xid,
+                call,
+                watch,
+                history,
+            } => self.local_read(client, xid, &call, watch, history),
+        }
     }
 
     /// Runs a read on the client's node now, registering its watches as
     /// the server does under its tree lock; the reply travels behind what
     /// the node queued for the client before (see `read_done`).
-    fn local_read(&mut self, client: usize, call: &Call, watch: bool, history: Option<usize>) {
+    fn local_read(
+        &mut self,
+        client: usize,
+        xid: i32,
+        call: &Call,
+        watch: bool,
+        history: Option<usize>,
+    ) {
         let (node, session) = {
             let c = &self.clients[client];
             (c.node, c.session.expect("has a session"))
@@ -1058,7 +1214,22 @@ impl World {
         let zxid = outcome.zxid;
         let ret = workload::ret_of(call, &outcome.result);
         self.note(format!("c{client} read {call:?} at {zxid:#x} -> {ret:?}"));
+        // As conn.rs's send_events_up_to: events the node queued for this
+        // connection up to the read's zxid go out before its reply.
+        self.take_outbox(node);
         let generation = self.clients[client].generation;
+        for event in self.clients[client].stash.events_up_to(zxid) {
+            let at_us = self.fifo_slot(client, 100);
+            self.seq += 1;
+            self.queue.insert(
+                (at_us, self.seq),
+                Ev::ToClient {
+                    client,
+                    generation,
+                    out: ToClient::Event { zxid, event },
+                },
+            );
+        }
         let at_us = self.fifo_slot(client, 100);
         self.seq += 1;
         self.queue.insert(
@@ -1066,6 +1237,7 @@ impl World {
             Ev::ReadDone {
                 client,
                 generation,
+                xid,
                 zxid,
                 watches: outcome.watches,
                 recorded: history.map(|at| (at, ret)),
@@ -1086,6 +1258,7 @@ impl World {
         &mut self,
         client: usize,
         generation: u64,
+        xid: i32,
         zxid: i64,
         watches: Vec<(String, WatchKind)>,
         recorded: Option<(usize, Ret)>,
@@ -1093,6 +1266,10 @@ impl World {
         if self.clients[client].generation != generation {
             return; // the connection died before the reply arrived
         }
+        if !self.answered_in_order(client, xid) {
+            return;
+        }
+        self.clients[client].pending.pop_front();
         self.response_seen(client, zxid);
         for (path, kind) in watches {
             // The client library keeps one watch per path and kind; the
@@ -1105,12 +1282,27 @@ impl World {
         if let Some((at, ret)) = recorded {
             self.history[at].ret = Some((self.now_us.max(self.history[at].invoke + 1), ret));
         }
-        self.wake_later(client);
+        if self.clients[client].pending.is_empty() {
+            self.wake_later(client);
+        }
+    }
+
+    /// The session-order check: a session's replies arrive in the order
+    /// its requests were sent (ZooKeeper's FIFO client order).
+    fn answered_in_order(&mut self, client: usize, xid: i32) -> bool {
+        let first = self.clients[client].pending.front().map(|p| p.xid);
+        if first == Some(xid) {
+            return true;
+        }
+        self.fail(format!(
+            "c{client}: reply to xid {xid} while {first:?} was sent before it: session order broken"
+        ));
+        false
     }
 
     fn client_timeout(&mut self, client: usize, generation: u64, xid: i32) {
         let c = &self.clients[client];
-        if c.generation != generation || c.pending.as_ref().map(|p| p.xid) != Some(xid) {
+        if c.generation != generation || !c.pending.iter().any(|p| p.xid == xid) {
             return;
         }
         self.note(format!("c{client} xid {xid} timed out"));
@@ -1130,7 +1322,9 @@ impl World {
         }
         let c = &mut self.clients[client];
         c.generation += 1;
-        if let Some(pending) = c.pending.take() {
+        c.conn = RequestFifo::new(PENDING_REQUESTS_MAX);
+        c.stash = Stash::default();
+        for pending in std::mem::take(&mut c.pending) {
             if matches!(pending.kind, PendingKind::CreateSession) {
                 c.session = None; // it may or may not exist: start afresh
             }
@@ -1235,11 +1429,12 @@ impl World {
         ((client as u64) << 32) | (self.clients[client].generation & 0xffff_ffff)
     }
 
-    /// Sends what `node` queued for client connections, each message to
-    /// the client whose current connection it was queued for (messages for
-    /// a connection that is gone are lost with it).
-    fn route_outs(&mut self, node: u64, after_us: u64) {
+    /// Moves what `node` queued for client connections to each client's
+    /// stash (messages for a connection that is gone are lost with it);
+    /// returns the clients that got some, in order.
+    fn take_outbox(&mut self, node: u64) -> Vec<usize> {
         let deliveries = std::mem::take(&mut *self.node(node).outbox.lock());
+        let mut touched = Vec::new();
         for delivery in deliveries {
             let Some(client) =
                 (0..self.clients.len()).find(|&c| self.connection_id(c) == delivery.connection_id)
@@ -1249,17 +1444,66 @@ impl World {
             if self.clients[client].node != node {
                 continue;
             }
-            let generation = self.clients[client].generation;
-            let at_us = self.fifo_slot(client, after_us + 100);
-            self.seq += 1;
-            self.queue.insert(
-                (at_us, self.seq),
-                Ev::ToClient {
-                    client,
-                    generation,
-                    out: delivery.message,
-                },
-            );
+            self.clients[client].stash.push(delivery.message);
+            if !touched.contains(&client) {
+                touched.push(client);
+            }
+        }
+        touched
+    }
+
+    /// The node's side of each connection handles what the node queued
+    /// for it, as `conn.rs` does: replies pass the session's queue
+    /// (replies of earlier connections are dropped there) and free what
+    /// waited behind them; everything goes to the client in order.
+    fn route_outs(&mut self, node: u64, after_us: u64) {
+        for client in self.take_outbox(node) {
+            while let Some(message) = self.clients[client].stash.pop() {
+                self.connection_handles(client, message, after_us);
+            }
+        }
+    }
+
+    fn connection_handles(&mut self, client: usize, message: ToClient, after_us: u64) {
+        let (reply_xid, closes) = match &message {
+            ToClient::Reply { xid, op_code, .. } => (Some(*xid), *op_code == opcode::CLOSE_SESSION),
+            _ => (None, false),
+        };
+        let handshaking = matches!(
+            self.clients[client].pending.front(),
+            Some(Pending {
+                kind: PendingKind::CreateSession,
+                ..
+            })
+        );
+        let answered = match reply_xid {
+            Some(xid) if !handshaking => match self.clients[client].conn.complete(xid) {
+                Ok(Completed::Done { .. }) => true,
+                Ok(Completed::Foreign) => {
+                    return self.note(format!(
+                        "c{client}: reply to xid {xid} of an earlier connection dropped"
+                    ));
+                }
+                Err(error) => return self.fail(format!("c{client}: {error}")),
+            },
+            _ => false,
+        };
+        let generation = self.clients[client].generation;
+        let at_us = self.fifo_slot(client, after_us + 100);
+        self.seq += 1;
+        self.queue.insert(
+            (at_us, self.seq),
+            Ev::ToClient {
+                client,
+                generation,
+                out: message,
+            },
+        );
+        if answered && !closes {
+            // What waited behind the answered request may run now; a
+            // read's reply goes out behind this one. (After closeSession
+            // the connection closes, as conn.rs's does: nothing runs.)
+            self.run_waiting(client);
         }
     }
 
@@ -1285,7 +1529,9 @@ impl World {
                 c.session = None;
                 c.watches.clear();
                 c.generation += 1;
-                if let Some(pending) = c.pending.take() {
+                c.conn = RequestFifo::new(PENDING_REQUESTS_MAX);
+                c.stash = Stash::default();
+                for pending in std::mem::take(&mut c.pending) {
                     if pending.history.is_some() {
                         self.stats.unknown_outcomes += 1;
                     }
@@ -1307,16 +1553,12 @@ impl World {
         zxid: i64,
         result: Result<keel_jute::Response, ErrorCode>,
     ) {
-        // As the server's connection: a reply to an xid not in flight is
-        // for an earlier connection of this session (to this same node) and
-        // is dropped.
-        let pending_xid = self.clients[client].pending.as_ref().map(|p| p.xid);
-        if pending_xid != Some(xid) {
-            return self.note(format!(
-                "c{client}: reply to xid {xid} dropped ({pending_xid:?} is in flight)"
-            ));
+        // Replies of earlier connections were dropped by the node's side
+        // of the connection (`route_outs`); what is left must come in order.
+        if !self.answered_in_order(client, xid) {
+            return;
         }
-        let pending = self.clients[client].pending.take().expect("checked");
+        let pending = self.clients[client].pending.pop_front().expect("checked");
         self.response_seen(client, zxid);
         match pending.kind {
             PendingKind::CreateSession => {
@@ -1334,27 +1576,26 @@ impl World {
                 }
                 self.history[at].ret = Some((self.now_us.max(self.history[at].invoke + 1), ret));
             }
-            PendingKind::Sync { .. } => {
-                return self.fail(format!("c{client}: a sync answered as a write"));
+            PendingKind::Sync { .. } | PendingKind::Read => {
+                return self.fail(format!("c{client}: xid {xid} answered as a write"));
             }
         }
-        self.wake_later(client);
+        if self.clients[client].pending.is_empty() {
+            self.wake_later(client);
+        }
     }
 
     fn sync_ready(&mut self, client: usize, xid: i32) {
-        let pending_xid = self.clients[client].pending.as_ref().map(|p| p.xid);
-        if pending_xid != Some(xid) {
-            return self.note(format!(
-                "c{client}: sync {xid} of an earlier connection dropped ({pending_xid:?} in flight)"
-            ));
+        if !self.answered_in_order(client, xid) {
+            return;
         }
-        let pending = self.clients[client].pending.take().expect("checked");
+        let pending = self.clients[client].pending.pop_front().expect("checked");
         let PendingKind::Sync { call, watch } = pending.kind else {
             return self.fail(format!("c{client}: sync {xid} passed for a write"));
         };
         let at = pending.history.expect("synced reads are recorded");
-        // The sync's reply and the read's go out together.
-        self.local_read(client, &call, watch, Some(at));
+        // The client sends the read once the sync is answered.
+        self.issue_read(client, call, watch, Some(at));
     }
 
     /// A response at `zxid`: the session never goes back in time, and
