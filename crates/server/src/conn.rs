@@ -630,7 +630,7 @@ impl Connection {
         while let Ok(message) = self.inbox.try_recv() {
             self.stash.push(message);
         }
-        for event in self.stash.events_up_to(zxid) {
+        for (_, event) in self.stash.events_up_to(zxid) {
             self.event(&event);
         }
     }

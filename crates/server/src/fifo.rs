@@ -249,9 +249,9 @@ impl Stash {
         self.messages.is_empty()
     }
 
-    /// Takes the events at the front with zxid <= `zxid`, in order,
-    /// stopping at the first message that is not one.
-    pub fn events_up_to(&mut self, zxid: i64) -> Vec<Event> {
+    /// Takes the events (with their zxids) at the front with zxid <=
+    /// `zxid`, in order, stopping at the first message that is not one.
+    pub fn events_up_to(&mut self, zxid: i64) -> Vec<(i64, Event)> {
         let mut events = Vec::new();
         while let Some(Outbound::Event {
             zxid: event_zxid, ..
@@ -260,8 +260,8 @@ impl Stash {
             if *event_zxid > zxid {
                 break;
             }
-            if let Some(Outbound::Event { event, .. }) = self.messages.pop_front() {
-                events.push(event);
+            if let Some(Outbound::Event { zxid, event }) = self.messages.pop_front() {
+                events.push((zxid, event));
             }
         }
         events
@@ -425,8 +425,15 @@ mod tests {
             result: Err(keel_jute::ErrorCode::NoNode),
         });
         stash.push(event(8, "/c"));
-        let paths = |events: Vec<Event>| events.into_iter().map(|e| e.path).collect::<Vec<_>>();
-        assert_eq!(paths(stash.events_up_to(6)), ["/a"]);
+        let paths =
+            |events: Vec<(i64, Event)>| events.into_iter().map(|(_, e)| e.path).collect::<Vec<_>>();
+        let first = stash.events_up_to(6);
+        assert_eq!(first.len(), 1);
+        assert_eq!(
+            (first[0].0, first[0].1.path.as_str()),
+            (5, "/a"),
+            "with its own zxid"
+        );
         assert_eq!(paths(stash.events_up_to(100)), ["/b"], "stops at the reply");
         assert!(matches!(stash.pop(), Some(Outbound::Reply { xid: 1, .. })));
         assert_eq!(paths(stash.events_up_to(8)), ["/c"]);

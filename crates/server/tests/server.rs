@@ -262,7 +262,11 @@ async fn pipelined_writes_and_syncs_are_answered_in_order() {
         set.unwrap_or_else(|e| panic!("round {round}: setData: {e:?}"));
         synced_again.unwrap_or_else(|e| panic!("round {round}: sync: {e:?}"));
         let (data, _) = read.unwrap_or_else(|e| panic!("round {round}: getData: {e:?}"));
-        assert_eq!(data.as_deref(), Some(&b"b"[..]), "round {round}: the read sees the session's writes");
+        assert_eq!(
+            data.as_deref(),
+            Some(&b"b"[..]),
+            "round {round}: the read sees the session's writes"
+        );
     }
     server.stop().await;
 }

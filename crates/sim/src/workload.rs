@@ -23,8 +23,19 @@ const SEQUENTIAL_PREFIX: &str = "s-";
 #[derive(Debug, Clone)]
 pub enum Step {
     Write(Call),
-    SyncRead { call: Call, watch: bool },
-    LocalRead { call: Call, watch: bool },
+    SyncRead {
+        call: Call,
+        watch: bool,
+    },
+    LocalRead {
+        call: Call,
+        watch: bool,
+    },
+    /// `addWatch`: a persistent (or persistent-recursive) watch on `path`.
+    AddWatch {
+        path: String,
+        recursive: bool,
+    },
 }
 
 pub fn paths() -> Vec<String> {
@@ -120,11 +131,23 @@ pub fn next_step(rng: &mut Rng, data: Vec<u8>) -> Step {
             call: some_read(rng),
             watch: rng.chance(500_000),
         },
+        80..=82 => Step::AddWatch {
+            path: some_path(rng),
+            recursive: rng.chance(500_000),
+        },
         _ => Step::LocalRead {
             call: some_read(rng),
             watch: rng.chance(500_000),
         },
     }
+}
+
+/// The addWatch request (mode 0 persistent, 1 persistent-recursive).
+pub fn add_watch_request(path: &str, recursive: bool) -> Request {
+    Request::AddWatch(keel_jute::AddWatchRequest {
+        path: path.to_string(),
+        mode: i32::from(recursive),
+    })
 }
 
 fn open_acl() -> Vec<Acl> {

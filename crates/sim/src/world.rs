@@ -63,6 +63,9 @@ pub struct Options {
     /// session's request queue (`keel_server::fifo`) and may overtake the
     /// writes in flight before them. The session-order check must see it.
     pub reads_skip_queue: bool,
+    /// A planted bug in the tree's watch manager: persistent-recursive
+    /// watches never fire for descendants. The watch checks must see it.
+    pub recursive_watches_blind: bool,
     /// Keep the readable trace (the fingerprint is always computed).
     pub trace: bool,
 }
@@ -79,6 +82,7 @@ impl Options {
             faults: true,
             planted_bug: PlantedBug::None,
             reads_skip_queue: false,
+            recursive_watches_blind: false,
             trace: false,
         }
     }
@@ -102,6 +106,8 @@ pub struct Stats {
     pub sessions_expired: u64,
     /// Wakes in which a client sent several requests without waiting.
     pub pipelined_bursts: u64,
+    /// addWatch requests (persistent and persistent-recursive).
+    pub persistent_watches_added: u64,
     /// Runs whose linearizability search ran out of budget (undecided).
     pub linearizability_undecided: u64,
 }
@@ -233,6 +239,12 @@ enum Queued {
         watch: bool,
         history: Option<usize>,
     },
+    /// addWatch (persistent or persistent-recursive).
+    Watch {
+        xid: i32,
+        path: String,
+        recursive: bool,
+    },
 }
 
 impl Queued {
@@ -241,7 +253,7 @@ impl Queued {
     fn lane(&self) -> Lane {
         match self {
             Queued::Write { .. } => Lane::Pipelined,
-            Queued::Sync { .. } | Queued::Read { .. } => Lane::Alone,
+            Queued::Sync { .. } | Queued::Read { .. } | Queued::Watch { .. } => Lane::Alone,
         }
     }
 }
@@ -283,6 +295,13 @@ struct Client {
     /// read older state than it has seen).
     last_zxid: i64,
     watches: Vec<WatchRecord>,
+    /// Paths this session asked a persistent watch on (from the moment it
+    /// sent addWatch): it sets no one-shot watch there.
+    persistent_paths: BTreeSet<String>,
+    /// Paths this session asked a one-shot watch on: it adds no
+    /// persistent watch there (ZooKeeper 3.8 keeps one mode per path and
+    /// table, so mixing them changes modes; the model does not follow).
+    one_shot_paths: BTreeSet<String>,
     last_event_zxid: i64,
     /// When the last message queued for this client arrives: later ones
     /// arrive after it (a TCP connection keeps order).
@@ -361,6 +380,8 @@ impl World {
                 writes: 0,
                 last_zxid: 0,
                 watches: Vec::new(),
+                persistent_paths: BTreeSet::new(),
+                one_shot_paths: BTreeSet::new(),
                 last_event_zxid: 0,
                 fifo_us: 0,
                 recent_events: std::collections::VecDeque::new(),
@@ -413,6 +434,7 @@ impl World {
 
     /// Runs the whole scenario and the end-of-run checks.
     pub fn run(mut self) -> Report {
+        keel_tree::watch::planted::set_recursive_blind(self.options.recursive_watches_blind);
         for id in 1..=self.options.nodes as u64 {
             self.start_node(id);
         }
@@ -447,6 +469,7 @@ impl World {
             }
             self.handle(event);
         }
+        keel_tree::watch::planted::set_recursive_blind(false);
         self.finish()
     }
 
@@ -943,15 +966,33 @@ impl World {
             match workload::next_step(&mut self.rng, data) {
                 Step::Write(call) => self.issue_write(client, call),
                 Step::SyncRead { call, watch } => {
+                    let watch = self.one_shot_allowed(client, &call, watch);
                     // Its read follows the sync's reply: the burst ends.
                     self.issue_sync(client, call, watch);
                     break;
                 }
-                Step::LocalRead { call, watch } => self.issue_read(client, call, watch, None),
+                Step::LocalRead { call, watch } => {
+                    let watch = self.one_shot_allowed(client, &call, watch);
+                    self.issue_read(client, call, watch, None);
+                }
+                Step::AddWatch { path, recursive } => {
+                    // One watch per path: no mode changes to model.
+                    let c = &self.clients[client];
+                    let watched =
+                        c.persistent_paths.contains(&path) || c.one_shot_paths.contains(&path);
+                    if !watched {
+                        self.stats.persistent_watches_added += 1;
+                        self.issue_watch(client, path, recursive);
+                    }
+                }
             }
             if self.clients[client].pending.is_empty() {
-                break; // the connection was lost on the way
+                break; // nothing sent (a skipped addWatch)
             }
+        }
+        if self.clients[client].pending.is_empty() && self.clients[client].generation == generation
+        {
+            self.wake_later(client);
         }
     }
 
@@ -1000,6 +1041,8 @@ impl World {
         c.node = node;
         c.session = Some(session);
         c.watches.clear();
+        c.persistent_paths.clear();
+        c.one_shot_paths.clear();
         c.last_event_zxid = 0;
         c.conn = RequestFifo::new(PENDING_REQUESTS_MAX);
         c.stash = Stash::default();
@@ -1188,7 +1231,68 @@ impl World {
                 watch,
                 history,
             } => self.local_read(client, xid, &call, watch, history),
+            Queued::Watch {
+                xid,
+                path,
+                recursive,
+            } => self.add_watch(client, xid, &path, recursive),
         }
+    }
+
+    /// addWatch on the client's node: the server's own `Node::read`.
+    fn add_watch(&mut self, client: usize, xid: i32, path: &str, recursive: bool) {
+        let (node, session) = {
+            let c = &self.clients[client];
+            (c.node, c.session.expect("has a session"))
+        };
+        let request = workload::add_watch_request(path, recursive);
+        let core = self.node(node).core.as_mut().expect("checked alive");
+        let outcome = core.machine().node().read(session, &[], &request);
+        self.note(format!(
+            "c{client} addWatch {path} recursive={recursive} at {:#x} -> {:?}",
+            outcome.zxid,
+            outcome.result.is_ok()
+        ));
+        self.reply_after_events(client, node, xid, outcome.zxid, outcome.watches, None);
+    }
+
+    /// A persistent watch of this client on `path` (a one-shot watch set
+    /// on the same path would turn it one-shot, as in ZooKeeper 3.8; the
+    /// clients here do not mix the two).
+    fn watches_persistently(&self, client: usize, path: &str) -> bool {
+        self.clients[client].persistent_paths.contains(path)
+    }
+
+    /// Whether the read may set the one-shot watch it asks for; records
+    /// the path if so.
+    fn one_shot_allowed(&mut self, client: usize, call: &Call, watch: bool) -> bool {
+        let Some(path) = call.path() else {
+            return watch;
+        };
+        if !watch || self.watches_persistently(client, path) {
+            return false;
+        }
+        self.clients[client].one_shot_paths.insert(path.to_string());
+        true
+    }
+
+    fn issue_watch(&mut self, client: usize, path: String, recursive: bool) {
+        self.clients[client].persistent_paths.insert(path.clone());
+        let xid = self.next_xid(client);
+        self.clients[client].pending.push_back(Pending {
+            xid,
+            kind: PendingKind::Read,
+            history: None,
+        });
+        self.arm_timeout(client, xid);
+        self.submit(
+            client,
+            Queued::Watch {
+                xid,
+                path,
+                recursive,
+            },
+        );
     }
 
     /// Runs a read on the client's node now, registering its watches as
@@ -1214,11 +1318,30 @@ impl World {
         let zxid = outcome.zxid;
         let ret = workload::ret_of(call, &outcome.result);
         self.note(format!("c{client} read {call:?} at {zxid:#x} -> {ret:?}"));
-        // As conn.rs's send_events_up_to: events the node queued for this
-        // connection up to the read's zxid go out before its reply.
+        self.reply_after_events(
+            client,
+            node,
+            xid,
+            zxid,
+            outcome.watches,
+            history.map(|at| (at, ret)),
+        );
+    }
+
+    /// As conn.rs's `send_events_up_to`: events the node queued for this
+    /// connection up to the read's zxid go out before its reply.
+    fn reply_after_events(
+        &mut self,
+        client: usize,
+        node: u64,
+        xid: i32,
+        zxid: i64,
+        watches: Vec<(String, WatchKind)>,
+        recorded: Option<(usize, Ret)>,
+    ) {
         self.take_outbox(node);
         let generation = self.clients[client].generation;
-        for event in self.clients[client].stash.events_up_to(zxid) {
+        for (event_zxid, event) in self.clients[client].stash.events_up_to(zxid) {
             let at_us = self.fifo_slot(client, 100);
             self.seq += 1;
             self.queue.insert(
@@ -1226,7 +1349,10 @@ impl World {
                 Ev::ToClient {
                     client,
                     generation,
-                    out: ToClient::Event { zxid, event },
+                    out: ToClient::Event {
+                        zxid: event_zxid,
+                        event,
+                    },
                 },
             );
         }
@@ -1239,8 +1365,8 @@ impl World {
                 generation,
                 xid,
                 zxid,
-                watches: outcome.watches,
-                recorded: history.map(|at| (at, ret)),
+                watches,
+                recorded,
             },
         );
     }
@@ -1385,12 +1511,27 @@ impl World {
                 .map(|w| w.path.clone())
                 .collect()
         };
-        let set_watches = Request::SetWatches(SetWatches {
-            relative_zxid: last_zxid,
-            data_watches: list(&[WatchKind::Data]),
-            exist_watches: list(&[WatchKind::Exist]),
-            child_watches: list(&[WatchKind::Child]),
-        });
+        // The Java client sends setWatches2 when it holds persistent
+        // watches, setWatches otherwise.
+        let persistent = list(&[WatchKind::Persistent]);
+        let recursive = list(&[WatchKind::PersistentRecursive]);
+        let set_watches = if persistent.is_empty() && recursive.is_empty() {
+            Request::SetWatches(SetWatches {
+                relative_zxid: last_zxid,
+                data_watches: list(&[WatchKind::Data]),
+                exist_watches: list(&[WatchKind::Exist]),
+                child_watches: list(&[WatchKind::Child]),
+            })
+        } else {
+            Request::SetWatches2(keel_jute::SetWatches2 {
+                relative_zxid: last_zxid,
+                data_watches: list(&[WatchKind::Data]),
+                exist_watches: list(&[WatchKind::Exist]),
+                child_watches: list(&[WatchKind::Child]),
+                persistent_watches: persistent,
+                persistent_recursive_watches: recursive,
+            })
+        };
         let read = handle.read(session, &[], &set_watches);
         let (fired, kept, zxid) = (read.fired, read.watches, read.zxid);
         self.note(format!(
@@ -1528,6 +1669,8 @@ impl World {
                 let c = &mut self.clients[client];
                 c.session = None;
                 c.watches.clear();
+                c.persistent_paths.clear();
+                c.one_shot_paths.clear();
                 c.generation += 1;
                 c.conn = RequestFifo::new(PENDING_REQUESTS_MAX);
                 c.stash = Stash::default();
@@ -1635,14 +1778,25 @@ impl World {
         let before = c.watches.len();
         let last_event = c.last_event_zxid;
         let mut early = None;
-        c.watches.retain(|w| {
+        let mut persistent_hits = 0;
+        c.watches.retain_mut(|w| {
             let hit = fires(w, &event);
-            if hit && zxid <= w.zxid {
+            let persistent = matches!(
+                w.kind,
+                WatchKind::Persistent | WatchKind::PersistentRecursive
+            );
+            // A persistent watch may fire several times at one zxid (a
+            // multi); a one-shot watch fires for changes after it was set.
+            if hit && (zxid < w.zxid || (zxid == w.zxid && !persistent)) {
                 early = Some(w.zxid);
             }
-            !hit
+            if hit && persistent {
+                persistent_hits += 1;
+                w.zxid = w.zxid.max(zxid);
+            }
+            !hit || persistent
         });
-        let fired = before - c.watches.len();
+        let fired = before - c.watches.len() + persistent_hits;
         c.last_event_zxid = zxid;
         // A client reconnects only to a server that has seen what it has,
         // events included.
@@ -1791,6 +1945,15 @@ impl World {
 /// changed and deleted.)
 fn fires(watch: &WatchRecord, event: &Event) -> bool {
     use keel_jute::EventType::*;
+    if watch.kind == WatchKind::PersistentRecursive {
+        // The path and every path under it; never NodeChildrenChanged.
+        let under = event.path == watch.path
+            || event
+                .path
+                .strip_prefix(watch.path.as_str())
+                .is_some_and(|rest| rest.starts_with('/'));
+        return under && event.event_type != NodeChildrenChanged;
+    }
     if watch.path != event.path {
         return false;
     }
@@ -1802,7 +1965,11 @@ fn fires(watch: &WatchRecord, event: &Event) -> bool {
             )
         }
         WatchKind::Child => matches!(event.event_type, NodeChildrenChanged | NodeDeleted),
-        WatchKind::Persistent | WatchKind::PersistentRecursive => false,
+        WatchKind::Persistent => matches!(
+            event.event_type,
+            NodeCreated | NodeDeleted | NodeDataChanged | NodeChildrenChanged
+        ),
+        WatchKind::PersistentRecursive => unreachable!("handled above"),
     }
 }
 

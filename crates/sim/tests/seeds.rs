@@ -67,6 +67,7 @@ fn add_stats(total: &mut sim::Stats, run: &sim::Stats) {
     total.watch_events += run.watch_events;
     total.sessions_expired += run.sessions_expired;
     total.pipelined_bursts += run.pipelined_bursts;
+    total.persistent_watches_added += run.persistent_watches_added;
     total.linearizability_undecided += run.linearizability_undecided;
 }
 
@@ -102,6 +103,7 @@ fn replay() {
     options.trace = true;
     match std::env::var("SIM_PLANTED_BUG").as_deref() {
         Ok("reads-skip-queue") => options.reads_skip_queue = true,
+        Ok("recursive-watches-blind") => options.recursive_watches_blind = true,
         Ok(_) => options.planted_bug = PlantedBug::ApplyBeforeCommit,
         Err(_) => {}
     }
@@ -183,5 +185,35 @@ fn reads_that_skip_the_session_queue_are_caught() {
     assert!(
         order_broken > 0,
         "the session-order check missed reads overtaking writes"
+    );
+}
+
+#[test]
+fn recursive_watches_blind_to_descendants_are_caught() {
+    // The tree's watch manager fires a persistent-recursive watch for its
+    // own path only: the watch checks must see events missing.
+    let seeds: Vec<u64> = (0..200).collect();
+    let (failing, _) = run_batch(seeds, |seed| Options {
+        recursive_watches_blind: true,
+        ..Options::for_seed(seed)
+    });
+    let missed = failing
+        .iter()
+        .filter(|r| {
+            r.failures
+                .iter()
+                .any(|f| f.contains("PersistentRecursive watch"))
+        })
+        .count();
+    eprintln!(
+        "blind recursive watches caught by {} of 200 seeds ({missed} by the watch checks); first: {:?}",
+        failing.len(),
+        failing
+            .first()
+            .map(|r| (r.seed, r.failures.first().cloned()))
+    );
+    assert!(
+        missed > 0,
+        "the watch checks missed recursive watches that do not fire"
     );
 }
