@@ -363,7 +363,7 @@ class KeelServer(BaseServer):
         "client_address", "tick_time_ms", "min_session_timeout_ms", "max_session_timeout_ms",
         "super_digest", "four_letter_words", "container_check_interval_ms",
         "snapshot_every_entries", "snapshot_every_log_bytes", "jute_max_buffer_bytes", "max_client_connections_per_ip",
-        "server_id", "peers", "cluster_name", "preferred_leader", "observers",
+        "server_id", "peers", "cluster_name", "preferred_leader", "observers", "profile_locks",
     )
 
     def __init__(self, *a, binary=None, **kw):

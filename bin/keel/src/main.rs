@@ -87,6 +87,9 @@ struct ServerArgs {
     /// Comma-separated ids (listed in --peers) of non-voting observers.
     #[arg(long, value_delimiter = ',')]
     observers: Option<Vec<u64>>,
+    /// Turn on the lock × operation profiler (four-letter word `lcks`).
+    #[arg(long)]
+    profile_locks: bool,
 }
 
 #[derive(Args)]
@@ -137,6 +140,10 @@ struct BenchArgs {
     /// populate: most children per parent.
     #[arg(long, value_name = "F", default_value_t = keel_bench::DEFAULT_FANOUT)]
     fanout: u64,
+    /// After the run, print the top rows of every server's lock × operation
+    /// profile during it (servers started with --profile-locks).
+    #[arg(long)]
+    profile: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -174,6 +181,9 @@ fn server_config(args: ServerArgs) -> anyhow::Result<ServerConfig> {
         preferred_leader,
         observers
     );
+    if args.profile_locks {
+        config.profile_locks = true;
+    }
     if let Some(digest) = args.super_digest {
         config.super_digest = Some(digest);
     }
@@ -233,6 +243,9 @@ fn client(args: CliArgs) -> anyhow::Result<()> {
     std::process::exit(code);
 }
 
+/// Rows of each server's lock profile `keel bench --profile` prints.
+const PROFILE_TOP_ROWS: usize = 12;
+
 fn bench(args: BenchArgs) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -260,8 +273,28 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     config.value_size = args.value_size;
     config.in_flight = args.in_flight.unwrap_or(1);
     config.validate()?;
+    let servers = config.servers.clone();
+    let before = if args.profile {
+        let profiles: Result<Vec<_>, _> = servers
+            .iter()
+            .map(|s| keel_bench::profile::fetch(s))
+            .collect();
+        Some(profiles?)
+    } else {
+        None
+    };
     let report = keel_bench::run(config, |line| eprintln!("{line}"))?;
     println!("{report}");
+    if let Some(before) = before {
+        for (server, before) in servers.iter().zip(&before) {
+            let after = keel_bench::profile::fetch(server)?;
+            let rows = keel_bench::profile::difference(before, &after);
+            print!(
+                "{}",
+                keel_bench::profile::format_top(server, &rows, PROFILE_TOP_ROWS)
+            );
+        }
+    }
     if let Some(path) = &args.csv {
         report.append_csv(path)?;
     }

@@ -32,6 +32,7 @@
 //! ```
 
 mod populate;
+pub mod profile;
 mod report;
 mod stats;
 mod svg;

@@ -62,6 +62,8 @@ pub struct ServerConfig {
     /// Ids (listed in `peers`) of observers: members that serve reads and
     /// forward writes but do not vote (read scaling).
     pub observers: Vec<u64>,
+    /// The lock × operation profiler (`lcks`; `profile.rs`). Off by default.
+    pub profile_locks: bool,
 }
 
 impl Default for ServerConfig {
@@ -85,6 +87,7 @@ impl Default for ServerConfig {
                 "cons".into(),
                 "wchs".into(),
                 "dump".into(),
+                "lcks".into(),
             ],
             container_check_interval_ms: DEFAULT_CONTAINER_CHECK_INTERVAL_MS,
             snapshot_every_entries: DEFAULT_SNAPSHOT_EVERY_ENTRIES,
@@ -96,6 +99,7 @@ impl Default for ServerConfig {
             cluster_name: "keel".into(),
             preferred_leader: 0,
             observers: Vec::new(),
+            profile_locks: false,
         }
     }
 }

@@ -9,6 +9,7 @@
 //!   later state: events queued up to a read's zxid are sent before it.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,6 +26,7 @@ use tokio::sync::mpsc;
 use crate::fifo::{Completed, Lane, RequestFifo, Stash, PENDING_REQUESTS_MAX};
 use crate::node::{CloseReason, Outbound, Route, SyncContext, SESSION_SECRET};
 use crate::port::ClientPort;
+use crate::profile;
 use crate::shared::{
     wall_clock_ms, ConnectionInfo, ConnectionOutlet, Shared, CONNECTION_OUTBOUND_MAX,
 };
@@ -105,6 +107,8 @@ struct Connection {
     opened: Instant,
     out: Vec<u8>,
     closing: Option<Closed>,
+    /// This connection's row in `cons` (set once the session is open).
+    info: Option<Arc<ConnectionInfo>>,
 }
 
 /// Serves one accepted socket until it closes. Never panics on input.
@@ -159,6 +163,7 @@ pub async fn serve(port: &ClientPort, stream: TcpStream, peer: SocketAddr) {
         opened: Instant::now(),
         out: Vec::with_capacity(READ_CHUNK_BYTES),
         closing: None,
+        info: None,
     };
     let payload = buf[4..first].to_vec();
     buf.drain(..first);
@@ -245,17 +250,16 @@ impl Connection {
         if !valid {
             return Err(Closed::SessionInvalid);
         }
-        self.shared.connections.lock().insert(
-            self.id,
-            ConnectionInfo {
-                peer: self.peer,
-                session_id: self.session_id,
-                timeout_ms,
-                received: 1,
-                sent: 0,
-                last_zxid,
-            },
-        );
+        let info = Arc::new(ConnectionInfo {
+            peer: self.peer,
+            session_id: self.session_id,
+            timeout_ms,
+            received: AtomicU64::new(1),
+            sent: AtomicU64::new(0),
+            last_zxid: AtomicI64::new(last_zxid),
+        });
+        self.shared.connections().insert(self.id, info.clone());
+        self.info = Some(info);
         self.flush().await
     }
 
@@ -393,13 +397,14 @@ impl Connection {
     fn on_frame(&mut self, payload: Vec<u8>) -> Result<(), Closed> {
         let header = RequestHeader::from_bytes(&payload[..payload.len().min(8)])
             .map_err(|_| Closed::TruncatedHeader)?;
+        let _op = profile::enter(profile::Op::of_opcode(header.op_type));
         self.shared
             .stats
             .packets_received
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.shared.node.touch(self.session_id);
         if self.shared.raft().status.cluster {
-            self.shared.touched.lock().insert(self.session_id);
+            self.shared.touched().insert(self.session_id);
         }
         let body = payload[8..].to_vec();
         let lane = if pipelinable(header.op_type, &body) {
@@ -569,6 +574,7 @@ impl Connection {
     }
 
     fn on_outbound(&mut self, message: Outbound) {
+        let _op = profile::enter(profile::Op::REPLY);
         match message {
             Outbound::Event { event, .. } => self.event(&event),
             Outbound::Close { reason } => self.closing = Some(Closed::Server(reason)),
@@ -618,6 +624,7 @@ impl Connection {
             let Some((header, body)) = self.fifo.next_ready() else {
                 return;
             };
+            let _op = profile::enter(profile::Op::of_opcode(header.op_type));
             if let Err(reason) = self.execute(header, body) {
                 self.closing = Some(reason);
             }
@@ -670,9 +677,9 @@ impl Connection {
             }
         });
         self.count_sent();
-        if let Some(info) = self.shared.connections.lock().get_mut(&self.id) {
-            info.received += 1;
-            info.last_zxid = zxid;
+        if let Some(info) = &self.info {
+            info.received.fetch_add(1, Ordering::Relaxed);
+            info.last_zxid.store(zxid, Ordering::Relaxed);
         }
     }
 
@@ -681,8 +688,8 @@ impl Connection {
             .stats
             .packets_sent
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if let Some(info) = self.shared.connections.lock().get_mut(&self.id) {
-            info.sent += 1;
+        if let Some(info) = &self.info {
+            info.sent.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -714,7 +721,7 @@ impl Connection {
             tracing::debug!(peer = %self.peer, session = format_args!("{:#x}", self.session_id), %reason, "connection closed");
         }
         let shared = self.shared.clone();
-        shared.connections.lock().remove(&self.id);
+        shared.connections().remove(&self.id);
         if self.session_id == 0 {
             return;
         }

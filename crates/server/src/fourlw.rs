@@ -10,9 +10,9 @@ use crate::config::ServerConfig;
 use crate::shared::Shared;
 
 /// Every word Keel knows (FourLetterCommands.java's set).
-pub const COMMANDS: [&str; 17] = [
+pub const COMMANDS: [&str; 18] = [
     "ruok", "srvr", "stat", "mntr", "conf", "cons", "envi", "wchs", "wchc", "wchp", "dirs", "dump",
-    "crst", "srst", "isro", "gtmk", "stmk",
+    "crst", "srst", "isro", "gtmk", "stmk", "lcks",
 ];
 /// The ZooKeeper version Keel reports: kazoo and the Go harness parse it.
 pub const ZOOKEEPER_VERSION: &str = "3.8.0-keel-0.1.0";
@@ -24,6 +24,7 @@ pub const NOT_SERVING: &str = "This ZooKeeper instance is not currently serving 
 
 /// The answer to `word`; `shared` is None while the node loads its data.
 pub fn answer(config: &ServerConfig, shared: Option<&Shared>, word: &str) -> String {
+    let _op = crate::profile::enter(crate::profile::Op::FOURLW);
     if !config.four_letter_word_enabled(word) {
         return format!("{word} is not executed because it is not in the whitelist.\n");
     }
@@ -54,6 +55,8 @@ fn answer_serving(shared: &Shared, word: &str) -> String {
         "wchp" => wchp(shared),
         "dump" => dump(shared),
         "dirs" => dirs(shared),
+        // Keel's own: the lock × operation profiler's matrix (profile.rs).
+        "lcks" => crate::profile::report(),
         "srst" => {
             shared.stats.reset();
             "Server stats reset.\n".into()
@@ -111,7 +114,7 @@ fn srvr(shared: &Shared, with_clients: bool) -> String {
         "Latency min/avg/max: {min}/{avg:.4}/{max}\nReceived: {}\nSent: {}\nConnections: {}\nOutstanding: 0\nZxid: 0x{zxid:x}\nMode: {}\nNode count: {nodes}\n",
         shared.stats.packets_received.load(Ordering::Relaxed),
         shared.stats.packets_sent.load(Ordering::Relaxed),
-        shared.connections.lock().len(),
+        shared.connections().len(),
         mode(shared),
     );
     text
@@ -119,13 +122,18 @@ fn srvr(shared: &Shared, with_clients: bool) -> String {
 
 fn cons(shared: &Shared) -> String {
     let mut text = String::new();
-    let mut connections: Vec<_> = shared.connections.lock().values().cloned().collect();
+    let mut connections: Vec<_> = shared.connections().values().cloned().collect();
     connections.sort_by_key(|c| c.session_id);
     for c in connections {
         let _ = writeln!(
             text,
             " /{}[1](queued=0,recved={},sent={},sid=0x{:x},lop=NA,est=0,to={},lzxid=0x{:x})",
-            c.peer, c.received, c.sent, c.session_id, c.timeout_ms, c.last_zxid
+            c.peer,
+            c.received.load(Ordering::Relaxed),
+            c.sent.load(Ordering::Relaxed),
+            c.session_id,
+            c.timeout_ms,
+            c.last_zxid.load(Ordering::Relaxed)
         );
     }
     text
@@ -148,7 +156,7 @@ fn mntr(shared: &Shared) -> String {
         )
     };
     let watches = shared.node.with_watches(|w| w.watch_count());
-    let connections = shared.connections.lock().len();
+    let connections = shared.connections().len();
     let sessions = shared.node.session_count();
     let status = &shared.raft().status;
     let heartbeat = status.heartbeat.summary();

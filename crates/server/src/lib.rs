@@ -12,6 +12,7 @@ pub mod fifo;
 pub mod fourlw;
 pub mod node;
 mod port;
+pub mod profile;
 mod reaper;
 mod shared;
 
@@ -130,6 +131,9 @@ struct Started {
 /// Loads the newest snapshot and the log (off the async threads, so the
 /// client port keeps answering) and starts the driver, which replays.
 async fn start_node(config: ServerConfig) -> Result<Started, ServerError> {
+    if config.profile_locks {
+        profile::enable(true);
+    }
     let raft_config = keel_consensus::RaftConfig {
         node_id: config.server_id,
         data_dir: config.data_dir.clone(),
@@ -268,13 +272,14 @@ async fn run_timers(shared: Arc<Shared>) {
         tokio::time::sleep(expiry_every).await;
         if !shared.raft().is_leader() {
             // Followers tell the leader which sessions are alive here.
-            let touched: Vec<i64> = shared.touched.lock().drain().collect();
+            let touched: Vec<i64> = shared.touched().drain().collect();
             if !touched.is_empty() {
                 shared.raft().report_touches(touched);
             }
             continue;
         }
-        shared.touched.lock().clear();
+        let _op = profile::enter(profile::Op::EXPIRE);
+        shared.touched().clear();
         for (session_id, txn) in shared.node.expire(wall_clock_ms()) {
             tracing::info!(session = format_args!("{session_id:#x}"), "session expired");
             propose(&shared, &txn);

@@ -26,7 +26,9 @@ use keel_jute::{opcode, ErrorCode, Id, Request, Response};
 use keel_session::SessionTracker;
 use keel_tree::watch::{WatchKind, WatchManager};
 use keel_tree::{Applied, DataTree, Event, Txn, TxnOp};
-use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::profile::{self, Held, Lock, Op};
 
 /// xid of transactions the server makes itself (expiry, reaper): no reply.
 pub const INTERNAL_XID: i32 = i32::MIN;
@@ -106,8 +108,16 @@ struct NodeState<O> {
 }
 
 impl<O: Outlet> NodeState<O> {
+    fn watches(&self) -> Held<MutexGuard<'_, WatchManager>> {
+        profile::acquire(Lock::Watches, || self.watches.lock())
+    }
+
+    fn routes(&self) -> Held<MutexGuard<'_, BTreeMap<i64, Route<O>>>> {
+        profile::acquire(Lock::Routes, || self.routes.lock())
+    }
+
     fn send(&self, session_id: i64, message: Outbound) {
-        if let Some(route) = self.routes.lock().get(&session_id) {
+        if let Some(route) = self.routes().get(&session_id) {
             route.outlet.send(message);
         }
     }
@@ -230,43 +240,57 @@ impl<O: Outlet> Node<O> {
 
     /// The tree, read-locked, for the four-letter words, the reaper and
     /// checkers. Hold it briefly: applies wait while it is held.
-    pub fn tree(&self) -> parking_lot::MappedRwLockReadGuard<'_, DataTree> {
-        RwLockReadGuard::map(self.state.read(), |state| &state.tree)
+    pub fn tree(&self) -> Held<parking_lot::MappedRwLockReadGuard<'_, DataTree>> {
+        profile::acquire(Lock::NodeRead, || {
+            RwLockReadGuard::map(self.state.read(), |state| &state.tree)
+        })
+    }
+
+    fn read_state(&self) -> Held<RwLockReadGuard<'_, NodeState<O>>> {
+        profile::acquire(Lock::NodeRead, || self.state.read())
+    }
+
+    fn write_state(&self) -> Held<RwLockWriteGuard<'_, NodeState<O>>> {
+        profile::acquire(Lock::NodeWrite, || self.state.write())
+    }
+
+    fn sessions(&self) -> Held<MutexGuard<'_, SessionTracker>> {
+        profile::acquire(Lock::Sessions, || self.sessions.lock())
     }
 
     pub fn last_zxid(&self) -> i64 {
-        self.state.read().tree.last_zxid()
+        self.read_state().tree.last_zxid()
     }
 
     /// `f` over the watch table (four-letter words).
     pub fn with_watches<T>(&self, f: impl FnOnce(&WatchManager) -> T) -> T {
-        let state = self.state.read();
-        let watches = state.watches.lock();
+        let state = self.read_state();
+        let watches = state.watches();
         f(&watches)
     }
 
     /// Sessions the tracker knows (alive, not yet expired).
     pub fn session_count(&self) -> usize {
-        self.sessions.lock().len()
+        self.sessions().len()
     }
 
     /// Sessions whose connection is on this node.
     pub fn connected_sessions(&self) -> Vec<i64> {
-        self.state.read().routes.lock().keys().copied().collect()
+        self.read_state().routes().keys().copied().collect()
     }
 
     /// Activity on a session: its deadline moves. False if the tracker
     /// does not know it (expired, closed, or never created).
     pub fn touch(&self, session_id: i64) -> bool {
         let now_ms = self.clock.now_ms();
-        self.sessions.lock().touch(session_id, now_ms)
+        self.sessions().touch(session_id, now_ms)
     }
 
     /// Binds a session being created to its connection (the reply of its
     /// CreateSession finds the connection through this).
     pub fn register(&self, session_id: i64, route: Route<O>) {
-        let state = self.state.read();
-        let old = state.routes.lock().insert(session_id, route);
+        let state = self.read_state();
+        let old = state.routes().insert(session_id, route);
         assert!(old.is_none(), "session ids are unique per node");
     }
 
@@ -275,7 +299,7 @@ impl<O: Outlet> Node<O> {
     /// current connection here; the client re-registers its watches with
     /// setWatches right after.
     pub fn resume(&self, session_id: i64, password: &[u8], route: Route<O>) -> bool {
-        let state = self.state.read();
+        let state = self.read_state();
         state.send(
             session_id,
             Outbound::Close {
@@ -289,8 +313,8 @@ impl<O: Outlet> Node<O> {
         if !self.touch(session_id) {
             return false;
         }
-        state.watches.lock().remove_session(session_id);
-        let old = state.routes.lock().insert(session_id, route);
+        state.watches().remove_session(session_id);
+        let old = state.routes().insert(session_id, route);
         if let Some(old) = old {
             old.outlet.send(Outbound::Close {
                 reason: CloseReason::Moved,
@@ -303,16 +327,16 @@ impl<O: Outlet> Node<O> {
     /// binding and the session's watches go (ZooKeeper drops a
     /// connection's watches with it; the client re-registers them).
     pub fn disconnect(&self, session_id: i64, connection_id: u64) {
-        let state = self.state.read();
+        let state = self.read_state();
         let removed = {
-            let mut routes = state.routes.lock();
+            let mut routes = state.routes();
             let bound = routes
                 .get(&session_id)
                 .is_some_and(|route| route.connection_id == connection_id);
             bound && routes.remove(&session_id).is_some()
         };
         if removed {
-            state.watches.lock().remove_session(session_id);
+            state.watches().remove_session(session_id);
         }
     }
 
@@ -321,7 +345,7 @@ impl<O: Outlet> Node<O> {
     /// before the lock is released, so no change can slip between the read
     /// and its watch. Requests that are not reads answer Unimplemented.
     pub fn read(&self, session_id: i64, auth: &[Id], request: &Request) -> LocalRead {
-        let state = self.state.read();
+        let state = self.read_state();
         let zxid = state.tree.last_zxid();
         match request {
             Request::SetWatches(w) => {
@@ -348,7 +372,7 @@ impl<O: Outlet> Node<O> {
                     1 => WatchKind::PersistentRecursive,
                     _ => return LocalRead::answer(Err(ErrorCode::MarshallingError), zxid),
                 };
-                state.watches.lock().add(&add.path, session_id, kind);
+                state.watches().add(&add.path, session_id, kind);
                 LocalRead {
                     watches: vec![(add.path.clone(), kind)],
                     ..LocalRead::answer(Ok(Response::ErrorResponse(0)), zxid)
@@ -365,7 +389,7 @@ impl<O: Outlet> Node<O> {
             _ => match state.tree.read(request, session_id, auth) {
                 Some(outcome) => {
                     if !outcome.watches.is_empty() {
-                        let mut watches = state.watches.lock();
+                        let mut watches = state.watches();
                         for (path, kind) in &outcome.watches {
                             watches.add(path, session_id, *kind);
                         }
@@ -385,7 +409,7 @@ impl<O: Outlet> Node<O> {
     /// nothing (they report activity to the leader instead).
     pub fn expire(&self, time_ms: i64) -> Vec<(i64, Txn)> {
         let now_ms = self.clock.now_ms();
-        let expired = self.sessions.lock().expired(now_ms);
+        let expired = self.sessions().expired(now_ms);
         expired
             .into_iter()
             .map(|session_id| {
@@ -417,7 +441,7 @@ impl<O: Outlet> NodeState<O> {
                 .map(|p| (p.clone(), WatchKind::PersistentRecursive)),
         );
         {
-            let mut watches = self.watches.lock();
+            let mut watches = self.watches();
             for (path, kind) in &registered {
                 watches.add(path, session_id, *kind);
             }
@@ -443,7 +467,7 @@ impl<O: Outlet> NodeState<O> {
         if !(1..=5).contains(&watcher_type) {
             return Err(ErrorCode::BadArguments);
         }
-        let mut watches = self.watches.lock();
+        let mut watches = self.watches();
         let found = if remove {
             watches.remove(path, session_id, watcher_type)
         } else {
@@ -505,9 +529,9 @@ impl<O: Outlet, B: ApplyObserver> NodeMachine<O, B> {
 
     /// A snapshot from the leader replaces the tree.
     fn replace(&mut self, tree: DataTree) {
-        let mut state = self.node.state.write();
+        let mut state = self.node.write_state();
         let state = &mut *state;
-        *self.node.sessions.lock() = tracker_for(&tree, self.node.tick_ms, self.node.now_ms());
+        *self.node.sessions() = tracker_for(&tree, self.node.tick_ms, self.node.now_ms());
         state.tree = tree;
         // The changes the snapshot jumped over fired no watch. As a
         // ZooKeeper follower that resyncs from a SNAP, drop every client
@@ -549,7 +573,7 @@ fn deliver<O: Outlet>(
         }
     }
     if let Some((session_id, timeout_ms)) = applied.session_created {
-        let mut sessions = sessions.lock();
+        let mut sessions = profile::acquire(Lock::Sessions, || sessions.lock());
         if !sessions.contains(session_id) {
             sessions.add(session_id, timeout_ms, now_ms);
         }
@@ -569,7 +593,7 @@ fn deliver<O: Outlet>(
         }
     }
     if let Some(session_id) = applied.session_closed {
-        sessions.lock().remove(session_id);
+        profile::acquire(Lock::Sessions, || sessions.lock()).remove(session_id);
         watches.remove_session(session_id);
         if let Some(route) = routes.remove(&session_id) {
             route.outlet.send(Outbound::Close {
@@ -585,8 +609,9 @@ fn deliver<O: Outlet>(
 
 impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
     fn apply(&mut self, index: u64, term: u64, proposals: &[Committed<'_>]) {
+        let _op = profile::enter(Op::APPLY);
         let now_ms = self.node.now_ms();
-        let mut state = self.node.state.write();
+        let mut state = self.node.write_state();
         let state = &mut *state;
         for proposal in proposals {
             // Every replica decodes the same committed bytes the same way:
@@ -615,13 +640,14 @@ impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
     }
 
     fn skip(&mut self, index: u64, term: u64) {
-        let mut state = self.node.state.write();
+        let mut state = self.node.write_state();
         state.tree.set_applied(index, term);
         self.observer.settled(&state.tree);
     }
 
     fn snapshot_begin(&mut self) -> SnapshotJob {
-        let mut state = self.node.state.write();
+        let _op = profile::enter(Op::APPLY);
+        let mut state = self.node.write_state();
         let head = state.tree.snapshot_begin();
         SnapshotJob {
             index: state.tree.applied_index(),
@@ -634,11 +660,13 @@ impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
     }
 
     fn snapshot_end(&mut self) {
-        self.node.state.write().tree.snapshot_end();
+        let _op = profile::enter(Op::APPLY);
+        self.node.write_state().tree.snapshot_end();
     }
 
     fn dropped(&mut self, payloads: Vec<Vec<u8>>) {
-        let state = self.node.state.read();
+        let _op = profile::enter(Op::APPLY);
+        let state = self.node.read_state();
         for txn in payloads.iter().filter_map(|p| Txn::decode(p).ok()) {
             if txn.xid != INTERNAL_XID {
                 let reason = CloseReason::ProposalDropped;
@@ -648,14 +676,16 @@ impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
     }
 
     fn touched(&mut self, sessions: &[i64]) {
+        let _op = profile::enter(Op::APPLY);
         let now_ms = self.node.now_ms();
-        let mut tracker = self.node.sessions.lock();
+        let mut tracker = self.node.sessions();
         for session_id in sessions {
             tracker.touch(*session_id, now_ms);
         }
     }
 
     fn restore(&mut self, index: u64, bytes: &[u8]) -> Result<(), MachineError> {
+        let _op = profile::enter(Op::APPLY);
         let tree = keel_tree::snapshot::load(bytes, self.load_threads)?;
         if tree.applied_index() != index {
             return Err(Box::new(IndexMismatch {
@@ -668,12 +698,13 @@ impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
     }
 
     fn read_ready(&mut self, context: Vec<u8>) {
+        let _op = profile::enter(Op::APPLY);
         let Some(sync) = SyncContext::decode(&context) else {
             return tracing::error!("sync context does not decode");
         };
         // Every entry committed before the barrier is applied: the reply
         // carries the newest zxid, as ZooKeeper's sync reply does.
-        let state = self.node.state.read();
+        let state = self.node.read_state();
         let zxid = state.tree.last_zxid();
         let reply = Outbound::Reply {
             xid: sync.xid,
@@ -685,19 +716,21 @@ impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
     }
 
     fn read_failed(&mut self, context: Vec<u8>) {
+        let _op = profile::enter(Op::APPLY);
         if let Some(sync) = SyncContext::decode(&context) {
             let reason = CloseReason::SyncRefused;
-            let state = self.node.state.read();
+            let state = self.node.read_state();
             state.send(sync.session_id, Outbound::Close { reason });
         }
     }
 
     fn role_changed(&mut self, leader: bool) {
+        let _op = profile::enter(Op::APPLY);
         if leader {
             // A new leader must not expire sessions for the election's
             // sake: every session gets a fresh deadline.
             let now_ms = self.node.now_ms();
-            self.node.sessions.lock().renew_all(now_ms);
+            self.node.sessions().renew_all(now_ms);
         }
     }
 }
@@ -728,7 +761,10 @@ struct TreeWriter<O> {
 
 impl<O: Outlet> SnapshotWriter for TreeWriter<O> {
     fn next_chunk(&mut self, out: &mut Vec<u8>) -> Result<bool, MachineError> {
-        Ok(self.state.read().tree.snapshot_chunk(out)?)
+        let _op = profile::enter(Op::SNAPSHOT);
+        Ok(profile::acquire(Lock::NodeRead, || self.state.read())
+            .tree
+            .snapshot_chunk(out)?)
     }
 }
 

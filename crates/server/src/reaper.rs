@@ -124,6 +124,7 @@ pub async fn run(shared: Arc<Shared>) {
 }
 
 fn pass(shared: &Shared, reaper: &mut Reaper) {
+    let _op = crate::profile::enter(crate::profile::Op::REAPER);
     let candidates: Vec<(String, NodeStamp)> = {
         let tree = shared.node.tree();
         tree.reap_candidates(wall_clock_ms())

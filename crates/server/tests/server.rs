@@ -270,3 +270,58 @@ async fn pipelined_writes_and_syncs_are_answered_in_order() {
     }
     server.stop().await;
 }
+
+/// `profile_locks = true`: `lcks` charges the locks a getData takes to
+/// getData (the profiler's counters are process-wide; other tests here
+/// only add rows of their own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_profiler_charges_reads_to_their_operation() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let config = ServerConfig {
+        client_port: address.port(),
+        data_dir: dir.path().to_path_buf(),
+        four_letter_words: vec!["*".into()],
+        profile_locks: true,
+        ..ServerConfig::default()
+    };
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        keel_server::run(listener, config, async move {
+            let _ = stopped.await;
+        })
+        .await
+        .expect("server runs cleanly");
+    });
+    let server = Running {
+        address,
+        stop: Some(stop),
+        task,
+    };
+    for _ in 0..500 {
+        let srvr = four_letter_word(address, "srvr").await.unwrap_or_default();
+        if srvr.starts_with("Zookeeper version:") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let client = Client::connect(&address.to_string(), 4_000).await.unwrap();
+    client
+        .create("/p", b"x", &open_acl_unsafe(), CreateMode::Persistent)
+        .await
+        .unwrap();
+    for _ in 0..100 {
+        client.get_data("/p", false).await.unwrap();
+    }
+    let lcks = four_letter_word(address, "lcks").await.unwrap();
+    assert!(lcks.starts_with("lock profiler: on for"), "{lcks}");
+    let row = lcks
+        .lines()
+        .find(|line| line.starts_with("node.read") && line.contains(" getData "))
+        .unwrap_or_else(|| panic!("no getData row:\n{lcks}"));
+    let count: u64 = row.split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert!(count >= 100, "{row}");
+    assert!(lcks.contains("node.write   apply"), "{lcks}");
+    server.stop().await;
+}
