@@ -5,8 +5,16 @@ Starts both clusters on loopback (free ports, fsync on, one temp data dir per
 node under bench/work/), then runs `keel bench` for the create and mix
 workloads at 10, 100 and 400 clients, alternating between the two systems,
 with the clients spread over all three nodes. Prints one table (TPS, p99,
-Keel/ZooKeeper TPS ratio) plus the peak RSS (VmHWM) of every server, and
-writes the raw rows to bench/work/compare.csv.
+Keel/ZooKeeper TPS ratio, and the CPU time all three servers of each system
+used per 1,000 operations during the timed run, with its ratio), the
+single-client create p50 of both next to this machine's fdatasync p50
+(128-byte appends) and loopback round trip, the peak RSS (VmHWM) of every
+server, and writes the raw rows to bench/work/compare.csv.
+
+Server CPU is utime + stime of each server process (/proc/PID/stat, all
+threads), sampled at the bench's first and last progress line of the timed
+phase (one per second), and divided by the operations completed between the
+two lines: setup and cleanup are not counted.
 
 The clusters are started, checked (one leader agreed by a majority, the
 others following) and stopped by the test suites' harness (tests/harness/
@@ -22,9 +30,14 @@ Python 3 standard library only.
 import argparse
 import csv
 import os
+import re
 import signal
+import socket
+import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -105,6 +118,117 @@ def bench(root, system, group, workload, clients, duration, tag):
     return rows[-1]
 
 
+# keel bench's progress line of the timed phase: "[  3.0 s]  12345 ops/s ... ops  123456   errors 0"
+RUN_LINE = re.compile(r"^\[\s*([0-9.]+) s\]\s+\d+ ops/s.*\bops\s+(\d+)\s+errors")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids):
+    """utime + stime of the processes (all their threads), in seconds."""
+    total = 0
+    for pid in pids:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+    return total / CLK_TCK
+
+
+def bench_with_cpu(root, system, group, workload, clients, duration, tag):
+    """Like bench(), and also the servers' CPU ms per 1,000 operations over
+    the timed phase (between its first and last progress lines)."""
+    csvp = os.path.join(root, "bench-%s-%s-%d-%s.csv" % (system, workload, clients, tag))
+    out = os.path.join(root, "bench-%s-%s-%d-%s.out" % (system, workload, clients, tag))
+    pids = [nd.proc.pid for nd in group.nodes]
+    command = [KEEL_BIN, "bench", "--servers", group.address, "--workload", workload,
+               "--clients", str(clients), "--duration", str(duration), "--csv", csvp]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            errors="replace", stdin=subprocess.DEVNULL, start_new_session=True)
+    stdout = []
+    reader = threading.Thread(target=lambda: stdout.append(proc.stdout.read()), daemon=True)
+    reader.start()
+    watchdog = threading.Timer(duration + 180, proc.kill)
+    watchdog.start()
+    samples, lines = [], []
+    try:
+        for line in proc.stderr:
+            lines.append(line)
+            m = RUN_LINE.match(line)
+            if m:
+                samples.append((cpu_seconds(pids), int(m.group(2))))
+        proc.wait()
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join(timeout=10)
+    with open(out, "w") as f:
+        f.write("".join(stdout) + "".join(lines))
+    if proc.returncode != 0:
+        raise RuntimeError("keel bench failed (%d): %s\n%s" % (
+            proc.returncode, " ".join(command), "".join(lines)[-3000:]))
+    with open(csvp, newline="") as f:
+        row = list(csv.DictReader(f))[-1]
+    cpu_ms_per_kop = None
+    if len(samples) >= 2 and samples[-1][1] > samples[0][1]:
+        cpu_s = samples[-1][0] - samples[0][0]
+        ops = samples[-1][1] - samples[0][1]
+        cpu_ms_per_kop = cpu_s * 1000.0 / (ops / 1000.0)
+    row["cpu_ms_per_kop"] = "" if cpu_ms_per_kop is None else "%.3f" % cpu_ms_per_kop
+    return row
+
+
+def fdatasync_p50_ms(directory, count=200):
+    """p50 of one 128-byte append + fdatasync in `directory` (the servers'
+    file system)."""
+    path = os.path.join(directory, "fsync-probe")
+    times = []
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        for _ in range(count):
+            start = time.perf_counter()
+            os.write(fd, b"x" * 128)
+            os.fdatasync(fd)
+            times.append(time.perf_counter() - start)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return statistics.median(times) * 1000.0
+
+
+def loopback_rtt_p50_ms(count=2000):
+    """p50 of a 16-byte TCP round trip over 127.0.0.1."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+
+    def echo():
+        conn, _ = listener.accept()
+        with conn:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            while True:
+                data = conn.recv(16)
+                if not data:
+                    return
+                conn.sendall(data)
+
+    server = threading.Thread(target=echo, daemon=True)
+    server.start()
+    times = []
+    with socket.create_connection(listener.getsockname()) as c:
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(count):
+            start = time.perf_counter()
+            c.sendall(b"p" * 16)
+            got = 0
+            while got < 16:
+                got += len(c.recv(16 - got))
+            times.append(time.perf_counter() - start)
+    listener.close()
+    server.join(timeout=5)
+    return statistics.median(times) * 1000.0
+
+
 def vm_hwm_kib(pid):
     try:
         with open("/proc/%d/status" % pid) as f:
@@ -142,7 +266,7 @@ def main():
 
     os.makedirs(WORK, exist_ok=True)
     root = tempfile.mkdtemp(prefix="run-%s-" % time.strftime("%Y%m%dT%H%M%S"), dir=WORK)
-    total_runs = len(WORKLOADS) * len(CLIENTS) * len(SYSTEMS)
+    total_runs = len(WORKLOADS) * len(CLIENTS) * len(SYSTEMS) + len(SYSTEMS)
     log("work dir %s; duration %ds per run, %d runs, warm-up %ds" % (root, args.duration, total_runs, args.warmup))
 
     results = {}
@@ -168,15 +292,27 @@ def main():
                     n += 1
                     log("step 2/4: run %d/%d: %s %s %d clients (%ds)"
                         % (n, total_runs, system, workload, clients, args.duration))
-                    row = bench(root, system, group, workload, clients, args.duration, "run")
+                    row = bench_with_cpu(root, system, group, workload, clients, args.duration, "run")
                     for nd in group.nodes:
                         if not nd.running():
                             raise RuntimeError("%s node %d died during the run; see %s"
                                                % (system, group.member_id(nd), nd.log_path))
                     results[(system, workload, clients)] = row
                     rows_out.append(dict(system=system, **row))
-                    log("          -> %.0f TPS, p99 %s ms, errors %s"
-                        % (float(row["tps"]), fmt_ms(float(row["p99_us"])), row["errors"]))
+                    log("          -> %.0f TPS, p99 %s ms, errors %s, server CPU %s ms per 1k ops"
+                        % (float(row["tps"]), fmt_ms(float(row["p99_us"])), row["errors"],
+                           row["cpu_ms_per_kop"] or "n/a"))
+
+        single = {}
+        for system in SYSTEMS:
+            n += 1
+            log("step 2/4: run %d/%d: %s create 1 client (%ds): single-client latency"
+                % (n, total_runs, system, args.duration))
+            single[system] = bench(root, system, clusters[system], "create", 1, args.duration, "single")
+            log("          -> p50 %s ms" % fmt_ms(float(single[system]["p50_us"])))
+        log("step 2/4: fdatasync p50 (128-byte appends) and loopback round trip p50")
+        fsync_ms = fdatasync_p50_ms(root)
+        rtt_ms = loopback_rtt_p50_ms()
 
         log("step 3/4: reading peak RSS (VmHWM)")
         for system in SYSTEMS:
@@ -194,16 +330,20 @@ def main():
             w.writerows(rows_out)
 
     log("step 4/4: results")
-    hdr = ("workload", "clients", "ZK TPS", "ZK p99 ms", "Keel TPS", "Keel p99 ms", "Keel/ZK TPS")
+    hdr = ("workload", "clients", "ZK TPS", "ZK p99 ms", "Keel TPS", "Keel p99 ms", "Keel/ZK TPS",
+           "ZK CPU ms/kop", "Keel CPU ms/kop", "Keel/ZK CPU")
     lines = []
     for workload in WORKLOADS:
         for clients in CLIENTS:
             z = results[("zookeeper", workload, clients)]
             k = results[("keel", workload, clients)]
             zt, kt = float(z["tps"]), float(k["tps"])
+            zc, kc = z["cpu_ms_per_kop"], k["cpu_ms_per_kop"]
+            cpu_ratio = "%.2fx" % (float(kc) / float(zc)) if zc and kc and float(zc) > 0 else "n/a"
             lines.append((workload, str(clients), fmt_tps(zt), fmt_ms(float(z["p99_us"])),
                           fmt_tps(kt), fmt_ms(float(k["p99_us"])),
-                          "%.2fx" % (kt / zt) if zt > 0 else "n/a"))
+                          "%.2fx" % (kt / zt) if zt > 0 else "n/a",
+                          zc or "n/a", kc or "n/a", cpu_ratio))
     widths = [max(len(r[i]) for r in [hdr] + lines) for i in range(len(hdr))]
     fmt = " | ".join("%%%ds" % w for w in widths)
     print()
@@ -211,6 +351,14 @@ def main():
     print("-+-".join("-" * w for w in widths))
     for r in lines:
         print(fmt % r)
+    print()
+    z1, k1 = float(single["zookeeper"]["p50_us"]) / 1000.0, float(single["keel"]["p50_us"]) / 1000.0
+    target_ms = 1.5 * (fsync_ms + 2 * rtt_ms)
+    print("Single-client create p50: ZK %.2f ms, Keel %.2f ms (Keel/ZK %.2fx)" % (z1, k1, k1 / z1 if z1 else 0))
+    print("This machine: fdatasync p50 %.3f ms (128-byte appends), loopback round trip p50 %.3f ms"
+          % (fsync_ms, rtt_ms))
+    print("Target for Keel: <= 1.5 x (fsync + 2 x round trip) = %.2f ms: %s"
+          % (target_ms, "met" if k1 <= target_ms else "not met"))
     print()
     print("Peak RSS (VmHWM) per server process:")
     for system in SYSTEMS:
