@@ -258,6 +258,9 @@ pub enum PlantedBug {
     /// The leader applies (and so acknowledges) its new entries as soon as
     /// they are in its own log, before a quorum has them.
     ApplyBeforeCommit,
+    /// Leader affinity does nothing: a leader never hands over to the
+    /// preferred member.
+    NoLeaderTransfer,
 }
 
 struct PendingRead {
@@ -888,6 +891,10 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         let Some(preferred) = self.config.preferred_leader else {
             return;
         };
+        #[cfg(feature = "testing")]
+        if self.config.planted_bug == PlantedBug::NoLeaderTransfer {
+            return;
+        }
         if !self.leader
             || preferred == self.config.node_id
             || self.ticks < self.last_transfer_tick + ELECTION_TICKS as u64

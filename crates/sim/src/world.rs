@@ -53,7 +53,17 @@ pub const SIM_SNAPSHOT_EVERY_ENTRIES: u64 = 40;
 #[derive(Debug, Clone)]
 pub struct Options {
     pub seed: u64,
+    /// Members, voters and observers: ids 1..=nodes.
     pub nodes: usize,
+    /// Ids of observers (raft learners: replicate, serve, forward writes,
+    /// never vote or lead).
+    pub observers: Vec<u64>,
+    /// Leader affinity: the member that should lead when healthy.
+    pub preferred_leader: Option<u64>,
+    /// A planted configuration bug: observers are made voters (as if the
+    /// member list forgot to leave them out). The observer check must see
+    /// one lead.
+    pub observers_vote: bool,
     pub clients: usize,
     /// Length of the part of the run with requests and faults (ms).
     pub duration_ms: u64,
@@ -71,13 +81,26 @@ pub struct Options {
 }
 
 impl Options {
-    /// The batch's options for a seed: 3 or 5 nodes, 3 to 6 clients.
+    /// The batch's options for a seed: 3 or 5 voters, an observer in 30%
+    /// of runs, a preferred leader in 30%, 3 to 6 clients.
     pub fn for_seed(seed: u64) -> Options {
         let mut rng = Rng::new(seed ^ 0xa5a5);
+        let voters = if rng.chance(300_000) { 5 } else { 3 };
+        let clients = rng.between(3, 6) as usize;
+        let observer = rng.chance(300_000);
+        let nodes = voters + usize::from(observer);
+        let preferred_leader = rng.chance(300_000).then(|| rng.between(1, voters as u64));
         Options {
             seed,
-            nodes: if rng.chance(300_000) { 5 } else { 3 },
-            clients: rng.between(3, 6) as usize,
+            nodes,
+            observers: if observer {
+                vec![nodes as u64]
+            } else {
+                Vec::new()
+            },
+            preferred_leader,
+            observers_vote: false,
+            clients,
             duration_ms: 12_000,
             faults: true,
             planted_bug: PlantedBug::None,
@@ -333,6 +356,8 @@ pub struct World {
     events: BTreeMap<i64, Vec<Event>>,
     applied_indexes: BTreeSet<u64>,
     failures: Vec<String>,
+    /// An observer was seen leading (reported once).
+    observer_led: bool,
     trace: Vec<String>,
     fingerprint: u64,
     stats: Stats,
@@ -406,6 +431,7 @@ impl World {
             events: BTreeMap::new(),
             applied_indexes: BTreeSet::new(),
             failures: Vec::new(),
+            observer_led: false,
             trace: Vec::new(),
             fingerprint: 0xcbf2_9ce4_8422_2325,
             stats: Stats::default(),
@@ -558,7 +584,13 @@ impl World {
     }
 
     fn start_node(&mut self, id: u64) {
-        let voters: Vec<u64> = (1..=self.options.nodes as u64).collect();
+        let members = 1..=self.options.nodes as u64;
+        let (voters, learners): (Vec<u64>, Vec<u64>) = if self.options.observers_vote {
+            (members.collect(), Vec::new()) // the planted bug
+        } else {
+            members.partition(|id| !self.options.observers.contains(id))
+        };
+        let preferred_leader = self.options.preferred_leader;
         let now_ms = self.now_us / 1000;
         let clock = self.clock_ms.clone();
         let seed = self.rng.next_u64();
@@ -570,6 +602,7 @@ impl World {
             if stored.conf_state.is_none() {
                 stored.conf_state = Some(ConfState {
                     voters: voters.clone(),
+                    learners: learners.clone(),
                     ..Default::default()
                 });
             }
@@ -588,7 +621,7 @@ impl World {
             node_id: id,
             snapshot_every_entries: SIM_SNAPSHOT_EVERY_ENTRIES,
             snapshot_every_log_bytes: SIM_SNAPSHOT_EVERY_LOG_BYTES,
-            preferred_leader: None,
+            preferred_leader,
             applied: tree.applied_index(),
             first_sequence: (now_ms << 12).max(dedup.applied(id) + 1),
             dedup,
@@ -651,6 +684,7 @@ impl World {
 
     fn tick(&mut self, id: u64, epoch: u64) {
         let now_ms = self.now_us / 1000;
+        let is_observer = self.options.observers.contains(&id);
         let node = self.node(id);
         if node.epoch != epoch {
             return;
@@ -658,6 +692,17 @@ impl World {
         let tick_us = node.tick_ms * 1000;
         let core = node.core.as_mut().expect("a live epoch has a core");
         core.tick();
+        let observer_leads = core.is_leader() && is_observer;
+        let term = core.term();
+        if observer_leads && !self.observer_led {
+            self.observer_led = true;
+            self.fail(format!("observer n{id} leads in term {term}"));
+        }
+        let core = self
+            .node(id)
+            .core
+            .as_mut()
+            .expect("a live epoch has a core");
         // Connected clients ping: their sessions are touched here.
         let local = core.machine().node().connected_sessions();
         if !local.is_empty() {
@@ -1843,6 +1888,7 @@ impl World {
 
     fn finish(mut self) -> Report {
         self.check_convergence();
+        self.check_affinity();
         self.final_reads();
         self.check_linearizable();
         self.stats.operations = self.history.len();
@@ -1867,6 +1913,32 @@ impl World {
 
     /// Healed and quiet for SETTLE_MS: every node has applied the same
     /// entries and holds the same tree.
+    /// After the healed, quiet settle, the preferred member leads (the
+    /// leader hands over once it is caught up and active).
+    fn check_affinity(&mut self) {
+        let Some(preferred) = self.options.preferred_leader else {
+            return;
+        };
+        let leaders: Vec<(u64, u64)> = self
+            .nodes
+            .iter()
+            .filter_map(|n| {
+                n.core
+                    .as_ref()
+                    .filter(|c| c.is_leader())
+                    .map(|c| (c.term(), n.id))
+            })
+            .collect();
+        let Some(&(term, leader)) = leaders.iter().max() else {
+            return self.fail("no leader after settling".into());
+        };
+        if leader != preferred {
+            self.fail(format!(
+                "leader affinity: n{leader} leads term {term} after settling, preferred n{preferred}"
+            ));
+        }
+    }
+
     fn check_convergence(&mut self) {
         let states: Vec<(u64, u64, u64)> = self
             .nodes

@@ -104,6 +104,8 @@ fn replay() {
     match std::env::var("SIM_PLANTED_BUG").as_deref() {
         Ok("reads-skip-queue") => options.reads_skip_queue = true,
         Ok("recursive-watches-blind") => options.recursive_watches_blind = true,
+        Ok("observers-vote") => options.observers_vote = true,
+        Ok("no-leader-transfer") => options.planted_bug = PlantedBug::NoLeaderTransfer,
         Ok(_) => options.planted_bug = PlantedBug::ApplyBeforeCommit,
         Err(_) => {}
     }
@@ -215,5 +217,45 @@ fn recursive_watches_blind_to_descendants_are_caught() {
     assert!(
         missed > 0,
         "the watch checks missed recursive watches that do not fire"
+    );
+}
+
+#[test]
+fn observers_that_vote_are_caught() {
+    // The member list makes the observer a voter: some run elects it.
+    let seeds: Vec<u64> = (0..200).collect();
+    let (failing, _) = run_batch(seeds, |seed| Options {
+        observers_vote: true,
+        ..Options::for_seed(seed)
+    });
+    let led = failing
+        .iter()
+        .filter(|r| r.failures.iter().any(|f| f.starts_with("observer n")))
+        .count();
+    eprintln!(
+        "voting observers caught by {} of 200 seeds ({led} by the observer check)",
+        failing.len()
+    );
+    assert!(led > 0, "the observer check missed an observer that leads");
+}
+
+#[test]
+fn a_leader_that_ignores_affinity_is_caught() {
+    let seeds: Vec<u64> = (0..200).collect();
+    let (failing, _) = run_batch(seeds, |seed| Options {
+        planted_bug: PlantedBug::NoLeaderTransfer,
+        ..Options::for_seed(seed)
+    });
+    let ignored = failing
+        .iter()
+        .filter(|r| r.failures.iter().any(|f| f.starts_with("leader affinity")))
+        .count();
+    eprintln!(
+        "ignored affinity caught by {} of 200 seeds ({ignored} by the affinity check)",
+        failing.len()
+    );
+    assert!(
+        ignored > 0,
+        "the affinity check missed a leader that never hands over"
     );
 }
