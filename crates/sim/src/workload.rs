@@ -36,6 +36,66 @@ pub enum Step {
         path: String,
         recursive: bool,
     },
+    /// A request under `ACL_ROOT`, whose nodes only `ACL_USER` may use:
+    /// checked against the client's identity, not recorded in the history.
+    Acl(AclCall),
+}
+
+/// The subtree of ACL checks (outside the linearizability checker's groups).
+pub const ACL_ROOT: &str = "/acl";
+/// `addauth digest` credentials of the clients that authenticate.
+pub const ACL_USER: &str = "alice:secret";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AclCall {
+    Create { path: String },
+    SetData { path: String },
+    GetData { path: String },
+}
+
+fn some_acl_call(rng: &mut Rng) -> AclCall {
+    let path = if rng.chance(250_000) {
+        ACL_ROOT.to_string()
+    } else {
+        format!("{ACL_ROOT}/x{}", rng.below(3))
+    };
+    match rng.below(3) {
+        0 => AclCall::Create { path },
+        1 => AclCall::SetData { path },
+        _ => AclCall::GetData { path },
+    }
+}
+
+/// The digest identity `ACL_USER` authenticates as.
+pub fn acl_user_id() -> Id {
+    let ids = keel_tree::acl::authenticate("digest", ACL_USER.as_bytes(), None)
+        .expect("digest credentials authenticate");
+    ids.into_iter().next().expect("one id")
+}
+
+/// The jute request of an ACL call: nodes are created readable and
+/// writable by `ACL_USER` only.
+pub fn acl_request(call: &AclCall, data: &[u8]) -> Request {
+    match call {
+        AclCall::Create { path } => Request::Create(CreateRequest {
+            path: path.clone(),
+            data: Some(data.to_vec()),
+            acl: vec![Acl {
+                perms: perms::ALL,
+                id: acl_user_id(),
+            }],
+            flags: 0,
+        }),
+        AclCall::SetData { path } => Request::SetData(SetDataRequest {
+            path: path.clone(),
+            data: Some(data.to_vec()),
+            version: -1,
+        }),
+        AclCall::GetData { path } => Request::GetData(keel_jute::GetDataRequest {
+            path: path.clone(),
+            watch: false,
+        }),
+    }
 }
 
 pub fn paths() -> Vec<String> {
@@ -131,6 +191,7 @@ pub fn next_step(rng: &mut Rng, data: Vec<u8>) -> Step {
             call: some_read(rng),
             watch: rng.chance(500_000),
         },
+        83..=86 => Step::Acl(some_acl_call(rng)),
         80..=82 => Step::AddWatch {
             path: some_path(rng),
             recursive: rng.chance(500_000),

@@ -22,7 +22,7 @@ use raft::eraftpb::ConfState;
 use crate::disk::{SharedDisk, SimIo, SimSnapshots};
 use crate::machine::{new_machine, Outbox, SimMachine, SimOutlet};
 use crate::rng::Rng;
-use crate::workload::{self, Step};
+use crate::workload::{self, AclCall, Step};
 
 /// Raft tick of every node (ms), as the server's default.
 pub const TICK_MS: u64 = 100;
@@ -76,6 +76,9 @@ pub struct Options {
     /// A planted bug in the tree's watch manager: persistent-recursive
     /// watches never fire for descendants. The watch checks must see it.
     pub recursive_watches_blind: bool,
+    /// A planted bug in the tree's ACL check: every check passes. The ACL
+    /// check of the clients must see a request allowed that is not.
+    pub acl_blind: bool,
     /// Keep the readable trace (the fingerprint is always computed).
     pub trace: bool,
 }
@@ -106,6 +109,7 @@ impl Options {
             planted_bug: PlantedBug::None,
             reads_skip_queue: false,
             recursive_watches_blind: false,
+            acl_blind: false,
             trace: false,
         }
     }
@@ -131,6 +135,8 @@ pub struct Stats {
     pub pipelined_bursts: u64,
     /// addWatch requests (persistent and persistent-recursive).
     pub persistent_watches_added: u64,
+    /// Requests under ACL_ROOT (checked against the client's identity).
+    pub acl_requests: u64,
     /// Runs whose linearizability search ran out of budget (undecided).
     pub linearizability_undecided: u64,
 }
@@ -242,6 +248,7 @@ enum PendingKind {
     Write,
     Sync { call: Call, watch: bool },
     Read,
+    AclWrite { call: AclCall },
 }
 
 /// A request as the node's connection shell holds it in the session's
@@ -262,6 +269,11 @@ enum Queued {
         watch: bool,
         history: Option<usize>,
     },
+    /// A read under ACL_ROOT, checked against the client's identity.
+    AclRead {
+        xid: i32,
+        call: AclCall,
+    },
     /// addWatch (persistent or persistent-recursive).
     Watch {
         xid: i32,
@@ -276,7 +288,10 @@ impl Queued {
     fn lane(&self) -> Lane {
         match self {
             Queued::Write { .. } => Lane::Pipelined,
-            Queued::Sync { .. } | Queued::Read { .. } | Queued::Watch { .. } => Lane::Alone,
+            Queued::Sync { .. }
+            | Queued::Read { .. }
+            | Queued::AclRead { .. }
+            | Queued::Watch { .. } => Lane::Alone,
         }
     }
 }
@@ -304,6 +319,9 @@ struct Client {
     /// Bumped whenever the client's connection changes: messages for an
     /// older connection are ignored, as a closed socket would.
     generation: u64,
+    /// The identities its connections authenticate as (`addauth digest
+    /// ACL_USER` for half the clients, sent right after connecting).
+    auth: Vec<keel_jute::Id>,
     /// Requests sent and not answered, in the order sent (xid order).
     pending: std::collections::VecDeque<Pending>,
     /// The node side of the client's current connection: the server's own
@@ -398,6 +416,11 @@ impl World {
                 node: 1 + (id as u64 % options.nodes as u64),
                 session: None,
                 generation: 0,
+                auth: if rng.chance(500_000) {
+                    vec![workload::acl_user_id()]
+                } else {
+                    Vec::new()
+                },
                 pending: std::collections::VecDeque::new(),
                 conn: RequestFifo::new(PENDING_REQUESTS_MAX),
                 stash: Stash::default(),
@@ -460,7 +483,8 @@ impl World {
 
     /// Runs the whole scenario and the end-of-run checks.
     pub fn run(mut self) -> Report {
-        keel_tree::watch::planted::set_recursive_blind(self.options.recursive_watches_blind);
+        keel_tree::planted::set_recursive_blind(self.options.recursive_watches_blind);
+        keel_tree::planted::set_acl_blind(self.options.acl_blind);
         for id in 1..=self.options.nodes as u64 {
             self.start_node(id);
         }
@@ -495,7 +519,8 @@ impl World {
             }
             self.handle(event);
         }
-        keel_tree::watch::planted::set_recursive_blind(false);
+        keel_tree::planted::set_recursive_blind(false);
+        keel_tree::planted::set_acl_blind(false);
         self.finish()
     }
 
@@ -1020,6 +1045,7 @@ impl World {
                     let watch = self.one_shot_allowed(client, &call, watch);
                     self.issue_read(client, call, watch, None);
                 }
+                Step::Acl(call) => self.issue_acl(client, call),
                 Step::AddWatch { path, recursive } => {
                     // One watch per path: no mode changes to model.
                     let c = &self.clients[client];
@@ -1151,7 +1177,7 @@ impl World {
             session_id: session,
             xid,
             time_ms: (self.now_us / 1000) as i64,
-            auth: Vec::new(),
+            auth: self.clients[client].auth.clone(),
             op,
         };
         self.note(format!("c{client} {session:#x} xid {xid} invoke {call:?}"));
@@ -1281,6 +1307,90 @@ impl World {
                 path,
                 recursive,
             } => self.add_watch(client, xid, &path, recursive),
+            Queued::AclRead { xid, call } => self.acl_read(client, xid, &call),
+        }
+    }
+
+    /// A request under ACL_ROOT: a write through the log, a read here;
+    /// neither is recorded in the history (the model knows no ACLs), both
+    /// are checked against the client's identity (`check_acl`).
+    fn issue_acl(&mut self, client: usize, call: AclCall) {
+        self.stats.acl_requests += 1;
+        let xid = self.next_xid(client);
+        self.arm_timeout(client, xid);
+        if let AclCall::GetData { .. } = call {
+            self.clients[client].pending.push_back(Pending {
+                xid,
+                kind: PendingKind::Read,
+                history: None,
+            });
+            return self.submit(client, Queued::AclRead { xid, call });
+        }
+        let session = self.clients[client].session.expect("has a session");
+        let request = workload::acl_request(&call, format!("c{client}-{xid}").as_bytes());
+        let mut body = Vec::new();
+        request.encode(&mut body);
+        let txn = Txn {
+            session_id: session,
+            xid,
+            time_ms: (self.now_us / 1000) as i64,
+            auth: self.clients[client].auth.clone(),
+            op: TxnOp::Request {
+                op_code: request.op_code(),
+                body,
+            },
+        };
+        self.note(format!("c{client} {session:#x} xid {xid} acl {call:?}"));
+        self.clients[client].pending.push_back(Pending {
+            xid,
+            kind: PendingKind::AclWrite { call },
+            history: None,
+        });
+        self.submit(
+            client,
+            Queued::Write {
+                xid,
+                payload: txn.encode(),
+            },
+        );
+    }
+
+    fn acl_read(&mut self, client: usize, xid: i32, call: &AclCall) {
+        let (node, session) = {
+            let c = &self.clients[client];
+            (c.node, c.session.expect("has a session"))
+        };
+        let auth = self.clients[client].auth.clone();
+        let request = workload::acl_request(call, b"");
+        let core = self.node(node).core.as_mut().expect("checked alive");
+        let outcome = core.machine().node().read(session, &auth, &request);
+        self.check_acl(client, call, &outcome.result);
+        self.reply_after_events(client, node, xid, outcome.zxid, Vec::new(), None);
+    }
+
+    /// Only ACL_USER may use the nodes under ACL_ROOT (anyone may create
+    /// ACL_ROOT itself: its parent is open): an authenticated client is
+    /// never refused with NoAuth, and any other never succeeds.
+    fn check_acl(
+        &mut self,
+        client: usize,
+        call: &AclCall,
+        result: &Result<keel_jute::Response, ErrorCode>,
+    ) {
+        let authenticated = !self.clients[client].auth.is_empty();
+        let creates_root = matches!(call, AclCall::Create { path } if path == workload::ACL_ROOT);
+        self.note(format!(
+            "c{client} acl {call:?} -> {:?}",
+            result.as_ref().err()
+        ));
+        if authenticated && *result == Err(ErrorCode::NoAuth) {
+            self.fail(format!(
+                "c{client} (authenticated) refused {call:?} with NoAuth"
+            ));
+        } else if !authenticated && result.is_ok() && !creates_root {
+            self.fail(format!(
+                "c{client} (not authenticated) allowed {call:?}: ACL bypassed"
+            ));
         }
     }
 
@@ -1291,8 +1401,9 @@ impl World {
             (c.node, c.session.expect("has a session"))
         };
         let request = workload::add_watch_request(path, recursive);
+        let auth = self.clients[client].auth.clone();
         let core = self.node(node).core.as_mut().expect("checked alive");
-        let outcome = core.machine().node().read(session, &[], &request);
+        let outcome = core.machine().node().read(session, &auth, &request);
         self.note(format!(
             "c{client} addWatch {path} recursive={recursive} at {:#x} -> {:?}",
             outcome.zxid,
@@ -1356,10 +1467,11 @@ impl World {
             (c.node, c.session.expect("has a session"))
         };
         let request: Request = workload::read_request(call, watch);
+        let auth = self.clients[client].auth.clone();
         let core = self.node(node).core.as_mut().expect("checked alive");
         // The server's own local read: its watches registered under the
         // same lock, with the session's identities (none here).
-        let outcome = core.machine().node().read(session, &[], &request);
+        let outcome = core.machine().node().read(session, &auth, &request);
         let zxid = outcome.zxid;
         let ret = workload::ret_of(call, &outcome.result);
         self.note(format!("c{client} read {call:?} at {zxid:#x} -> {ret:?}"));
@@ -1577,7 +1689,8 @@ impl World {
                 persistent_recursive_watches: recursive,
             })
         };
-        let read = handle.read(session, &[], &set_watches);
+        let auth = self.clients[client].auth.clone();
+        let read = handle.read(session, &auth, &set_watches);
         let (fired, kept, zxid) = (read.fired, read.watches, read.zxid);
         self.note(format!(
             "c{client} session {session:#x} moves to n{node}: {} watches fire, {} kept",
@@ -1764,6 +1877,7 @@ impl World {
                 }
                 self.history[at].ret = Some((self.now_us.max(self.history[at].invoke + 1), ret));
             }
+            PendingKind::AclWrite { call } => self.check_acl(client, &call, &result),
             PendingKind::Sync { .. } | PendingKind::Read => {
                 return self.fail(format!("c{client}: xid {xid} answered as a write"));
             }

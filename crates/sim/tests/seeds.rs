@@ -68,6 +68,7 @@ fn add_stats(total: &mut sim::Stats, run: &sim::Stats) {
     total.sessions_expired += run.sessions_expired;
     total.pipelined_bursts += run.pipelined_bursts;
     total.persistent_watches_added += run.persistent_watches_added;
+    total.acl_requests += run.acl_requests;
     total.linearizability_undecided += run.linearizability_undecided;
 }
 
@@ -105,6 +106,7 @@ fn replay() {
         Ok("reads-skip-queue") => options.reads_skip_queue = true,
         Ok("recursive-watches-blind") => options.recursive_watches_blind = true,
         Ok("observers-vote") => options.observers_vote = true,
+        Ok("acl-blind") => options.acl_blind = true,
         Ok("no-leader-transfer") => options.planted_bug = PlantedBug::NoLeaderTransfer,
         Ok(_) => options.planted_bug = PlantedBug::ApplyBeforeCommit,
         Err(_) => {}
@@ -257,5 +259,28 @@ fn a_leader_that_ignores_affinity_is_caught() {
     assert!(
         ignored > 0,
         "the affinity check missed a leader that never hands over"
+    );
+}
+
+#[test]
+fn acl_checks_that_pass_everything_are_caught() {
+    // The tree's ACL check lets everyone through: clients that did not
+    // authenticate read and write ACL_USER's nodes.
+    let seeds: Vec<u64> = (0..200).collect();
+    let (failing, _) = run_batch(seeds, |seed| Options {
+        acl_blind: true,
+        ..Options::for_seed(seed)
+    });
+    let bypassed = failing
+        .iter()
+        .filter(|r| r.failures.iter().any(|f| f.contains("ACL bypassed")))
+        .count();
+    eprintln!(
+        "blind ACL checks caught by {} of 200 seeds ({bypassed} by the ACL check)",
+        failing.len()
+    );
+    assert!(
+        bypassed > 0,
+        "the ACL check missed requests allowed without authentication"
     );
 }

@@ -15,6 +15,7 @@ mod apply;
 #[cfg(any(test, feature = "testing"))]
 pub mod fuzzing;
 pub mod path;
+pub mod planted;
 mod quota;
 mod read;
 pub mod snapshot;

@@ -217,7 +217,7 @@ impl WatchManager {
         }
         if recursive_fires
             && self.recursive_entries[table.index()] > 0
-            && !planted::recursive_blind()
+            && !crate::planted::recursive_blind()
         {
             let mut ancestor = parent(path);
             while let Some(ancestor_path) = ancestor {
@@ -515,31 +515,4 @@ fn parent(path: &str) -> Option<&str> {
     }
     let slash = path.rfind('/').expect("absolute path");
     Some(if slash == 0 { "/" } else { &path[..slash] })
-}
-
-/// Planted bugs for the simulator's checkers to find (feature `testing`):
-/// without the feature, every switch is a constant `false`.
-pub mod planted {
-    #[cfg(any(test, feature = "testing"))]
-    thread_local! {
-        static RECURSIVE_BLIND: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    }
-
-    /// Recursive watches fire for their own path only, never for a
-    /// descendant (on this thread, until switched off).
-    #[cfg(any(test, feature = "testing"))]
-    pub fn set_recursive_blind(on: bool) {
-        RECURSIVE_BLIND.with(|flag| flag.set(on));
-    }
-
-    #[cfg(any(test, feature = "testing"))]
-    pub(super) fn recursive_blind() -> bool {
-        RECURSIVE_BLIND.with(|flag| flag.get())
-    }
-
-    #[cfg(not(any(test, feature = "testing")))]
-    #[inline(always)]
-    pub(super) fn recursive_blind() -> bool {
-        false
-    }
 }

@@ -1,0 +1,44 @@
+//! Planted bugs for the simulator's checkers to find (feature `testing`):
+//! each switch is per thread (a simulated run is one thread) and, without
+//! the feature, a constant `false`.
+
+#[cfg(any(test, feature = "testing"))]
+thread_local! {
+    static RECURSIVE_BLIND: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static ACL_BLIND: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Recursive watches fire for their own path only, never for a
+/// descendant (on this thread, until switched off).
+#[cfg(any(test, feature = "testing"))]
+pub fn set_recursive_blind(on: bool) {
+    RECURSIVE_BLIND.with(|flag| flag.set(on));
+}
+
+/// Every ACL check passes (on this thread, until switched off).
+#[cfg(any(test, feature = "testing"))]
+pub fn set_acl_blind(on: bool) {
+    ACL_BLIND.with(|flag| flag.set(on));
+}
+
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn recursive_blind() -> bool {
+    RECURSIVE_BLIND.with(|flag| flag.get())
+}
+
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn acl_blind() -> bool {
+    ACL_BLIND.with(|flag| flag.get())
+}
+
+#[cfg(not(any(test, feature = "testing")))]
+#[inline(always)]
+pub(crate) fn recursive_blind() -> bool {
+    false
+}
+
+#[cfg(not(any(test, feature = "testing")))]
+#[inline(always)]
+pub(crate) fn acl_blind() -> bool {
+    false
+}
