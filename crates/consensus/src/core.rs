@@ -883,6 +883,31 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         }
     }
 
+    /// A planned stop: the leader hands leadership to the active voter
+    /// with the most of its log (raft-rs's leader transfer: the target
+    /// campaigns at once, no election timeout is waited out). Returns the
+    /// target, or None (not a leader, or no other active voter).
+    pub fn hand_off(&mut self) -> Option<u64> {
+        if !self.leader {
+            return None;
+        }
+        let me = self.config.node_id;
+        let voters: Vec<u64> = self.raw.raft.prs().conf().voters().ids().iter().collect();
+        let target = voters
+            .into_iter()
+            .filter(|id| *id != me)
+            .filter_map(|id| {
+                let progress = self.raw.raft.prs().get(id)?;
+                progress.recent_active.then_some((progress.matched, id))
+            })
+            .max()
+            .map(|(_, id)| id)?;
+        tracing::info!(target, "handing leadership over before stopping");
+        self.last_transfer_tick = self.ticks;
+        self.raw.transfer_leader(target);
+        Some(target)
+    }
+
     /// Leader affinity (ZNBase's idea, done with raft-rs's leader transfer):
     /// a leader that is not the preferred member hands leadership over once
     /// the preferred one is active and has every entry. Elections are never

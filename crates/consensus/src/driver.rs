@@ -210,6 +210,8 @@ enum Input {
         result: Result<(), MachineError>,
         ms: u64,
     },
+    /// A leader about to stop hands leadership to its most caught-up voter.
+    HandOff,
     Shutdown,
 }
 
@@ -237,6 +239,13 @@ impl RaftHandle {
 
     pub fn shutdown(&self) {
         let _ = self.inputs.send(Input::Shutdown);
+    }
+
+    /// Asks a leader to hand leadership to its most caught-up voter (a
+    /// planned stop); nothing happens on a follower or a single node. The
+    /// caller watches `is_leader` to know when it is done.
+    pub fn hand_off(&self) {
+        let _ = self.inputs.try_send(Input::HandOff);
     }
 
     pub fn is_leader(&self) -> bool {
@@ -626,6 +635,11 @@ impl<S: StateMachine> Driver<S> {
             Input::ReadIndex(context) => self.core.read_index(context),
             Input::Touches(sessions) => self.core.touches(sessions),
             Input::SnapshotDone { index, result, ms } => self.core.snapshot_done(index, result, ms),
+            Input::HandOff => {
+                if self.core.hand_off().is_none() {
+                    tracing::info!("no hand-off: not the leader, or no other active voter");
+                }
+            }
             Input::Shutdown => unreachable!("handled by the loop"),
         }
     }

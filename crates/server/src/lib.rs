@@ -103,7 +103,10 @@ pub async fn run(
         );
     };
     let outcome = tokio::select! {
-        _ = &mut shutdown => Ok(()),
+        _ = &mut shutdown => {
+            hand_off(&node.raft).await;
+            Ok(())
+        }
         result = &mut accept => result,
         _ = watch_driver(&node.driver) => Err(ServerError::RaftStopped("driver thread exited".into())),
         () = serve => Ok(()),
@@ -117,6 +120,47 @@ pub async fn run(
     }
     tracing::info!("keel stopped");
     outcome
+}
+
+/// How long a stopping leader waits for its hand-off before it stops
+/// anyway (then the others elect a leader after their election timeout).
+/// A healthy hand-off takes milliseconds; when the whole cluster stops at
+/// once the followers are gone and the leader waits this long in vain.
+pub const HAND_OFF_WAIT_MS: u64 = 1_000;
+/// How often the hand-off is asked for again while waiting (a transfer
+/// raft-rs abandoned, e.g. the target was not caught up yet).
+const HAND_OFF_RETRY_MS: u64 = 250;
+
+/// A planned stop of a leader: leadership goes to the most caught-up
+/// voter first, so the cluster does not wait out an election timeout.
+/// Connections stay served meanwhile (writes are forwarded to the new
+/// leader once it leads).
+async fn hand_off(raft: &keel_consensus::RaftHandle) {
+    if !raft.is_leader() || !raft.status.cluster {
+        return;
+    }
+    let started = std::time::Instant::now();
+    let mut asked = started;
+    raft.hand_off();
+    while raft.is_leader() {
+        if started.elapsed() >= Duration::from_millis(HAND_OFF_WAIT_MS) {
+            tracing::warn!(
+                waited_ms = started.elapsed().as_millis() as u64,
+                "leadership hand-off did not finish; stopping anyway"
+            );
+            return;
+        }
+        if asked.elapsed() >= Duration::from_millis(HAND_OFF_RETRY_MS) {
+            asked = std::time::Instant::now();
+            raft.hand_off();
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tracing::info!(
+        to = raft.leader_id(),
+        ms = started.elapsed().as_millis() as u64,
+        "leadership handed off; stopping"
+    );
 }
 
 type DriverThread = std::thread::JoinHandle<Result<(), keel_consensus::ConsensusError>>;
