@@ -16,6 +16,9 @@ import org.apache.zookeeper.server.auth.DigestAuthenticationProvider;
 public class CompatScenario {
     static final String B = "/jcompat";
     static final List<ACL> OPEN = ZooDefs.Ids.OPEN_ACL_UNSAFE;
+    // Long enough that the steps between creating the TTL nodes and listing
+    // them (#80, #82) finish first even on a loaded machine (3 s was not).
+    static final long TTL_MS = 10000;
 
     // ------------------------------------------------------------ JSON output
     static String q(String s) {
@@ -217,8 +220,8 @@ public class CompatScenario {
         step("create ephemeral sequential", () -> a.create(B + "/eseq-", b("e"), OPEN, CreateMode.EPHEMERAL_SEQUENTIAL));
         step("create child of ephemeral", () -> a.create(B + "/eph/c", b(""), OPEN, CreateMode.PERSISTENT));
         step("create container", () -> a.create(B + "/cont", b(""), OPEN, CreateMode.CONTAINER));
-        step("create TTL", () -> { Stat s = new Stat(); return Arrays.asList(a.create(B + "/ttl", b(""), OPEN, CreateMode.PERSISTENT_WITH_TTL, s, 3000), s); });
-        step("create TTL sequential", () -> a.create(B + "/ttlseq-", b(""), OPEN, CreateMode.PERSISTENT_SEQUENTIAL_WITH_TTL, null, 3000));
+        step("create TTL", () -> { Stat s = new Stat(); return Arrays.asList(a.create(B + "/ttl", b(""), OPEN, CreateMode.PERSISTENT_WITH_TTL, s, TTL_MS), s); });
+        step("create TTL sequential", () -> a.create(B + "/ttlseq-", b(""), OPEN, CreateMode.PERSISTENT_SEQUENTIAL_WITH_TTL, null, TTL_MS));
         step("create TTL with ttl 0", () -> a.create(B + "/ttl0", b(""), OPEN, CreateMode.PERSISTENT_WITH_TTL, null, 0));
         step("create under missing parent", () -> a.create(B + "/no/such", b(""), OPEN, CreateMode.PERSISTENT));
         step("create invalid path (client-side)", () -> a.create(B + "/bad/", b(""), OPEN, CreateMode.PERSISTENT));
@@ -335,7 +338,7 @@ public class CompatScenario {
         long deadline = System.currentTimeMillis() + 6000;
         while (bz.exists(B + "/cont", false) != null && System.currentTimeMillis() < deadline) Thread.sleep(50);
         record("container removed", bz.exists(B + "/cont", false) == null);
-        deadline = System.currentTimeMillis() + 10000;
+        deadline = System.currentTimeMillis() + TTL_MS + 10000;
         while (bz.exists(B + "/ttl", false) != null && System.currentTimeMillis() < deadline) Thread.sleep(50);
         record("ttl removed", bz.exists(B + "/ttl", false) == null);
         deadline = System.currentTimeMillis() + 10000;
