@@ -11,7 +11,9 @@
 //!    before its own fsync: the pipeline);
 //! 3. a snapshot from the leader is verified, kept and installed;
 //! 4. entries committed earlier are applied (they are already durable);
-//! 5. new entries + HardState are persisted (one write, one fsync);
+//! 5. new entries + HardState are persisted (one write, one fsync; a
+//!    HardState whose only change is the commit index is written without
+//!    an fsync: see `must_sync`);
 //! 6. persisted messages are sent, the node advances, newly committed
 //!    entries are applied, then ReadIndex reads whose index is applied are
 //!    answered;
@@ -101,6 +103,13 @@ pub trait Io {
         hard_state: Option<&HardState>,
         conf_state: Option<&ConfState>,
     ) -> Result<(), ConsensusError>;
+    /// Writes a HardState whose term and vote are already durable, without
+    /// waiting for the disk: only its commit index is new, and a commit
+    /// index lost in a crash is learned again from the log's leader (etcd's
+    /// `MustSync`: entries, term and vote are synced before any message
+    /// that depends on them; the commit index never needs to be). A later
+    /// `persist` makes it durable with everything written before it.
+    fn persist_commit(&mut self, hard_state: &HardState) -> Result<(), ConsensusError>;
     /// Drops log entries below `index`.
     fn compact_to(&mut self, index: u64) -> Result<(), ConsensusError>;
     /// Keeps (durably) a snapshot received from the leader.
@@ -128,6 +137,19 @@ impl<P: SnapshotSource> KeelStorage<P> {
     fn wl(&self) -> std::sync::RwLockWriteGuard<'_, raft::storage::MemStorageCore> {
         self.memory.wl()
     }
+
+    fn rl(&self) -> std::sync::RwLockReadGuard<'_, raft::storage::MemStorageCore> {
+        self.memory.rl()
+    }
+}
+
+/// Whether a Ready's writes must reach the disk before the node goes on:
+/// new entries, a new term or a new vote must (a node that forgot them
+/// could vote twice or lose acknowledged entries); a HardState whose only
+/// change is the commit index need not.
+fn must_sync(entries: &[Entry], hard_state: Option<&HardState>, durable: &HardState) -> bool {
+    !entries.is_empty()
+        || hard_state.is_some_and(|hs| hs.term != durable.term || hs.vote != durable.vote)
 }
 
 impl<P: SnapshotSource> raft::Storage for KeelStorage<P> {
@@ -685,8 +707,18 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         let entries = ready.take_entries();
         let hard_state = ready.hs().cloned();
         if !entries.is_empty() || hard_state.is_some() {
-            self.io.persist(&entries, hard_state.as_ref(), None)?;
-            self.status.fsyncs.fetch_add(1, Ordering::Relaxed);
+            let durable = self.raw.store().rl().hard_state().clone();
+            if must_sync(&entries, hard_state.as_ref(), &durable) {
+                self.io.persist(&entries, hard_state.as_ref(), None)?;
+                self.status.fsyncs.fetch_add(1, Ordering::Relaxed);
+            } else {
+                let hs = hard_state.as_ref().expect("must_sync is true without one");
+                assert!(
+                    hs.commit >= durable.commit,
+                    "a commit index never goes back"
+                );
+                self.io.persist_commit(hs)?;
+            }
             let mut storage = self.raw.mut_store().wl();
             storage.append(&entries)?;
             if let Some(hs) = hard_state {

@@ -427,6 +427,10 @@ impl Io for ShellIo {
         self.store.persist(entries, hard_state, conf_state)
     }
 
+    fn persist_commit(&mut self, hard_state: &HardState) -> Result<(), ConsensusError> {
+        self.store.persist_commit(hard_state)
+    }
+
     fn compact_to(&mut self, index: u64) -> Result<(), ConsensusError> {
         self.store.compact_to(index)
     }

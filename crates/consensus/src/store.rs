@@ -126,6 +126,16 @@ impl LogStore {
         Ok(())
     }
 
+    /// Writes a HardState whose term and vote are already durable, with no
+    /// fsync (see `Io::persist_commit`): the next synced write carries it
+    /// to the disk with everything before it.
+    pub fn persist_commit(&self, hard_state: &HardState) -> Result<(), ConsensusError> {
+        let mut batch = LogBatch::with_capacity(0);
+        batch.put_message(GROUP_ID, KEY_HARD_STATE.to_vec(), hard_state)?;
+        self.engine.write(&mut batch, false)?;
+        Ok(())
+    }
+
     /// Drops entries below `index` (a durable snapshot covers them) and
     /// lets raft-engine delete whole files that hold nothing live.
     /// Drops entries below `index` from the log's index at once; their

@@ -25,6 +25,9 @@ impl Io for NoIo {
     ) -> Result<(), ConsensusError> {
         Ok(())
     }
+    fn persist_commit(&mut self, _: &HardState) -> Result<(), ConsensusError> {
+        Ok(())
+    }
     fn compact_to(&mut self, _: u64) -> Result<(), ConsensusError> {
         Ok(())
     }

@@ -26,6 +26,9 @@ pub struct SimDisk {
     /// (index, term, encoded tree), oldest first.
     pub snapshots: Vec<(u64, u64, Vec<u8>)>,
     pub writes: u64,
+    /// A HardState written without an fsync (only its commit index was
+    /// new): the next synced write carries it, a crash may lose it.
+    pub unsynced_hard_state: Option<HardState>,
 }
 
 impl SimDisk {
@@ -36,6 +39,16 @@ impl SimDisk {
         }
         for entry in entries {
             self.entries.insert(entry.index, entry.clone());
+        }
+    }
+
+    /// The node died: its unsynced HardState reached the disk before the
+    /// crash or it did not.
+    pub fn crash(&mut self, unsynced_reached_disk: bool) {
+        if let Some(hs) = self.unsynced_hard_state.take() {
+            if unsynced_reached_disk {
+                self.hard_state = hs;
+            }
         }
     }
 
@@ -113,6 +126,10 @@ impl Io for SimIo {
                 "simulated crash during a log write",
             )));
         }
+        // An fsync makes everything written before it durable too.
+        if let Some(hs) = disk.unsynced_hard_state.take() {
+            disk.hard_state = hs;
+        }
         disk.append(entries);
         if let Some(hs) = hard_state {
             disk.hard_state = hs.clone();
@@ -122,6 +139,17 @@ impl Io for SimIo {
         }
         disk.writes += 1;
         self.busy_ms += self.fsync_ms;
+        Ok(())
+    }
+
+    fn persist_commit(&mut self, hard_state: &HardState) -> Result<(), ConsensusError> {
+        let mut disk = self.disk.borrow_mut();
+        assert_eq!(
+            hard_state.term, disk.hard_state.term,
+            "term changes are synced"
+        );
+        assert_eq!(hard_state.vote, disk.hard_state.vote, "votes are synced");
+        disk.unsynced_hard_state = Some(hard_state.clone());
         Ok(())
     }
 

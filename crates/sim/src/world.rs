@@ -942,8 +942,12 @@ impl World {
 
     fn crash(&mut self, id: u64, restart_after_ms: u64) {
         self.stats.crashes += 1;
-        self.note(format!("n{id} crash"));
+        let unsynced_reached_disk = self.rng.chance(500_000);
+        self.note(format!(
+            "n{id} crash (an unsynced commit index reached disk: {unsynced_reached_disk})"
+        ));
         let node = self.node(id);
+        node.disk.borrow_mut().crash(unsynced_reached_disk);
         node.core = None;
         node.snapshot = None;
         node.epoch += 1;
