@@ -11,6 +11,9 @@ pub mod core;
 #[allow(dead_code)]
 mod core;
 mod driver;
+mod handshake;
+pub mod peer_auth;
+pub mod pem;
 pub mod proposal;
 pub mod snapfile;
 mod store;
@@ -26,6 +29,8 @@ mod tests;
 #[cfg(feature = "testing")]
 pub use crate::core::{Core, CoreConfig, Durable, Io, Outbound, PlantedBug, SnapshotSource};
 pub use crate::core::{BATCH_BYTES_MAX, ELECTION_TICKS, LOG_KEPT_BEHIND_SNAPSHOT};
+pub use handshake::{HANDSHAKE_TIMEOUT_MS, PEER_PROTOCOL_VERSION};
+pub use peer_auth::{PeerAuth, PeerAuthError, PeerSecret, PeerTls};
 pub use driver::{
     prepare, recover, start, MachineError, RaftConfig, RaftHandle, RaftStatus, Recovery,
     SnapshotJob, SnapshotPosition, SnapshotWriter, StateMachine, SubmitError, PROPOSAL_QUEUE_MAX,
