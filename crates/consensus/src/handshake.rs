@@ -47,9 +47,7 @@ use rustls::{ClientConnection, ServerConnection, StreamOwned};
 use crate::peer_auth::{
     certificate_names_member, describe_flags, member_name, PeerAuth, PeerTls, PROOF_BYTES,
 };
-use crate::transport::{
-    encode_frame, read_frame, PeerError, KIND_HELLO, KIND_PROOF, KIND_WELCOME,
-};
+use crate::transport::{encode_frame, read_frame, PeerError, KIND_HELLO, KIND_PROOF, KIND_WELCOME};
 
 /// The peer protocol this node speaks (hello, frames, handshake).
 pub const PEER_PROTOCOL_VERSION: u16 = 2;
@@ -63,6 +61,8 @@ pub const HANDSHAKE_FRAME_BYTES_MAX: usize = 128;
 /// Accepted connections shaking hands at once; more are closed at once.
 pub const PEER_HANDSHAKES_MAX: usize = 64;
 pub const NONCE_BYTES: usize = 32;
+/// Read buffer of an accepted peer connection.
+const PEER_READ_BUFFER_BYTES: usize = 256 * 1024;
 
 const HELLO_BYTES: usize = 2 + 8 + 8 + 1 + NONCE_BYTES;
 const WELCOME_BYTES: usize = 2 + NONCE_BYTES + PROOF_BYTES;
@@ -142,6 +142,16 @@ pub(crate) enum PeerStream {
     TlsServer(Box<StreamOwned<ServerConnection, Socket>>),
 }
 
+impl std::fmt::Debug for PeerStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PeerStream::Plain(_) => "PeerStream(plain)",
+            PeerStream::TlsClient(_) => "PeerStream(TLS, connected)",
+            PeerStream::TlsServer(_) => "PeerStream(TLS, accepted)",
+        })
+    }
+}
+
 impl PeerStream {
     pub(crate) fn socket_mut(&mut self) -> &mut Socket {
         match self {
@@ -188,7 +198,8 @@ pub(crate) fn tls_connect(
     peer_id: u64,
 ) -> Result<PeerStream, PeerError> {
     let name = ServerName::try_from(member_name(peer_id)).expect("a member name is a DNS name");
-    let connection = ClientConnection::new(tls.client.clone(), name).map_err(PeerError::TlsSetup)?;
+    let connection =
+        ClientConnection::new(tls.client.clone(), name).map_err(PeerError::TlsSetup)?;
     let mut stream = StreamOwned::new(connection, socket);
     while stream.conn.is_handshaking() {
         stream
@@ -221,6 +232,48 @@ pub(crate) fn tls_accept(
         .clone()
         .into_owned();
     Ok((PeerStream::TlsServer(Box::new(stream)), certificate))
+}
+
+/// TLS (with `peer_tls`) and the handshake on a new connection to member
+/// `ends.acceptor`: the stream to send frames on.
+pub(crate) fn open(tcp: TcpStream, ends: Ends, auth: &PeerAuth) -> Result<PeerStream, PeerError> {
+    let _ = tcp.set_nodelay(true);
+    let socket = Socket::handshaking(tcp);
+    let shake = || {
+        let mut stream = match &auth.tls {
+            None => PeerStream::Plain(socket),
+            Some(tls) => tls_connect(socket, tls, ends.acceptor)?,
+        };
+        connect(&mut stream, ends, auth)?;
+        stream.socket_mut().end_deadline()?;
+        Ok(stream)
+    };
+    shake().map_err(explain)
+}
+
+/// TLS (with `peer_tls`) and the handshake of an accepted connection: the
+/// authenticated peer's id and the reader its frames come from (nothing
+/// after the handshake decoded yet).
+pub(crate) fn authenticate(
+    tcp: TcpStream,
+    acceptor: &Acceptor<'_>,
+) -> Result<(u64, BufReader<PeerStream>), PeerError> {
+    let _ = tcp.set_nodelay(true);
+    let socket = Socket::handshaking(tcp);
+    let shake = || {
+        let (stream, certificate) = match &acceptor.auth.tls {
+            None => (PeerStream::Plain(socket), None),
+            Some(tls) => {
+                let (stream, certificate) = tls_accept(socket, tls)?;
+                (stream, Some(certificate))
+            }
+        };
+        let mut reader = BufReader::with_capacity(PEER_READ_BUFFER_BYTES, stream);
+        let from = accept(&mut reader, acceptor, certificate.as_ref())?;
+        reader.get_mut().socket_mut().end_deadline()?;
+        Ok((from, reader))
+    };
+    shake().map_err(explain)
 }
 
 /// Handshake failures read better than the io errors behind them.

@@ -24,17 +24,19 @@ pub mod transport;
 mod transport;
 
 #[cfg(test)]
+mod peer_auth_tests;
+#[cfg(test)]
 mod tests;
 
 #[cfg(feature = "testing")]
 pub use crate::core::{Core, CoreConfig, Durable, Io, Outbound, PlantedBug, SnapshotSource};
 pub use crate::core::{BATCH_BYTES_MAX, ELECTION_TICKS, LOG_KEPT_BEHIND_SNAPSHOT};
-pub use handshake::{HANDSHAKE_TIMEOUT_MS, PEER_PROTOCOL_VERSION};
-pub use peer_auth::{PeerAuth, PeerAuthError, PeerSecret, PeerTls};
 pub use driver::{
     prepare, recover, start, MachineError, RaftConfig, RaftHandle, RaftStatus, Recovery,
     SnapshotJob, SnapshotPosition, SnapshotWriter, StateMachine, SubmitError, PROPOSAL_QUEUE_MAX,
 };
+pub use handshake::{HANDSHAKE_TIMEOUT_MS, PEER_PROTOCOL_VERSION};
+pub use peer_auth::{PeerAuth, PeerAuthError, PeerSecret, PeerTls};
 pub use proposal::{Committed, Dedup, Envelope, ProposalError, ProposalId};
 pub use store::LogStore;
 

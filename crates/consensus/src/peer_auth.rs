@@ -225,8 +225,11 @@ pub(crate) const AUTH_TLS: u8 = 2;
 impl PeerAuth {
     /// What this node requires, as the hello's `auth` byte.
     pub(crate) fn flags(&self) -> u8 {
-        (if self.secret.is_some() { AUTH_SECRET } else { 0 })
-            | (if self.tls.is_some() { AUTH_TLS } else { 0 })
+        (if self.secret.is_some() {
+            AUTH_SECRET
+        } else {
+            0
+        }) | (if self.tls.is_some() { AUTH_TLS } else { 0 })
     }
 }
 

@@ -103,13 +103,11 @@ pub fn load_private_key(path: &Path) -> Result<PrivateKeyDer<'static>, PemError>
 pub fn load_ca_roots(path: &Path) -> Result<RootCertStore, PemError> {
     let mut roots = RootCertStore::empty();
     for (index, certificate) in load_certificates(path)?.into_iter().enumerate() {
-        roots
-            .add(certificate)
-            .map_err(|error| PemError::BadCa {
-                path: path.into(),
-                index,
-                detail: error.to_string(),
-            })?;
+        roots.add(certificate).map_err(|error| PemError::BadCa {
+            path: path.into(),
+            index,
+            detail: error.to_string(),
+        })?;
     }
     Ok(roots)
 }

@@ -42,7 +42,7 @@ use crossbeam_channel::Sender;
 use protobuf::Message as _;
 use raft::eraftpb::{Message, MessageType};
 
-use crate::handshake::{self, Acceptor, Ends, HandshakeSlot, PeerStream, Socket};
+use crate::handshake::{self, Acceptor, Ends, HandshakeSlot, PeerStream};
 use crate::peer_auth::{describe_flags, PeerAuth};
 
 /// Largest frame accepted from a peer. Plain frames stay at or below
@@ -80,7 +80,7 @@ const SNAPSHOT_REPORTS_MAX: usize = 64;
 const HANDSHAKE_RETRY_MS: u64 = 1_000;
 
 pub(crate) const KIND_HELLO: u8 = 0;
-const KIND_RAFT: u8 = 1;
+pub(crate) const KIND_RAFT: u8 = 1;
 const KIND_FORWARD: u8 = 2;
 const KIND_TOUCH: u8 = 3;
 const KIND_CHUNK: u8 = 4;
@@ -616,6 +616,14 @@ struct Link {
 }
 
 impl Link {
+    fn ends(&self) -> Ends {
+        Ends {
+            cluster_id: self.cluster_id,
+            connector: self.self_id,
+            acceptor: self.peer_id,
+        }
+    }
+
     fn report(&self, index: u64, sent: bool) {
         let mut reports = self.reports.lock().unwrap_or_else(|e| e.into_inner());
         if reports.len() < SNAPSHOT_REPORTS_MAX {
@@ -649,7 +657,7 @@ fn send_loop(link: &Link, lane: Lane, frames: &Queue) {
             &link.address,
             Duration::from_millis(CONNECT_TIMEOUT_MS),
         ) {
-            Ok(tcp) => match open(link, tcp) {
+            Ok(tcp) => match handshake::open(tcp, link.ends(), &link.auth) {
                 Ok(stream) => match pump(link, stream, frames) {
                     Ok(()) => return, // closed
                     Err((error, retry)) => {
@@ -704,28 +712,6 @@ fn send_loop(link: &Link, lane: Lane, frames: &Queue) {
             return;
         }
     }
-}
-
-/// TLS (with `peer_tls`) and the handshake on a new connection to the
-/// link's peer.
-fn open(link: &Link, tcp: TcpStream) -> Result<PeerStream, PeerError> {
-    let _ = tcp.set_nodelay(true);
-    let socket = Socket::handshaking(tcp);
-    let ends = Ends {
-        cluster_id: link.cluster_id,
-        connector: link.self_id,
-        acceptor: link.peer_id,
-    };
-    let shake = || {
-        let mut stream = match &link.auth.tls {
-            None => PeerStream::Plain(socket),
-            Some(tls) => handshake::tls_connect(socket, tls, link.peer_id)?,
-        };
-        handshake::connect(&mut stream, ends, &link.auth)?;
-        stream.socket_mut().end_deadline()?;
-        Ok(stream)
-    };
-    shake().map_err(handshake::explain)
 }
 
 /// Writes queued items, one flush per batch of whatever was queued. Ok
@@ -831,7 +817,9 @@ pub enum PeerError {
     WrongTarget { from: u64, target: u64, ours: u64 },
     #[error("the peer authenticates with {theirs}, this node requires {ours} (peer_tls and peer_secret_file must agree on every member)")]
     AuthMismatch { theirs: String, ours: String },
-    #[error("wrong proof of the shared secret (another peer_secret_file, or a replayed handshake)")]
+    #[error(
+        "wrong proof of the shared secret (another peer_secret_file, or a replayed handshake)"
+    )]
     BadProof,
     #[error("TLS: {0}")]
     Tls(std::io::Error),
@@ -841,7 +829,10 @@ pub enum PeerError {
     NoCertificate,
     #[error("the peer claims to be member {claimed} but its certificate names {}", describe_members(.named))]
     CertificateMember { claimed: u64, named: Vec<u64> },
-    #[error("handshake not completed within {} ms", handshake::HANDSHAKE_TIMEOUT_MS)]
+    #[error(
+        "handshake not completed within {} ms",
+        handshake::HANDSHAKE_TIMEOUT_MS
+    )]
     HandshakeTimeout,
     #[error("the connection closed during the handshake (the other side refused it: see its log)")]
     ClosedInHandshake,
@@ -1082,7 +1073,13 @@ fn accept_loop(listener: TcpListener, context: ReaderContext) {
         let _ = std::thread::Builder::new()
             .name("keel-peer-read".into())
             .spawn(move || {
-                let (from, mut reader) = match authenticate(stream, &context) {
+                let acceptor = Acceptor {
+                    self_id: context.self_id,
+                    cluster_id: context.cluster_id,
+                    known: &context.known,
+                    auth: &context.auth,
+                };
+                let (from, mut reader) = match handshake::authenticate(stream, &acceptor) {
                     Ok(authenticated) => authenticated,
                     Err(reason) => {
                         return tracing::warn!(
@@ -1099,37 +1096,6 @@ fn accept_loop(listener: TcpListener, context: ReaderContext) {
                 }
             });
     }
-}
-
-/// TLS (with `peer_tls`) and the handshake of an accepted connection:
-/// the authenticated peer's id and the reader its frames come from
-/// (nothing in it decoded yet).
-fn authenticate(
-    tcp: TcpStream,
-    context: &ReaderContext,
-) -> Result<(u64, BufReader<PeerStream>), PeerError> {
-    let _ = tcp.set_nodelay(true);
-    let socket = Socket::handshaking(tcp);
-    let acceptor = Acceptor {
-        self_id: context.self_id,
-        cluster_id: context.cluster_id,
-        known: &context.known,
-        auth: &context.auth,
-    };
-    let shake = || {
-        let (stream, certificate) = match &context.auth.tls {
-            None => (PeerStream::Plain(socket), None),
-            Some(tls) => {
-                let (stream, certificate) = handshake::tls_accept(socket, tls)?;
-                (stream, Some(certificate))
-            }
-        };
-        let mut reader = BufReader::with_capacity(256 * 1024, stream);
-        let from = handshake::accept(&mut reader, &acceptor, certificate.as_ref())?;
-        reader.get_mut().socket_mut().end_deadline()?;
-        Ok((from, reader))
-    };
-    shake().map_err(handshake::explain)
 }
 
 /// Frames of an authenticated peer into the driver's queue.
