@@ -344,4 +344,57 @@ mod tests {
             toml::from_str("tick_time_ms = 500\nfour_letter_words = [\"*\"]").unwrap();
         assert!(parsed.four_letter_word_enabled("dump"));
     }
+
+    #[test]
+    fn peer_authentication_files_are_checked_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let short = dir.path().join("short.secret");
+        std::fs::write(&short, "too short\n").unwrap();
+        let good = dir.path().join("good.secret");
+        std::fs::write(&good, format!("{}\n", "0123456789abcdef".repeat(4))).unwrap();
+        let parsed: ServerConfig = toml::from_str(&format!(
+            "peer_secret_file = {:?}\nserver_id = 2",
+            good.display().to_string()
+        ))
+        .unwrap();
+        parsed.validate().unwrap();
+        assert!(parsed.peer_auth().unwrap().secret.is_some());
+        for (config, wanted) in [
+            (
+                ServerConfig {
+                    peer_secret_file: Some(short.clone()),
+                    ..ServerConfig::default()
+                },
+                "9 bytes",
+            ),
+            (
+                ServerConfig {
+                    peer_secret_file: Some(dir.path().join("missing")),
+                    ..ServerConfig::default()
+                },
+                "missing",
+            ),
+            (
+                ServerConfig {
+                    peer_tls: true,
+                    tls_ca_file: Some(good.clone()),
+                    ..ServerConfig::default()
+                },
+                "peer_tls needs tls_cert_file, tls_key_file and tls_ca_file",
+            ),
+            (
+                ServerConfig {
+                    peer_tls: true,
+                    tls_cert_file: Some(good.clone()),
+                    tls_key_file: Some(good.clone()),
+                    tls_ca_file: Some(good.clone()),
+                    ..ServerConfig::default()
+                },
+                "holds no CERTIFICATE",
+            ),
+        ] {
+            let error = config.validate().unwrap_err().to_string();
+            assert!(error.contains(wanted), "{error}");
+        }
+    }
 }
