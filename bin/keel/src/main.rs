@@ -34,7 +34,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a Keel server (single node: 127.0.0.1:2181, data in ./keel-data).
-    Server(ServerArgs),
+    Server(Box<ServerArgs>),
     /// zkCli-compatible client: one command, or interactive without one.
     Cli(CliArgs),
     /// Load generator for ZooKeeper-compatible servers (Keel or ZooKeeper).
@@ -164,7 +164,7 @@ struct BenchArgs {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Server(args) => server(args),
+        Command::Server(args) => server(*args),
         Command::Cli(args) => client(args),
         Command::Bench(args) => bench(args),
     }
