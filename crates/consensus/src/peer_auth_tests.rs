@@ -482,6 +482,37 @@ fn tls_with_good_certificates_connects_both_ways() {
 }
 
 #[test]
+fn a_snapshot_crosses_a_tls_connection_in_chunks() {
+    let pki = Pki::new();
+    let (one, two) = pair(pki.tls_auth(1), pki.tls_auth(2));
+    assert!(delivers(&one, 1, &two, 2));
+    let mut snapshot = Message::default();
+    snapshot.set_msg_type(MessageType::MsgSnapshot);
+    snapshot.from = 1;
+    snapshot.to = 2;
+    snapshot.mut_snapshot().mut_metadata().index = 42;
+    let data: Vec<u8> = (0..3 * crate::transport::SNAPSHOT_CHUNK_BYTES + 77)
+        .map(|i| (i * 31 + i / 977) as u8)
+        .collect();
+    snapshot.mut_snapshot().set_data(data.into());
+    one.transport.send_raft(&snapshot);
+    let deadline = Instant::now() + DELIVERY;
+    loop {
+        match two.inbox.recv_deadline(deadline) {
+            Ok(PeerInput::Raft(message)) if message.get_msg_type() == MessageType::MsgSnapshot => {
+                assert!(*message == snapshot, "the snapshot arrived changed");
+                break;
+            }
+            Ok(_) => continue, // heartbeats sent before
+            Err(error) => panic!("no snapshot: {error}"),
+        }
+    }
+    let reports = one.transport.take_snapshot_reports();
+    assert_eq!(reports.len(), 1);
+    assert!(reports[0].sent && reports[0].index == 42, "{reports:?}");
+}
+
+#[test]
 fn tls_and_a_secret_together() {
     let pki = Pki::new();
     let both = |id| PeerAuth {
