@@ -4,7 +4,8 @@
 #
 #   * Debian packages zookeeper + zookeeper-bin (Apache ZooKeeper 3.8 jars in
 #     /usr/share/java, zkCli.sh, the C client cli_mt). Runs `apt-get update`
-#     only when a package is missing.
+#     only when a package is missing. openssl: the command line that makes
+#     the certificates of tests/cluster/test_peer_auth.py.
 #   * A Python venv at ./.venv (repo root) with kazoo, pytest, pytest-timeout.
 #
 # Works as root without sudo; uses sudo only when not root and it exists.
@@ -16,7 +17,7 @@ cd "$ROOT"
 PYTHON="${PYTHON:-python3}"
 VENV="${KEEL_VENV:-$ROOT/.venv}"
 PY_PKGS=("kazoo==2.11.0" "pytest" "pytest-timeout")
-APT_PKGS=(zookeeper zookeeper-bin)
+APT_PKGS=(zookeeper zookeeper-bin openssl)
 
 log() { printf '[test-deps] %s\n' "$*" >&2; }
 

@@ -343,13 +343,17 @@ class KeelCluster(ServerGroup):
     proxy (node i names proxy (i, j) as peer j), so isolate(i) cuts node i off
     from the others in both directions and heal(i) reconnects it.
     client_ports / peer_ports fix the ports (default: free ones); data_dirs
-    puts node i's data dir there instead of in its work dir."""
+    puts node i's data dir there instead of in its work dir. node_settings,
+    a function of the member id (1-based), adds settings of that member
+    alone (its own TLS certificate: harness.peer_auth.peer_auth_settings)."""
 
     kind = "keel-cluster"
 
     def __init__(self, size=3, name=None, workdir=None, settings=None, binary=None, proxied=False,
-                 client_ports=None, peer_ports=None, data_dirs=None, node_workdirs=None, test_defaults=True):
+                 client_ports=None, peer_ports=None, data_dirs=None, node_workdirs=None, test_defaults=True,
+                 node_settings=None):
         self.binary = binary
+        self._node_settings = node_settings or (lambda member_id: {})
         self.proxied = proxied
         self.links = {}
         self._client_ports = client_ports
@@ -372,7 +376,7 @@ class KeelCluster(ServerGroup):
                 binary=self.binary, test_defaults=self.test_defaults,
                 port=self._client_ports[i] if self._client_ports else None,
                 data_dir=self._data_dirs[i] if self._data_dirs else None,
-                settings=dict(settings, server_id=i + 1, peers=peers)))
+                settings=dict(settings, server_id=i + 1, peers=peers, **self._node_settings(i + 1))))
         return nodes
 
     def member_id(self, node):
@@ -483,9 +487,15 @@ def _up(args):
     n = args.nodes
     data_root = os.path.abspath(args.data)
     dirs = [os.path.join(data_root, str(i + 1)) for i in range(n)]
+    settings, node_settings = {"four_letter_words": ["*"]}, None
+    if args.peer_tls or args.peer_secret:
+        from .peer_auth import peer_auth_settings
+        auth, node_settings = peer_auth_settings(os.path.join(data_root, "peer-auth"), n,
+                                                 tls=args.peer_tls, secret=args.peer_secret)
+        settings.update(auth)
     cluster = KeelCluster(
         n, name="keel-cluster", workdir=data_root, binary=args.binary, test_defaults=False,
-        settings={"four_letter_words": ["*"]},
+        settings=settings, node_settings=node_settings,
         client_ports=[args.client_port + i for i in range(n)],
         peer_ports=[args.peer_port + i for i in range(n)],
         data_dirs=dirs, node_workdirs=dirs)
@@ -544,6 +554,10 @@ def main(argv=None):
     up.add_argument("--data", default=os.path.join(REPO_ROOT, "keel-cluster"),
                     help="data root: node N uses DATA/N (default ./keel-cluster)")
     up.add_argument("--binary", default=KEEL_BIN)
+    up.add_argument("--peer-tls", action="store_true",
+                    help="peers talk mutual TLS (a CA and certificates made in DATA/peer-auth)")
+    up.add_argument("--peer-secret", action="store_true",
+                    help="peers prove a shared secret (made in DATA/peer-auth/peer.secret)")
     args = ap.parse_args(argv)
     if args.command == "up":
         return _up(args)

@@ -34,7 +34,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a Keel server (single node: 127.0.0.1:2181, data in ./keel-data).
-    Server(ServerArgs),
+    Server(Box<ServerArgs>),
     /// zkCli-compatible client: one command, or interactive without one.
     Cli(CliArgs),
     /// Load generator for ZooKeeper-compatible servers (Keel or ZooKeeper).
@@ -90,6 +90,21 @@ struct ServerArgs {
     /// Turn on the lock × operation profiler (four-letter word `lcks`).
     #[arg(long)]
     profile_locks: bool,
+    /// PEM certificate chain of this node (peer_tls: DNS SAN keel-member-<id>).
+    #[arg(long)]
+    tls_cert_file: Option<PathBuf>,
+    /// PEM private key of --tls-cert-file.
+    #[arg(long)]
+    tls_key_file: Option<PathBuf>,
+    /// PEM bundle of trusted CAs.
+    #[arg(long)]
+    tls_ca_file: Option<PathBuf>,
+    /// Peer connections are mutual TLS 1.3 (needs the three --tls-*-file).
+    #[arg(long)]
+    peer_tls: bool,
+    /// File with the cluster's shared peer secret (at least 32 bytes).
+    #[arg(long)]
+    peer_secret_file: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -149,7 +164,7 @@ struct BenchArgs {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Server(args) => server(args),
+        Command::Server(args) => server(*args),
         Command::Cli(args) => client(args),
         Command::Bench(args) => bench(args),
     }
@@ -183,6 +198,19 @@ fn server_config(args: ServerArgs) -> anyhow::Result<ServerConfig> {
     );
     if args.profile_locks {
         config.profile_locks = true;
+    }
+    if args.peer_tls {
+        config.peer_tls = true;
+    }
+    for (flag, key) in [
+        (args.tls_cert_file, &mut config.tls_cert_file),
+        (args.tls_key_file, &mut config.tls_key_file),
+        (args.tls_ca_file, &mut config.tls_ca_file),
+        (args.peer_secret_file, &mut config.peer_secret_file),
+    ] {
+        if flag.is_some() {
+            *key = flag;
+        }
     }
     if let Some(digest) = args.super_digest {
         config.super_digest = Some(digest);

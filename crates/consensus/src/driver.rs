@@ -109,6 +109,8 @@ pub struct RaftConfig {
     pub preferred_leader: Option<u64>,
     /// Members (listed in `peers`) that are observers: non-voting learners.
     pub observers: Vec<u64>,
+    /// What every peer connection must prove (shared secret, TLS).
+    pub peer_auth: crate::peer_auth::PeerAuth,
 }
 
 impl RaftConfig {
@@ -556,6 +558,7 @@ fn start_transport(
         config.cluster_id(),
         listen,
         &peers,
+        config.peer_auth.clone(),
         inbox,
     )?))
 }

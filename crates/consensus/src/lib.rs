@@ -11,6 +11,9 @@ pub mod core;
 #[allow(dead_code)]
 mod core;
 mod driver;
+mod handshake;
+pub mod peer_auth;
+pub mod pem;
 pub mod proposal;
 pub mod snapfile;
 mod store;
@@ -21,6 +24,8 @@ pub mod transport;
 mod transport;
 
 #[cfg(test)]
+mod peer_auth_tests;
+#[cfg(test)]
 mod tests;
 
 #[cfg(feature = "testing")]
@@ -30,6 +35,8 @@ pub use driver::{
     prepare, recover, start, MachineError, RaftConfig, RaftHandle, RaftStatus, Recovery,
     SnapshotJob, SnapshotPosition, SnapshotWriter, StateMachine, SubmitError, PROPOSAL_QUEUE_MAX,
 };
+pub use handshake::{HANDSHAKE_TIMEOUT_MS, PEER_PROTOCOL_VERSION};
+pub use peer_auth::{PeerAuth, PeerAuthError, PeerSecret, PeerTls};
 pub use proposal::{Committed, Dedup, Envelope, ProposalError, ProposalId};
 pub use store::LogStore;
 

@@ -7,9 +7,13 @@
 //! no spurious election follows (ZNBase's lesson).
 //!
 //! Frame: u32 length (of what follows) | u8 kind | u64 sender id | payload.
-//! The first frame on a connection is a hello carrying the cluster id; a
-//! peer of another cluster, an unknown sender or a frame that fails to
-//! decode closes that connection with a logged reason, never the process.
+//! Every connection starts with the handshake of `handshake.rs` (TLS
+//! first with `peer_tls`; a hello naming the protocol version, the cluster
+//! and the member meant; an HMAC challenge-response with a shared secret).
+//! A peer that fails it is refused with a logged reason and nothing it
+//! sent reaches Raft; after it, a frame from another sender or one that
+//! fails to decode closes that connection with a logged reason, never the
+//! process.
 //!
 //! A snapshot (raft-rs puts the whole encoded tree in one MsgSnapshot) and
 //! any other bulk message above `CHUNKED_ABOVE_BYTES` travel as a transfer:
@@ -37,6 +41,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use protobuf::Message as _;
 use raft::eraftpb::{Message, MessageType};
+
+use crate::handshake::{self, Acceptor, Ends, HandshakeSlot, PeerStream};
+use crate::peer_auth::{describe_flags, PeerAuth};
 
 /// Largest frame accepted from a peer. Plain frames stay at or below
 /// `CHUNKED_ABOVE_BYTES` (+ header), chunks at `SNAPSHOT_CHUNK_BYTES`.
@@ -69,11 +76,16 @@ const CONNECT_TIMEOUT_MS: u64 = 1_000;
 const SHORT_CONNECTION_MS: u64 = 1_000;
 const SNAPSHOT_REPORTS_MAX: usize = 64;
 
-const KIND_HELLO: u8 = 0;
-const KIND_RAFT: u8 = 1;
+/// A peer whose handshake failed is connected to again after this long.
+const HANDSHAKE_RETRY_MS: u64 = 1_000;
+
+pub(crate) const KIND_HELLO: u8 = 0;
+pub(crate) const KIND_RAFT: u8 = 1;
 const KIND_FORWARD: u8 = 2;
 const KIND_TOUCH: u8 = 3;
 const KIND_CHUNK: u8 = 4;
+pub(crate) const KIND_WELCOME: u8 = 5;
+pub(crate) const KIND_PROOF: u8 = 6;
 
 /// transfer id u64 | inner kind u8 | chunk u32 | chunks u32 | total u64 | crc32 u32
 const CHUNK_HEADER_BYTES: usize = 8 + 1 + 4 + 4 + 8 + 4;
@@ -402,25 +414,42 @@ pub struct Transport {
 }
 
 impl Transport {
-    /// Listens on `listen` and keeps connections to every other peer.
+    /// Listens on `listen` and keeps connections to every other peer;
+    /// every connection, both ways, proves what `auth` asks for.
     pub fn start(
         self_id: u64,
         cluster_id: u64,
         listen: SocketAddr,
         peers: &HashMap<u64, SocketAddr>,
+        auth: PeerAuth,
         inbox: Sender<PeerInput>,
     ) -> std::io::Result<Transport> {
         let listener = TcpListener::bind(listen)?;
+        Transport::start_on(listener, self_id, cluster_id, peers, auth, inbox)
+    }
+
+    /// As `start`, on a listener already bound.
+    pub(crate) fn start_on(
+        listener: TcpListener,
+        self_id: u64,
+        cluster_id: u64,
+        peers: &HashMap<u64, SocketAddr>,
+        auth: PeerAuth,
+        inbox: Sender<PeerInput>,
+    ) -> std::io::Result<Transport> {
         let heartbeat = Arc::new(HeartbeatStats::new(
             peers.keys().copied().filter(|&p| p != self_id),
         ));
         let reports: Reports = Arc::default();
         let reader = ReaderContext {
+            self_id,
             cluster_id,
             known: peers.keys().copied().collect(),
+            auth: auth.clone(),
             inbox,
             heartbeat: heartbeat.clone(),
             transfers: Arc::default(),
+            handshakes: Arc::default(),
         };
         std::thread::Builder::new()
             .name("keel-peer-accept".into())
@@ -435,6 +464,7 @@ impl Transport {
                 cluster_id,
                 peer_id,
                 address,
+                auth: auth.clone(),
                 heartbeat: heartbeat.clone(),
                 reports: reports.clone(),
             };
@@ -523,7 +553,7 @@ impl Transport {
     }
 }
 
-fn encode_frame(kind: u8, from: u64, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn encode_frame(kind: u8, from: u64, payload: &[u8]) -> Vec<u8> {
     let length = 1 + 8 + payload.len();
     assert!(
         length <= PEER_FRAME_BYTES_MAX,
@@ -580,11 +610,20 @@ struct Link {
     cluster_id: u64,
     peer_id: u64,
     address: SocketAddr,
+    auth: PeerAuth,
     heartbeat: Arc<HeartbeatStats>,
     reports: Reports,
 }
 
 impl Link {
+    fn ends(&self) -> Ends {
+        Ends {
+            cluster_id: self.cluster_id,
+            connector: self.self_id,
+            acceptor: self.peer_id,
+        }
+    }
+
     fn report(&self, index: u64, sent: bool) {
         let mut reports = self.reports.lock().unwrap_or_else(|e| e.into_inner());
         if reports.len() < SNAPSHOT_REPORTS_MAX {
@@ -611,24 +650,33 @@ fn spawn_sender(link: Link, lane: Lane) -> std::io::Result<Arc<Queue>> {
 }
 
 fn send_loop(link: &Link, lane: Lane, frames: &Queue) {
-    let retry_pause = Duration::from_millis(CONNECT_RETRY_MS);
-    let hello = encode_frame(KIND_HELLO, link.self_id, &link.cluster_id.to_be_bytes());
     while !frames.is_closed() {
         let connected = Instant::now();
+        let mut refused = false;
         let retry = match TcpStream::connect_timeout(
             &link.address,
             Duration::from_millis(CONNECT_TIMEOUT_MS),
         ) {
-            Ok(stream) => {
-                let _ = stream.set_nodelay(true);
-                match pump(link, stream, &hello, frames) {
+            Ok(tcp) => match handshake::open(tcp, link.ends(), &link.auth) {
+                Ok(stream) => match pump(link, stream, frames) {
                     Ok(()) => return, // closed
                     Err((error, retry)) => {
                         tracing::debug!(peer_id = link.peer_id, ?lane, %error, "peer connection lost");
                         retry
                     }
+                },
+                Err(reason) => {
+                    tracing::warn!(
+                        peer_id = link.peer_id,
+                        address = %link.address,
+                        ?lane,
+                        %reason,
+                        "peer handshake failed; retrying in {HANDSHAKE_RETRY_MS} ms"
+                    );
+                    refused = true;
+                    None
                 }
-            }
+            },
             Err(_) => None,
         };
         if lane == Lane::Control {
@@ -653,8 +701,13 @@ fn send_loop(link: &Link, lane: Lane, frames: &Queue) {
             _ => None,
         });
         frames.drop_stale(retry);
-        if connected.elapsed() < Duration::from_millis(SHORT_CONNECTION_MS)
-            && frames.wait_closed(retry_pause)
+        let pause_ms = if refused {
+            HANDSHAKE_RETRY_MS
+        } else {
+            CONNECT_RETRY_MS
+        };
+        if (refused || connected.elapsed() < Duration::from_millis(SHORT_CONNECTION_MS))
+            && frames.wait_closed(Duration::from_millis(pause_ms))
         {
             return;
         }
@@ -666,15 +719,10 @@ fn send_loop(link: &Link, lane: Lane, frames: &Queue) {
 /// or not yet started comes back to be sent again.
 fn pump(
     link: &Link,
-    stream: TcpStream,
-    hello: &[u8],
+    stream: PeerStream,
     frames: &Queue,
 ) -> Result<(), (std::io::Error, Option<Item>)> {
     let mut writer = BufWriter::with_capacity(256 * 1024, stream);
-    writer
-        .write_all(hello)
-        .and_then(|_| writer.flush())
-        .map_err(|e| (e, None))?;
     let mut batch = VecDeque::new();
     loop {
         if !frames.take_all(&mut batch) {
@@ -733,12 +781,16 @@ fn send_snapshot(link: &Link, writer: &mut impl Write, message: &Message) -> std
 /// What every reader thread shares.
 #[derive(Clone)]
 struct ReaderContext {
+    self_id: u64,
     cluster_id: u64,
     known: Vec<u64>,
+    auth: PeerAuth,
     inbox: Sender<PeerInput>,
     heartbeat: Arc<HeartbeatStats>,
     /// Transfers being reassembled, at most one per peer.
     transfers: Arc<Mutex<HashMap<u64, Reassembly>>>,
+    /// Accepted connections still shaking hands (`HandshakeSlot`).
+    handshakes: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// Why a peer connection was closed (logged with the peer's address;
@@ -751,10 +803,39 @@ pub enum PeerError {
     FrameLength(usize),
     #[error("first frame is not a hello")]
     NotHello,
+    #[error("the peer speaks peer protocol version {theirs}, this node speaks version {ours}")]
+    Version { theirs: u16, ours: u16 },
+    #[error("{0} frame of {1} bytes")]
+    HandshakeFrame(&'static str, usize),
+    #[error("expected the {expected} frame, got a frame of kind {kind}")]
+    Unexpected { expected: &'static str, kind: u8 },
     #[error("peer {from} belongs to cluster {theirs:#x}, we are {ours:#x}")]
     OtherCluster { from: u64, theirs: u64, ours: u64 },
     #[error("unknown peer id {0}")]
     UnknownPeer(u64),
+    #[error("peer {from} meant to reach member {target}, this is member {ours}")]
+    WrongTarget { from: u64, target: u64, ours: u64 },
+    #[error("the peer authenticates with {theirs}, this node requires {ours} (peer_tls and peer_secret_file must agree on every member)")]
+    AuthMismatch { theirs: String, ours: String },
+    #[error(
+        "wrong proof of the shared secret (another peer_secret_file, or a replayed handshake)"
+    )]
+    BadProof,
+    #[error("TLS: {0}")]
+    Tls(std::io::Error),
+    #[error("TLS setup: {0}")]
+    TlsSetup(rustls::Error),
+    #[error("no client certificate")]
+    NoCertificate,
+    #[error("the peer claims to be member {claimed} but its certificate names {}", describe_members(.named))]
+    CertificateMember { claimed: u64, named: Vec<u64> },
+    #[error(
+        "handshake not completed within {} ms",
+        handshake::HANDSHAKE_TIMEOUT_MS
+    )]
+    HandshakeTimeout,
+    #[error("the connection closed during the handshake (the other side refused it: see its log)")]
+    ClosedInHandshake,
     #[error("frame from {sender} on {from}'s connection")]
     WrongSender { sender: u64, from: u64 },
     #[error("bad frame kind {0}")]
@@ -791,6 +872,17 @@ pub enum PeerError {
     Short { transfer: u64, got: u64, total: u64 },
     #[error("transfer {0} fails its CRC")]
     Crc(u64),
+}
+
+fn describe_members(ids: &[u64]) -> String {
+    if ids.is_empty() {
+        return "no member of this cluster".into();
+    }
+    let names: Vec<String> = ids
+        .iter()
+        .map(|id| crate::peer_auth::member_name(*id))
+        .collect();
+    names.join(", ")
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -965,41 +1057,55 @@ fn accept_loop(listener: TcpListener, context: ReaderContext) {
                 continue;
             }
         };
+        let peer = stream
+            .peer_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let Some(slot) = HandshakeSlot::take(&context.handshakes) else {
+            tracing::warn!(
+                %peer,
+                "peer refused: {} handshakes already in progress",
+                handshake::PEER_HANDSHAKES_MAX
+            );
+            continue;
+        };
         let context = context.clone();
         let _ = std::thread::Builder::new()
             .name("keel-peer-read".into())
             .spawn(move || {
-                let peer = stream
-                    .peer_addr()
-                    .map(|a| a.to_string())
-                    .unwrap_or_default();
-                if let Err(reason) = read_peer(stream, &context) {
-                    tracing::warn!(%peer, %reason, "peer connection closed");
+                let acceptor = Acceptor {
+                    self_id: context.self_id,
+                    cluster_id: context.cluster_id,
+                    known: &context.known,
+                    auth: &context.auth,
+                };
+                let (from, mut reader) = match handshake::authenticate(stream, &acceptor) {
+                    Ok(authenticated) => authenticated,
+                    Err(reason) => {
+                        return tracing::warn!(
+                            %peer,
+                            %reason,
+                            "peer refused; nothing it sent reaches raft"
+                        )
+                    }
+                };
+                drop(slot);
+                tracing::debug!(%peer, from, auth = %describe_flags(context.auth.flags()), "peer connected");
+                if let Err(reason) = read_peer(&mut reader, from, &context) {
+                    tracing::warn!(%peer, from, %reason, "peer connection closed");
                 }
             });
     }
 }
 
-fn read_peer(stream: TcpStream, context: &ReaderContext) -> Result<(), PeerError> {
-    let _ = stream.set_nodelay(true);
-    let mut reader = BufReader::with_capacity(256 * 1024, stream);
-    let (kind, from, payload) = read_frame(&mut reader)?;
-    if kind != KIND_HELLO || payload.len() != 8 {
-        return Err(PeerError::NotHello);
-    }
-    let their_cluster = u64::from_be_bytes(payload[..8].try_into().expect("8 bytes"));
-    if their_cluster != context.cluster_id {
-        return Err(PeerError::OtherCluster {
-            from,
-            theirs: their_cluster,
-            ours: context.cluster_id,
-        });
-    }
-    if !context.known.contains(&from) {
-        return Err(PeerError::UnknownPeer(from));
-    }
+/// Frames of an authenticated peer into the driver's queue.
+fn read_peer(
+    reader: &mut BufReader<PeerStream>,
+    from: u64,
+    context: &ReaderContext,
+) -> Result<(), PeerError> {
     let connection = NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed);
-    let result = read_frames(&mut reader, context, from, connection);
+    let result = read_frames(reader, context, from, connection);
     // A transfer cut short with this connection is dropped whole.
     let mut transfers = context.transfers.lock().unwrap_or_else(|e| e.into_inner());
     if transfers
@@ -1018,7 +1124,7 @@ fn read_frames(
     connection: u64,
 ) -> Result<(), PeerError> {
     loop {
-        let (kind, sender, payload) = read_frame(reader)?;
+        let (kind, sender, payload) = read_frame(reader, PEER_FRAME_BYTES_MAX)?;
         if sender != from {
             return Err(PeerError::WrongSender { sender, from });
         }
@@ -1099,11 +1205,15 @@ fn decode_input(
     })
 }
 
-fn read_frame(reader: &mut impl Read) -> Result<(u8, u64, Vec<u8>), PeerError> {
+/// One frame of at most `max_bytes` (its length field's value).
+pub(crate) fn read_frame(
+    reader: &mut impl Read,
+    max_bytes: usize,
+) -> Result<(u8, u64, Vec<u8>), PeerError> {
     let mut length = [0u8; 4];
     reader.read_exact(&mut length)?;
     let length = u32::from_be_bytes(length) as usize;
-    if !(9..=PEER_FRAME_BYTES_MAX).contains(&length) {
+    if !(9..=max_bytes).contains(&length) {
         return Err(PeerError::FrameLength(length));
     }
     let mut head = [0u8; 9];
@@ -1121,12 +1231,12 @@ mod tests {
     #[test]
     fn frames_round_trip_and_bad_lengths_are_refused() {
         let frame = encode_frame(KIND_TOUCH, 3, &[1, 2, 3]);
-        let (kind, from, payload) = read_frame(&mut &frame[..]).unwrap();
+        let (kind, from, payload) = read_frame(&mut &frame[..], PEER_FRAME_BYTES_MAX).unwrap();
         assert_eq!((kind, from, payload), (KIND_TOUCH, 3, vec![1, 2, 3]));
         let mut huge = frame.clone();
         huge[..4].copy_from_slice(&u32::MAX.to_be_bytes());
-        assert!(read_frame(&mut &huge[..]).is_err());
-        assert!(read_frame(&mut &frame[..6]).is_err());
+        assert!(read_frame(&mut &huge[..], PEER_FRAME_BYTES_MAX).is_err());
+        assert!(read_frame(&mut &frame[..6], PEER_FRAME_BYTES_MAX).is_err());
     }
 
     #[test]
@@ -1154,7 +1264,7 @@ mod tests {
         let mut reader = &wire[..];
         let mut chunks = Vec::new();
         while !reader.is_empty() {
-            let (kind, from, frame) = read_frame(&mut reader).unwrap();
+            let (kind, from, frame) = read_frame(&mut reader, PEER_FRAME_BYTES_MAX).unwrap();
             assert_eq!((kind, from), (KIND_CHUNK, 7));
             assert!(frame.len() <= SNAPSHOT_CHUNK_BYTES + CHUNK_HEADER_BYTES);
             let (header, data) = parse_chunk(&frame).unwrap();
@@ -1216,11 +1326,14 @@ mod tests {
         let done = feed(&mut None, 1, &chunks).unwrap().unwrap();
         let (inbox, inputs) = crossbeam_channel::unbounded();
         let context = ReaderContext {
+            self_id: 2,
             cluster_id: 0,
             known: vec![7],
+            auth: PeerAuth::default(),
             inbox,
             heartbeat: Arc::default(),
             transfers: Arc::default(),
+            handshakes: Arc::default(),
         };
         drop(inputs);
         match decode_input(done.kind, 7, done.payload, &context).unwrap() {
@@ -1408,11 +1521,14 @@ mod tests {
         let address = listener.local_addr().unwrap();
         let (inbox, inputs) = crossbeam_channel::unbounded();
         let context = ReaderContext {
+            self_id: 1,
             cluster_id: 77,
             known: vec![1, 2],
+            auth: PeerAuth::default(),
             inbox,
             heartbeat: Arc::new(HeartbeatStats::new([2])),
             transfers: Arc::default(),
+            handshakes: Arc::default(),
         };
         std::thread::spawn(move || accept_loop(listener, context));
         let transport = Transport {
@@ -1426,6 +1542,7 @@ mod tests {
             cluster_id: 77,
             peer_id: 1,
             address,
+            auth: PeerAuth::default(),
             heartbeat: transport.heartbeat.clone(),
             reports: transport.reports.clone(),
         };

@@ -64,6 +64,19 @@ pub struct ServerConfig {
     pub observers: Vec<u64>,
     /// The lock × operation profiler (`lcks`; `profile.rs`). Off by default.
     pub profile_locks: bool,
+    /// PEM certificate chain of this node (its certificate first). With
+    /// `peer_tls` it must name the member: DNS SAN `keel-member-<id>`.
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of `tls_cert_file`'s certificate.
+    pub tls_key_file: Option<PathBuf>,
+    /// PEM bundle of the CAs whose certificates are trusted.
+    pub tls_ca_file: Option<PathBuf>,
+    /// Every peer connection is TLS 1.3 with certificates checked against
+    /// `tls_ca_file` on both sides (needs the three `tls_*_file`s).
+    pub peer_tls: bool,
+    /// A file holding the cluster's shared secret (at least 32 bytes):
+    /// every peer connection proves it knows it (HMAC challenge-response).
+    pub peer_secret_file: Option<PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -100,6 +113,11 @@ impl Default for ServerConfig {
             preferred_leader: 0,
             observers: Vec::new(),
             profile_locks: false,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_ca_file: None,
+            peer_tls: false,
+            peer_secret_file: None,
         }
     }
 }
@@ -215,7 +233,39 @@ impl ServerConfig {
                 return invalid(format!("four_letter_words: unknown command {word:?}"));
             }
         }
+        self.peer_auth()?;
         Ok(())
+    }
+
+    /// What peer connections must prove, its files loaded and checked: a
+    /// missing, unreadable or too short secret, a certificate, key or CA
+    /// file that does not load, or a certificate that does not name this
+    /// member is an error naming the file.
+    pub fn peer_auth(&self) -> Result<keel_consensus::PeerAuth, ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid(message);
+        let secret = match &self.peer_secret_file {
+            Some(path) => Some(
+                keel_consensus::PeerSecret::from_file(path)
+                    .map_err(|error| invalid(error.to_string()))?,
+            ),
+            None => None,
+        };
+        let tls = if self.peer_tls {
+            let (Some(cert), Some(key), Some(ca)) =
+                (&self.tls_cert_file, &self.tls_key_file, &self.tls_ca_file)
+            else {
+                return Err(invalid(
+                    "peer_tls needs tls_cert_file, tls_key_file and tls_ca_file".into(),
+                ));
+            };
+            Some(
+                keel_consensus::PeerTls::from_files(self.server_id, cert, key, ca)
+                    .map_err(|error| invalid(error.to_string()))?,
+            )
+        } else {
+            None
+        };
+        Ok(keel_consensus::PeerAuth { secret, tls })
     }
 
     /// The parsed `peers` list, sorted by id.
@@ -293,5 +343,58 @@ mod tests {
         let parsed: ServerConfig =
             toml::from_str("tick_time_ms = 500\nfour_letter_words = [\"*\"]").unwrap();
         assert!(parsed.four_letter_word_enabled("dump"));
+    }
+
+    #[test]
+    fn peer_authentication_files_are_checked_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let short = dir.path().join("short.secret");
+        std::fs::write(&short, "too short\n").unwrap();
+        let good = dir.path().join("good.secret");
+        std::fs::write(&good, format!("{}\n", "0123456789abcdef".repeat(4))).unwrap();
+        let parsed: ServerConfig = toml::from_str(&format!(
+            "peer_secret_file = {:?}\nserver_id = 2",
+            good.display().to_string()
+        ))
+        .unwrap();
+        parsed.validate().unwrap();
+        assert!(parsed.peer_auth().unwrap().secret.is_some());
+        for (config, wanted) in [
+            (
+                ServerConfig {
+                    peer_secret_file: Some(short.clone()),
+                    ..ServerConfig::default()
+                },
+                "9 bytes",
+            ),
+            (
+                ServerConfig {
+                    peer_secret_file: Some(dir.path().join("missing")),
+                    ..ServerConfig::default()
+                },
+                "missing",
+            ),
+            (
+                ServerConfig {
+                    peer_tls: true,
+                    tls_ca_file: Some(good.clone()),
+                    ..ServerConfig::default()
+                },
+                "peer_tls needs tls_cert_file, tls_key_file and tls_ca_file",
+            ),
+            (
+                ServerConfig {
+                    peer_tls: true,
+                    tls_cert_file: Some(good.clone()),
+                    tls_key_file: Some(good.clone()),
+                    tls_ca_file: Some(good.clone()),
+                    ..ServerConfig::default()
+                },
+                "holds no CERTIFICATE",
+            ),
+        ] {
+            let error = config.validate().unwrap_err().to_string();
+            assert!(error.contains(wanted), "{error}");
+        }
     }
 }

@@ -188,7 +188,11 @@ async fn start_node(config: ServerConfig) -> Result<Started, ServerError> {
         cluster_name: config.cluster_name.clone(),
         preferred_leader: (config.preferred_leader != 0).then_some(config.preferred_leader),
         observers: config.observers.clone(),
+        peer_auth: config.peer_auth()?,
     };
+    if let Some(path) = &config.peer_secret_file {
+        keel_consensus::peer_auth::warn_if_readable_by_others(path);
+    }
     let (tree, recovery) = tokio::task::spawn_blocking(move || recover(raft_config))
         .await
         .map_err(|error| ServerError::RecoveryFailed(error.to_string()))??;
