@@ -655,6 +655,9 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             .proposals
             .fetch_add(proposals.len() as u64, Ordering::Relaxed);
         self.status.batches.fetch_add(1, Ordering::Relaxed);
+        self.status
+            .batch_proposals
+            .record(proposals.len() as u64);
         if let Err(error) = self.raw.propose(Vec::new(), data) {
             tracing::warn!(%error, count = proposals.len(), "proposal dropped");
             self.machine
@@ -664,6 +667,9 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
 
     fn send_all(&mut self, messages: Vec<Message>) {
         for message in messages {
+            if message.get_msg_type() == raft::eraftpb::MessageType::MsgSnapshot {
+                self.status.snapshots_sent.fetch_add(1, Ordering::Relaxed);
+            }
             self.io.send(Outbound::Raft(message));
         }
     }
@@ -824,6 +830,12 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
                         self.status
                             .proposals_applied
                             .fetch_add(fresh.len() as u64, Ordering::Relaxed);
+                        if self.leader {
+                            // ZooKeeper's commit_count: the leader's commits.
+                            self.status
+                                .commits
+                                .fetch_add(fresh.len() as u64, Ordering::Relaxed);
+                        }
                         self.machine.apply(index, term, &fresh)
                     }
                     Err(error) => {
