@@ -90,6 +90,12 @@ struct ServerArgs {
     /// Turn on the lock × operation profiler (four-letter word `lcks`).
     #[arg(long)]
     profile_locks: bool,
+    /// Serve Prometheus metrics on this port (GET /metrics; 0 = off, the default).
+    #[arg(long)]
+    metrics_port: Option<u16>,
+    /// Address of the metrics port (default 127.0.0.1).
+    #[arg(long)]
+    metrics_address: Option<String>,
 }
 
 #[derive(Args)]
@@ -179,7 +185,9 @@ fn server_config(args: ServerArgs) -> anyhow::Result<ServerConfig> {
         peers,
         cluster_name,
         preferred_leader,
-        observers
+        observers,
+        metrics_port,
+        metrics_address
     );
     if args.profile_locks {
         config.profile_locks = true;

@@ -355,6 +355,14 @@ pub fn recover(config: RaftConfig, position: SnapshotPosition) -> Result<Recover
     })
 }
 
+impl Recovery {
+    /// The commit index the log recorded: a restart applies the log up to
+    /// here before it hears from any leader.
+    pub fn commit_index(&self) -> u64 {
+        self.storage.rl().hard_state().commit
+    }
+}
+
 /// Every entry still to apply must be in this Keel's entry format: a log
 /// written by an older format is refused whole, never misread or skipped.
 fn check_entries(entries: &[Entry], applied: u64) -> Result<(), ConsensusError> {
