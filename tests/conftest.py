@@ -96,15 +96,16 @@ def servers(request):
 
 @pytest.fixture
 def keel_cluster(request):
-    """keel_cluster(name, size=3, proxied=False, **settings) -> a started
-    harness.cluster.KeelCluster (test settings plus `settings`; serving: one
-    leader, the others following). Stopped at teardown like `servers`; its
-    logs are printed if the test failed."""
+    """keel_cluster(name, size=3, proxied=False, metrics=False, **settings) ->
+    a started harness.cluster.KeelCluster (test settings plus `settings`;
+    serving: one leader, the others following; metrics=True: each node's
+    Prometheus endpoint on a free port, `cluster.metrics_ports`). Stopped at
+    teardown like `servers`; its logs are printed if the test failed."""
     started = []
 
-    def start(name="keel", size=3, proxied=False, **settings):
+    def start(name="keel", size=3, proxied=False, metrics=False, **settings):
         require_keel()
-        c = KeelCluster(size, name=name, settings=settings, proxied=proxied)
+        c = KeelCluster(size, name=name, settings=settings, proxied=proxied, metrics_ports=metrics or None)
         started.append(c)
         return c.start()
 

@@ -723,6 +723,12 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         self.send_all(light.take_messages());
         self.apply_entries(light.take_committed_entries());
         self.raw.advance_apply();
+        // A commit learned from peers (a follower's appends, the leader's
+        // acks) comes in a Ready's HardState, not in the light ready: the
+        // status follows raft-rs's own commit index.
+        self.status
+            .commit_index
+            .store(self.raw.raft.raft_log.committed, Ordering::Release);
         self.redraw_election_timeout();
         self.answer_reads();
         Ok(())
