@@ -796,3 +796,126 @@ fn collect_lock_profile(out: &mut Collected) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_jute::opcode;
+
+    fn exporter(stats: Arc<Stats>) -> Exporter {
+        // No node yet: what a server serves while it loads its data.
+        let (_publish, node) = watch::channel(None);
+        Exporter::new(stats, node)
+    }
+
+    fn lines(text: &str) -> Vec<&str> {
+        text.lines().collect()
+    }
+
+    #[test]
+    fn a_loading_server_serves_its_own_counters_in_zookeepers_format() {
+        let stats = Arc::new(Stats::default());
+        stats.connection_rejected.fetch_add(3, Ordering::Relaxed);
+        let text = exporter(stats.clone()).render();
+        let lines = lines(&text);
+        // ZooKeeper 3.8's counters carry no _total; an empty summary's
+        // quantiles are NaN, as Prometheus's Java client reports them.
+        for expected in [
+            "# TYPE connection_rejected counter",
+            "connection_rejected 3",
+            "unrecoverable_error_count 0",
+            "# TYPE startup_snap_load_time summary",
+            "startup_snap_load_time{quantile=\"0.5\"} NaN",
+            "startup_snap_load_time_count 0",
+            "readlatency{quantile=\"0.99\"} NaN",
+            "keel_serving 0",
+            "local_sessions 0",
+        ] {
+            assert!(lines.contains(&expected), "{expected:?} missing in\n{text}");
+        }
+        assert!(!text.contains("znode_count"), "no tree before the node runs");
+        stats.startup_snapshot_load_us.record(2_500);
+        let text = exporter(stats).render();
+        assert!(
+            text.contains("startup_snap_load_time{quantile=\"0.5\"} 2.5\n"),
+            "{text}"
+        );
+        assert!(text.contains("startup_snap_load_time_sum 2.5\n"), "{text}");
+    }
+
+    #[test]
+    fn reads_and_writes_are_merged_into_zookeepers_latency_summaries() {
+        let stats = Arc::new(Stats::default());
+        for (op_code, micros) in [
+            (opcode::GET_DATA, 1_000),
+            (opcode::GET_DATA, 2_000),
+            // sync carries no transaction: a read in ZooKeeper's terms.
+            (opcode::SYNC, 3_000),
+            (opcode::CREATE, 4_000),
+        ] {
+            stats.count_received(Op::of_opcode(op_code));
+            stats.record_request(op_code, micros);
+        }
+        let text = exporter(stats).render();
+        let lines = lines(&text);
+        for expected in [
+            "readlatency_count 3",
+            "readlatency_sum 6",
+            "updatelatency_count 1",
+            "updatelatency_sum 4",
+            "updatelatency{quantile=\"0.5\"} 4",
+            "keel_requests_total{op=\"getData\"} 2",
+            "keel_requests_total{op=\"create\"} 1",
+            "keel_request_latency_seconds_count{op=\"getData\"} 2",
+            "keel_request_latency_seconds_bucket{op=\"getData\",le=\"0.001024\"} 1",
+            "keel_request_latency_seconds_bucket{op=\"getData\",le=\"+Inf\"} 2",
+        ] {
+            assert!(lines.contains(&expected), "{expected:?} missing in\n{text}");
+        }
+        assert!(!text.contains("op=\"exists\""), "operations never seen are left out");
+    }
+
+    #[test]
+    fn only_get_and_head_of_the_metrics_path_are_served() {
+        let exporter = exporter(Arc::new(Stats::default()));
+        let ok = exporter.respond(&Method::GET, "/metrics");
+        assert_eq!(ok.status(), StatusCode::OK);
+        assert_eq!(ok.headers()[CONTENT_TYPE], CONTENT_TYPE_TEXT);
+        assert_eq!(
+            exporter.respond(&Method::HEAD, "/metrics").status(),
+            StatusCode::OK
+        );
+        assert_eq!(
+            exporter.respond(&Method::GET, "/").status(),
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            exporter.respond(&Method::POST, "/elsewhere").status(),
+            StatusCode::NOT_FOUND
+        );
+        let post = exporter.respond(&Method::POST, "/metrics");
+        assert_eq!(post.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(post.headers()[ALLOW], "GET, HEAD");
+    }
+
+    #[test]
+    fn every_family_has_a_kind_its_samples_match() {
+        for family in FAMILIES {
+            let unit_suffix = family.name.ends_with("_seconds")
+                || family.name.ends_with("_bytes")
+                || family.name.ends_with("_total");
+            if family.name.starts_with("keel_") && matches!(family.kind, Kind::Counter) {
+                assert!(family.name.ends_with("_total"), "{}", family.name);
+            }
+            if let Kind::Histogram = family.kind {
+                assert!(
+                    unit_suffix || family.name.ends_with("_proposals"),
+                    "{}",
+                    family.name
+                );
+            }
+        }
+        let names: std::collections::HashSet<_> = FAMILIES.iter().map(|f| f.name).collect();
+        assert_eq!(names.len(), FAMILIES.len(), "names are distinct");
+    }
+}
