@@ -145,7 +145,9 @@ def test_prometheus_scrapes_all_three_nodes_and_sees_znode_count_rise(keel_clust
 def test_every_metric_is_served_with_zookeepers_names_and_types(keel_cluster):
     from prometheus_client.parser import text_string_to_metric_families
 
-    cluster = keel_cluster("names", metrics=True)
+    # Small snapshots every 20 entries, and the lock profiler on: their
+    # metrics have values to show.
+    cluster = keel_cluster("names", metrics=True, snapshot_every_entries=20, profile_locks=True)
     leader = cluster.leader()
     follower = next(n for n in cluster.nodes if n is not leader)
     writes, reads = 40, 30
@@ -159,6 +161,10 @@ def test_every_metric_is_served_with_zookeepers_names_and_types(keel_cluster):
             client.get("/names/n%d" % (i % (writes - 1)))
         client.get_children("/names", watch=lambda event: None)
         cluster.wait_converged()
+        deadline = time.monotonic() + 30
+        while not all(int(mntr(n.port).get("keel_snapshots_taken", "0")) >= 1 for n in cluster.nodes):
+            assert time.monotonic() < deadline, "no snapshot on every node"
+            time.sleep(0.1)
         texts = {}
         for node, port in zip(cluster.nodes, cluster.metrics_ports):
             status, headers, text = scrape(port)
@@ -209,6 +215,11 @@ def test_every_metric_is_served_with_zookeepers_names_and_types(keel_cluster):
         assert one("startup_snap_load_time_count") == 1 and one("startup_txns_load_time_count") == 1
         assert one("propagation_latency_count") >= writes, "every node applies every write"
         assert one("unrecoverable_error_count") == 0
+        assert one("snapshottime_count") >= 1 and one("keel_snapshots_taken_total") >= 1
+        assert one("keel_snapshot_duration_seconds_count") == one("snapshottime_count")
+        assert one("keel_snapshot_last_bytes") > 0
+        assert types.get("keel_lock_acquisitions_total") == "counter", "profile_locks is on"
+        assert values(samples, "keel_lock_acquisitions_total", '{lock="node.write",op="apply"}'), node.name
         if node is leader:
             assert one("commit_count") >= writes
             assert one("quorum_ack_latency_count") > 0
@@ -232,6 +243,41 @@ def test_every_metric_is_served_with_zookeepers_names_and_types(keel_cluster):
             assert buckets == sorted(buckets) and buckets[-1] == writes, buckets
     report_summary("metrics: every ZooKeeper name (%d gauges, %d summaries, %d counters) served by all 3 nodes"
                    % (len(ZOOKEEPER_GAUGES), len(ZOOKEEPER_SUMMARIES), len(ZOOKEEPER_COUNTERS)))
+
+
+def test_snap_count_counts_the_snapshots_a_leader_sends(keel_cluster):
+    """ZooKeeper's snap_count: the leader sent a whole snapshot to a follower
+    that was behind its compacted log (here: stopped while 1,600 entries
+    passed, snapshots every 300, the log kept 1,000 behind the oldest
+    snapshot)."""
+    cluster = keel_cluster("snapcount", metrics=True, snapshot_every_entries=300)
+    leader = cluster.leader()
+    follower = next(n for n in cluster.nodes if n is not leader)
+    follower.stop()
+    client = KazooClient(hosts=leader.address, timeout=10.0)
+    client.start(timeout=15)
+    try:
+        client.create("/snap")
+        # One at a time: each create is its own entry (group commit would
+        # put concurrent ones in one).
+        first = int(mntr(leader.port)["keel_raft_commit_index"])
+        i = 0
+        while int(mntr(leader.port)["keel_raft_commit_index"]) < first + 1600:
+            for _ in range(100):
+                client.create("/snap/n%d" % i, b"v")
+                i += 1
+    finally:
+        client.stop()
+        client.close()
+    follower.start()
+    cluster.wait_converged(timeout=60)
+    leader_port = cluster.metrics_ports[cluster.nodes.index(leader)]
+    _, samples = exposition(scrape(leader_port)[2])
+    assert values(samples, "snap_count") and values(samples, "snap_count")[0] >= 1, values(samples, "snap_count")
+    follower_port = cluster.metrics_ports[cluster.nodes.index(follower)]
+    _, samples = exposition(scrape(follower_port)[2])
+    assert values(samples, "snap_count") == [0], "a follower sends no snapshot"
+    assert values(samples, "election_time_count")[0] >= 1
 
 
 def raw_exchange(port, data, wait=10.0):
