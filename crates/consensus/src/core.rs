@@ -655,9 +655,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             .proposals
             .fetch_add(proposals.len() as u64, Ordering::Relaxed);
         self.status.batches.fetch_add(1, Ordering::Relaxed);
-        self.status
-            .batch_proposals
-            .record(proposals.len() as u64);
+        self.status.batch_proposals.record(proposals.len() as u64);
         if let Err(error) = self.raw.propose(Vec::new(), data) {
             tracing::warn!(%error, count = proposals.len(), "proposal dropped");
             self.machine

@@ -337,7 +337,11 @@ mod tests {
         let mut window = Window::new(600_000, 5, 0);
         histogram.record(1_000);
         let recent = window.recent(1_000, &histogram.snapshot());
-        assert_eq!(recent.count(), 1, "since the start while it is in the window");
+        assert_eq!(
+            recent.count(),
+            1,
+            "since the start while it is in the window"
+        );
         histogram.record(2_000);
         assert_eq!(window.recent(2_000, &histogram.snapshot()).count(), 2);
         for minute in 1..=9 {

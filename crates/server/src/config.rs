@@ -319,10 +319,16 @@ mod tests {
             ..ServerConfig::default()
         };
         let error = config.validate().unwrap_err().to_string();
-        assert!(error.contains("metrics_port 2181 is the client port"), "{error}");
+        assert!(
+            error.contains("metrics_port 2181 is the client port"),
+            "{error}"
+        );
         let parsed: ServerConfig =
             toml::from_str("metrics_port = 7000\nmetrics_address = \"0.0.0.0\"").unwrap();
         parsed.validate().unwrap();
-        assert_eq!((parsed.metrics_port, parsed.metrics_address.as_str()), (7000, "0.0.0.0"));
+        assert_eq!(
+            (parsed.metrics_port, parsed.metrics_address.as_str()),
+            (7000, "0.0.0.0")
+        );
     }
 }

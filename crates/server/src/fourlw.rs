@@ -143,12 +143,21 @@ fn mntr(shared: &Shared) -> String {
         ("zk_min_latency", g.min_latency_ms.to_string()),
         ("zk_packets_received", g.packets_received.to_string()),
         ("zk_packets_sent", g.packets_sent.to_string()),
-        ("zk_num_alive_connections", g.num_alive_connections.to_string()),
-        ("zk_outstanding_requests", g.outstanding_requests.to_string()),
+        (
+            "zk_num_alive_connections",
+            g.num_alive_connections.to_string(),
+        ),
+        (
+            "zk_outstanding_requests",
+            g.outstanding_requests.to_string(),
+        ),
         ("zk_znode_count", g.znode_count.to_string()),
         ("zk_watch_count", g.watch_count.to_string()),
         ("zk_ephemerals_count", g.ephemerals_count.to_string()),
-        ("zk_approximate_data_size", g.approximate_data_size.to_string()),
+        (
+            "zk_approximate_data_size",
+            g.approximate_data_size.to_string(),
+        ),
         (
             "zk_open_file_descriptor_count",
             g.open_file_descriptor_count.to_string(),

@@ -99,7 +99,11 @@ pub async fn run(
     let metrics = start_metrics(&config, stats.clone(), node_state).await?;
     let address = listener.local_addr()?;
     let (publish, serving) = tokio::sync::watch::channel(None);
-    let port = Arc::new(port::ClientPort::new(config.clone(), stats.clone(), serving));
+    let port = Arc::new(port::ClientPort::new(
+        config.clone(),
+        stats.clone(),
+        serving,
+    ));
     let accept = accept_loop(listener, port);
     tokio::pin!(shutdown, accept);
     tracing::info!(%address, "client port open; loading the data (sessions refused until served)");
@@ -219,12 +223,13 @@ async fn start_metrics(
         return Ok(None);
     }
     let address = format!("{}:{}", config.metrics_address, config.metrics_port);
-    let listener = TcpListener::bind(&address)
-        .await
-        .map_err(|source| ServerError::MetricsBind {
-            address: address.clone(),
-            source,
-        })?;
+    let listener =
+        TcpListener::bind(&address)
+            .await
+            .map_err(|source| ServerError::MetricsBind {
+                address: address.clone(),
+                source,
+            })?;
     tracing::info!(%address, path = metrics::METRICS_PATH, "prometheus metrics served");
     let exporter = Arc::new(metrics::Exporter::new(stats, node));
     Ok(Some(tokio::spawn(metrics::serve(listener, exporter))))

@@ -226,19 +226,35 @@ const FAMILIES: &[Family] = &[
         "Connection tasks that panicked and Raft drivers that died",
     ),
     // Keel's own.
-    family("keel_serving", G, "1 once the node has caught up and serves sessions"),
+    family(
+        "keel_serving",
+        G,
+        "1 once the node has caught up and serves sessions",
+    ),
     family("keel_raft_is_leader", G, "1 while this node leads"),
     family("keel_raft_term", G, "Raft term"),
     family("keel_raft_leader_id", G, "Id of the leader (0: none known)"),
     family("keel_raft_commit_index", G, "Raft commit index"),
-    family("keel_raft_applied_index", G, "Raft index applied to the tree"),
-    family("keel_raft_last_index", G, "Last index in this node's Raft log"),
+    family(
+        "keel_raft_applied_index",
+        G,
+        "Raft index applied to the tree",
+    ),
+    family(
+        "keel_raft_last_index",
+        G,
+        "Last index in this node's Raft log",
+    ),
     family(
         "keel_raft_apply_lag",
         G,
         "Entries committed and not yet applied here",
     ),
-    family("keel_raft_fsyncs_total", C, "Raft log writes with fdatasync"),
+    family(
+        "keel_raft_fsyncs_total",
+        C,
+        "Raft log writes with fdatasync",
+    ),
     family(
         "keel_raft_proposals_total",
         C,
@@ -378,7 +394,10 @@ impl Exporter {
     /// /metrics, 405 for another method there, 404 elsewhere.
     pub fn respond(&self, method: &Method, path: &str) -> Response<Full<Bytes>> {
         if path != METRICS_PATH {
-            return plain(StatusCode::NOT_FOUND, "not found: metrics are at /metrics\n");
+            return plain(
+                StatusCode::NOT_FOUND,
+                "not found: metrics are at /metrics\n",
+            );
         }
         if method != Method::GET && method != Method::HEAD {
             let mut response = plain(
@@ -542,8 +561,12 @@ impl Collected {
         labels: &[(&str, &str)],
         snapshot: &Snapshot,
     ) {
-        let bounds = DURATION_BOUND_EXPONENTS
-            .map(|k| ((1u64 << k) as f64 / 1e6, snapshot.count_below_power_of_two(k)));
+        let bounds = DURATION_BOUND_EXPONENTS.map(|k| {
+            (
+                (1u64 << k) as f64 / 1e6,
+                snapshot.count_below_power_of_two(k),
+            )
+        });
         self.histogram(name, labels, bounds, snapshot, 1e-6);
     }
 
@@ -615,7 +638,11 @@ impl Sources {
                 .map(|q| {
                     let mut quantile = Quantile::default();
                     quantile.set_quantile(*q);
-                    quantile.set_value(recent.quantile(*q).map_or(f64::NAN, |us| us as f64 / 1000.0));
+                    quantile.set_value(
+                        recent
+                            .quantile(*q)
+                            .map_or(f64::NAN, |us| us as f64 / 1000.0),
+                    );
                     quantile
                 })
                 .collect::<Vec<_>>()
@@ -711,7 +738,10 @@ impl Sources {
                 "max_file_descriptor_count",
                 g.max_file_descriptor_count as f64,
             ),
-            ("keel_snapshot_preimage_bytes", g.snapshot_preimage_bytes as f64),
+            (
+                "keel_snapshot_preimage_bytes",
+                g.snapshot_preimage_bytes as f64,
+            ),
             ("keel_tree_bytes", g.tree_bytes as f64),
             ("keel_last_zxid", g.last_zxid as f64),
         ] {
@@ -730,7 +760,10 @@ impl Sources {
             ("keel_raft_applied_index", applied),
             ("keel_raft_last_index", load(&status.last_index)),
             ("keel_raft_apply_lag", commit.saturating_sub(applied)),
-            ("keel_snapshot_last_bytes", load(&status.snapshot_last_bytes)),
+            (
+                "keel_snapshot_last_bytes",
+                load(&status.snapshot_last_bytes),
+            ),
         ] {
             out.gauge(name, value as f64);
         }
@@ -833,7 +866,10 @@ mod tests {
         ] {
             assert!(lines.contains(&expected), "{expected:?} missing in\n{text}");
         }
-        assert!(!text.contains("znode_count"), "no tree before the node runs");
+        assert!(
+            !text.contains("znode_count"),
+            "no tree before the node runs"
+        );
         stats.startup_snapshot_load_us.record(2_500);
         let text = exporter(stats).render();
         assert!(
@@ -872,7 +908,10 @@ mod tests {
         ] {
             assert!(lines.contains(&expected), "{expected:?} missing in\n{text}");
         }
-        assert!(!text.contains("op=\"exists\""), "operations never seen are left out");
+        assert!(
+            !text.contains("op=\"exists\""),
+            "operations never seen are left out"
+        );
     }
 
     #[test]
