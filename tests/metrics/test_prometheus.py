@@ -162,8 +162,9 @@ def test_every_metric_is_served_with_zookeepers_names_and_types(keel_cluster):
         client.get_children("/names", watch=lambda event: None)
         cluster.wait_converged()
         deadline = time.monotonic() + 30
-        while not all(int(mntr(n.port).get("keel_snapshots_taken", "0")) >= 1 for n in cluster.nodes):
-            assert time.monotonic() < deadline, "no snapshot on every node"
+        while not (all(int(mntr(n.port).get("keel_snapshots_taken", "0")) >= 1 for n in cluster.nodes)
+                   and int(mntr(leader.port).get("keel_heartbeat_rtt_count", "0")) >= 1):
+            assert time.monotonic() < deadline, "no snapshot on every node, or no heartbeat round trip"
             time.sleep(0.1)
         texts = {}
         for node, port in zip(cluster.nodes, cluster.metrics_ports):

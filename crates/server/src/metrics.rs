@@ -21,8 +21,8 @@
 //! get a 503 and a close), request heads of at most
 //! METRICS_REQUEST_HEAD_MAX_BYTES (else 431) read within
 //! METRICS_HEADER_READ_TIMEOUT_MS (else closed), and a connection lives at
-//! most METRICS_CONNECTION_MAX_MS: a slow or broken scraper costs the client
-//! port nothing.
+//! most METRICS_CONNECTION_MAX_MS (plus METRICS_SHUTDOWN_GRACE_MS to finish
+//! a response): a slow or broken scraper costs the client port nothing.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -62,6 +62,9 @@ pub const METRICS_HEADER_READ_TIMEOUT_MS: u64 = 5_000;
 /// Longest life of one connection (Prometheus keeps its connection alive
 /// between scrapes and simply opens a new one).
 pub const METRICS_CONNECTION_MAX_MS: u64 = 60_000;
+/// How long a connection past its life may take to finish the response it
+/// is writing.
+pub const METRICS_SHUTDOWN_GRACE_MS: u64 = 5_000;
 /// The path served.
 pub const METRICS_PATH: &str = "/metrics";
 /// Prometheus's text format, as ZooKeeper serves it.
@@ -467,10 +470,20 @@ async fn serve_connection(stream: TcpStream, exporter: Arc<Exporter>) {
         .max_header_size(METRICS_REQUEST_HEAD_MAX_BYTES)
         .max_headers(METRICS_REQUEST_HEADERS_MAX)
         .serve_connection(TokioIo::new(stream), service);
-    let lifetime = Duration::from_millis(METRICS_CONNECTION_MAX_MS);
-    match tokio::time::timeout(lifetime, connection).await {
-        Ok(Ok(())) | Err(_) => {}
-        Ok(Err(error)) => tracing::debug!(%error, "metrics connection ended"),
+    let mut connection = std::pin::pin!(connection);
+    let lifetime = tokio::time::sleep(Duration::from_millis(METRICS_CONNECTION_MAX_MS));
+    let result = tokio::select! {
+        result = connection.as_mut() => result,
+        () = lifetime => {
+            // A response being written is finished, then the connection
+            // closes (a scrape is not cut in the middle).
+            connection.as_mut().graceful_shutdown();
+            let grace = Duration::from_millis(METRICS_SHUTDOWN_GRACE_MS);
+            tokio::time::timeout(grace, connection).await.unwrap_or(Ok(()))
+        }
+    };
+    if let Err(error) = result {
+        tracing::debug!(%error, "metrics connection ended");
     }
 }
 
