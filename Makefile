@@ -1,6 +1,7 @@
 # Keel: build, run, and test against real Apache ZooKeeper 3.8.
 #
-#   make run            build and serve on 127.0.0.1:2181 with data in ./keel-data
+#   make run            build and serve on 127.0.0.1:2181 with data in ./keel-data,
+#                       Prometheus metrics on 127.0.0.1:7000/metrics
 #   make test           everything CI runs (deps, build, cargo tests, Python suites)
 #   make test-compat    differential suites (kazoo/raw, Java client, C client, zkCli.sh) + bad input
 #   make test-crash     kill -9 durability test (KEEL_CRASH_KILLS=N for more kills)
@@ -21,7 +22,7 @@ PY          := $(VENV)/bin/python
 KEEL        := target/release/keel
 PYTEST      := $(PY) -m pytest
 PYTEST_ARGS ?=
-SUITES      := tests/compat tests/badinput tests/crash tests/cluster
+SUITES      := tests/compat tests/badinput tests/crash tests/cluster tests/metrics
 # suites that compare against ZooKeeper (the cluster suite is Keel-only)
 SELFCHECK_SUITES := tests/compat tests/badinput tests/crash
 
@@ -36,7 +37,7 @@ cluster: build
 	bash scripts/cluster.sh 3
 
 run: build
-	$(KEEL) server --client-port 2181 --data-dir ./keel-data
+	$(KEEL) server --client-port 2181 --data-dir ./keel-data --metrics-port 7000
 
 test-deps:
 	bash scripts/install-test-deps.sh

@@ -3,10 +3,13 @@
 # machine that already has everything does no network access at all.
 #
 #   * Debian packages zookeeper + zookeeper-bin (Apache ZooKeeper 3.8 jars in
-#     /usr/share/java, zkCli.sh, the C client cli_mt). Runs `apt-get update`
-#     only when a package is missing. openssl: the command line that makes
-#     the certificates of tests/cluster/test_peer_auth.py.
-#   * A Python venv at ./.venv (repo root) with kazoo, pytest, pytest-timeout.
+#     /usr/share/java, zkCli.sh, the C client cli_mt), prometheus (the
+#     server that scrapes Keel in tests/metrics; installed, never started as a
+#     service) and openssl (the command line that makes the certificates of
+#     tests/cluster/test_peer_auth.py). Runs `apt-get update` only when a
+#     package is missing.
+#   * A Python venv at ./.venv (repo root) with kazoo, pytest, pytest-timeout
+#     and prometheus-client (its text-format parser).
 #
 # Works as root without sudo; uses sudo only when not root and it exists.
 set -euo pipefail
@@ -16,8 +19,8 @@ cd "$ROOT"
 
 PYTHON="${PYTHON:-python3}"
 VENV="${KEEL_VENV:-$ROOT/.venv}"
-PY_PKGS=("kazoo==2.11.0" "pytest" "pytest-timeout")
-APT_PKGS=(zookeeper zookeeper-bin openssl)
+PY_PKGS=("kazoo==2.11.0" "pytest" "pytest-timeout" "prometheus-client")
+APT_PKGS=(zookeeper zookeeper-bin prometheus openssl)
 
 log() { printf '[test-deps] %s\n' "$*" >&2; }
 
@@ -58,6 +61,7 @@ for f in /usr/share/java/zookeeper.jar /usr/share/java/zookeeper-jute.jar \
     [ -e "$f" ] || { log "missing $f after install"; exit 1; }
 done
 [ -x /usr/lib/zookeeper/bin/cli_mt ] || log "note: /usr/lib/zookeeper/bin/cli_mt absent (C client tests will skip)"
+[ -x /usr/bin/prometheus ] || { log "missing /usr/bin/prometheus after install"; exit 1; }
 
 # ---------------------------------------------------------------- Python venv
 if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
@@ -69,7 +73,7 @@ fi
 if "$VENV/bin/python" - <<'PY' >/dev/null 2>&1
 import importlib.metadata as m, sys
 need = {"kazoo": "2.11.0"}
-for name in ("kazoo", "pytest", "pytest-timeout"):
+for name in ("kazoo", "pytest", "pytest-timeout", "prometheus-client"):
     v = m.version(name)
     if name in need and v != need[name]:
         sys.exit(1)

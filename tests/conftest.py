@@ -96,16 +96,18 @@ def servers(request):
 
 @pytest.fixture
 def keel_cluster(request):
-    """keel_cluster(name, size=3, proxied=False, node_settings=None, **settings)
-    -> a started harness.cluster.KeelCluster (test settings plus `settings`,
-    plus node_settings(member id) for each member; serving: one
-    leader, the others following). Stopped at teardown like `servers`; its
-    logs are printed if the test failed."""
+    """keel_cluster(name, size=3, proxied=False, node_settings=None, metrics=False,
+    **settings) -> a started harness.cluster.KeelCluster (test settings plus
+    `settings`, plus node_settings(member id) for each member; serving: one
+    leader, the others following; metrics=True: each node's Prometheus
+    endpoint on a free port, `cluster.metrics_ports`). Stopped at teardown
+    like `servers`; its logs are printed if the test failed."""
     started = []
 
-    def start(name="keel", size=3, proxied=False, node_settings=None, **settings):
+    def start(name="keel", size=3, proxied=False, node_settings=None, metrics=False, **settings):
         require_keel()
-        c = KeelCluster(size, name=name, settings=settings, proxied=proxied, node_settings=node_settings)
+        c = KeelCluster(size, name=name, settings=settings, proxied=proxied, node_settings=node_settings,
+                        metrics_ports=metrics or None)
         started.append(c)
         return c.start()
 

@@ -17,9 +17,9 @@ repository root:
 
     PYTHONPATH=tests python3 -m harness.cluster up 3
 
-starts three Keel nodes (client ports 2181.., peer ports 2888.., data in
-./keel-cluster/N, kept between runs) and keeps them running until Ctrl-C or
-SIGTERM. Python 3 standard library only, no pytest at module level.
+starts three Keel nodes (client ports 2181.., peer ports 2888.., Prometheus
+metrics on 7000.., data in ./keel-cluster/N, kept between runs) and keeps them
+running until Ctrl-C or SIGTERM. Python 3 standard library only, no pytest at module level.
 """
 
 import argparse
@@ -345,15 +345,21 @@ class KeelCluster(ServerGroup):
     client_ports / peer_ports fix the ports (default: free ones); data_dirs
     puts node i's data dir there instead of in its work dir. node_settings,
     a function of the member id (1-based), adds settings of that member
-    alone (its own TLS certificate: harness.peer_auth.peer_auth_settings)."""
+    alone (its own TLS certificate: harness.peer_auth.peer_auth_settings).
+    metrics_ports
+    turns on node i's Prometheus endpoint at metrics_ports[i] (default off;
+    metrics_ports=True: free ports)."""
 
     kind = "keel-cluster"
 
     def __init__(self, size=3, name=None, workdir=None, settings=None, binary=None, proxied=False,
                  client_ports=None, peer_ports=None, data_dirs=None, node_workdirs=None, test_defaults=True,
-                 node_settings=None):
+                 node_settings=None, metrics_ports=None):
         self.binary = binary
         self._node_settings = node_settings or (lambda member_id: {})
+        if metrics_ports is True:
+            metrics_ports = [free_port() for _ in range(size)]
+        self.metrics_ports = list(metrics_ports) if metrics_ports else None
         self.proxied = proxied
         self.links = {}
         self._client_ports = client_ports
@@ -370,13 +376,16 @@ class KeelCluster(ServerGroup):
         for i in range(self.size):
             peers = ",".join("%d=127.0.0.1:%d" % (j + 1, self.links[(i, j)].port if (i, j) in self.links else listen[j])
                              for j in range(self.size))
+            node_settings = dict(settings, server_id=i + 1, peers=peers, **self._node_settings(i + 1))
+            if self.metrics_ports:
+                node_settings["metrics_port"] = self.metrics_ports[i]
             nodes.append(KeelServer(
                 name=self._node_name(i),
                 workdir=self._node_workdirs[i] if self._node_workdirs else self._node_workdir(i),
                 binary=self.binary, test_defaults=self.test_defaults,
                 port=self._client_ports[i] if self._client_ports else None,
                 data_dir=self._data_dirs[i] if self._data_dirs else None,
-                settings=dict(settings, server_id=i + 1, peers=peers, **self._node_settings(i + 1))))
+                settings=node_settings))
         return nodes
 
     def member_id(self, node):
@@ -483,7 +492,8 @@ def make_topology(kind, topology="single", **kw):
 # ---------------------------------------------------------------- command line
 def _up(args):
     """`make cluster`: fixed ports, data in ./keel-cluster/N (kept), Keel's own
-    defaults (only every four-letter word allowed), until Ctrl-C/SIGTERM."""
+    defaults (only every four-letter word allowed) with Prometheus metrics on
+    --metrics-port.. (7000.., 0 = off), until Ctrl-C/SIGTERM."""
     n = args.nodes
     data_root = os.path.abspath(args.data)
     dirs = [os.path.join(data_root, str(i + 1)) for i in range(n)]
@@ -498,7 +508,8 @@ def _up(args):
         settings=settings, node_settings=node_settings,
         client_ports=[args.client_port + i for i in range(n)],
         peer_ports=[args.peer_port + i for i in range(n)],
-        data_dirs=dirs, node_workdirs=dirs)
+        data_dirs=dirs, node_workdirs=dirs,
+        metrics_ports=[args.metrics_port + i for i in range(n)] if args.metrics_port else None)
     for node in cluster.nodes:
         # the log of the last run only, as before (keel-cluster/N/server.log)
         try:
@@ -520,6 +531,9 @@ def _up(args):
         print("keel cluster: %d nodes, clients on 127.0.0.1:%d..%d, logs in %s/N/server.log"
               % (n, first, last, rel), flush=True)
         print("connect string: %s" % cluster.address, flush=True)
+        if args.metrics_port:
+            print("prometheus metrics: http://127.0.0.1:%d..%d/metrics"
+                  % (args.metrics_port, args.metrics_port + n - 1), flush=True)
         # Like the shell script it replaces: a node that exits (e.g. killed
         # by hand to try a failover) is reported, the others keep running
         # until Ctrl-C or until none is left.
@@ -551,6 +565,8 @@ def main(argv=None):
     up.add_argument("--keep-data", action="store_true", help="accepted for compatibility: data is always kept")
     up.add_argument("--client-port", type=int, default=2181, help="first client port (default 2181)")
     up.add_argument("--peer-port", type=int, default=2888, help="first peer port (default 2888)")
+    up.add_argument("--metrics-port", type=int, default=7000,
+                    help="first Prometheus metrics port (default 7000; 0 = off)")
     up.add_argument("--data", default=os.path.join(REPO_ROOT, "keel-cluster"),
                     help="data root: node N uses DATA/N (default ./keel-cluster)")
     up.add_argument("--binary", default=KEEL_BIN)

@@ -365,6 +365,7 @@ class KeelServer(BaseServer):
         "snapshot_every_entries", "snapshot_every_log_bytes", "jute_max_buffer_bytes", "max_client_connections_per_ip",
         "server_id", "peers", "cluster_name", "preferred_leader", "observers", "profile_locks",
         "tls_cert_file", "tls_key_file", "tls_ca_file", "peer_tls", "peer_secret_file",
+        "metrics_port", "metrics_address",
     )
 
     def __init__(self, *a, binary=None, **kw):
@@ -434,6 +435,20 @@ def srvr_zxid(port, timeout=2.0):
         if line.startswith("Zxid:"):
             return int(line.split(":", 1)[1].strip(), 16)
     return None
+
+
+def scrape(port, path="/metrics", host="127.0.0.1", timeout=5.0):
+    """GET http://host:port/path (Keel's Prometheus endpoint): (status, headers
+    dict with lower-case names, body text)."""
+    import http.client
+    connection = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        body = response.read().decode("utf-8", "replace")
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, body
+    finally:
+        connection.close()
 
 
 # ---------------------------------------------------------------- keel bench

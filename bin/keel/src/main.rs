@@ -105,6 +105,12 @@ struct ServerArgs {
     /// File with the cluster's shared peer secret (at least 32 bytes).
     #[arg(long)]
     peer_secret_file: Option<PathBuf>,
+    /// Serve Prometheus metrics on this port (GET /metrics; 0 = off, the default).
+    #[arg(long)]
+    metrics_port: Option<u16>,
+    /// Address of the metrics port (default 127.0.0.1).
+    #[arg(long)]
+    metrics_address: Option<String>,
 }
 
 #[derive(Args)]
@@ -194,7 +200,9 @@ fn server_config(args: ServerArgs) -> anyhow::Result<ServerConfig> {
         peers,
         cluster_name,
         preferred_leader,
-        observers
+        observers,
+        metrics_port,
+        metrics_address
     );
     if args.profile_locks {
         config.profile_locks = true;

@@ -677,6 +677,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             .proposals
             .fetch_add(proposals.len() as u64, Ordering::Relaxed);
         self.status.batches.fetch_add(1, Ordering::Relaxed);
+        self.status.batch_proposals.record(proposals.len() as u64);
         if let Err(error) = self.raw.propose(Vec::new(), data) {
             tracing::warn!(%error, count = proposals.len(), "proposal dropped");
             self.machine
@@ -686,6 +687,9 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
 
     fn send_all(&mut self, messages: Vec<Message>) {
         for message in messages {
+            if message.get_msg_type() == raft::eraftpb::MessageType::MsgSnapshot {
+                self.status.snapshots_sent.fetch_add(1, Ordering::Relaxed);
+            }
             self.io.send(Outbound::Raft(message));
         }
     }
@@ -749,6 +753,12 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         self.send_all(light.take_messages());
         self.apply_entries(light.take_committed_entries());
         self.raw.advance_apply();
+        // A commit learned from peers (a follower's appends, the leader's
+        // acks) comes in a Ready's HardState, not in the light ready: the
+        // status follows raft-rs's own commit index.
+        self.status
+            .commit_index
+            .store(self.raw.raft.raft_log.committed, Ordering::Release);
         self.redraw_election_timeout();
         self.answer_reads();
         Ok(())
@@ -856,6 +866,12 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
                         self.status
                             .proposals_applied
                             .fetch_add(fresh.len() as u64, Ordering::Relaxed);
+                        if self.leader {
+                            // ZooKeeper's commit_count: the leader's commits.
+                            self.status
+                                .commits
+                                .fetch_add(fresh.len() as u64, Ordering::Relaxed);
+                        }
                         self.machine.apply(index, term, &fresh)
                     }
                     Err(error) => {

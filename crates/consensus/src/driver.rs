@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
+use keel_metrics::Histogram;
 use raft::eraftpb::{ConfState, Entry, HardState};
 use raft::storage::MemStorage;
 
@@ -183,6 +184,30 @@ pub struct RaftStatus {
     pub batches: AtomicU64,
     /// Heartbeat round trips measured by the peer transport.
     pub heartbeat: Arc<crate::transport::HeartbeatStats>,
+    // What ZooKeeper measures in its write path (the server exports these
+    // under ZooKeeper's metric names). The core only counts; durations are
+    // timed by the driver around it.
+    /// One raft-engine write with its fdatasync, µs (`fsynctime`).
+    pub fsync_us: Histogram,
+    /// From losing the leader (or starting) until a leader is known, µs
+    /// (`election_time`).
+    pub election_us: Histogram,
+    /// Times this node found itself without a leader: at start and each
+    /// time it lost one (`looking_count`).
+    pub elections_started: AtomicU64,
+    /// Leader: an entry appended to its log until it is committed, µs
+    /// (`quorum_ack_latency`).
+    pub quorum_ack_us: Histogram,
+    /// Proposals committed while this node led (`commit_count`).
+    pub commits: AtomicU64,
+    /// Snapshots this node sent to followers as leader (`snap_count`).
+    pub snapshots_sent: AtomicU64,
+    /// Snapshot files written, µs each (`snapshottime`).
+    pub snapshot_write_us: Histogram,
+    /// Bytes of the newest snapshot file written.
+    pub snapshot_last_bytes: AtomicU64,
+    /// Proposals per group-commit entry (leader).
+    pub batch_proposals: Histogram,
 }
 
 /// Why the driver did not take a proposal or a read barrier.
@@ -332,6 +357,14 @@ pub fn recover(config: RaftConfig, position: SnapshotPosition) -> Result<Recover
     })
 }
 
+impl Recovery {
+    /// The commit index the log recorded: a restart applies the log up to
+    /// here before it hears from any leader.
+    pub fn commit_index(&self) -> u64 {
+        self.storage.rl().hard_state().commit
+    }
+}
+
 /// Every entry still to apply must be in this Keel's entry format: a log
 /// written by an older format is refused whole, never misread or skipped.
 fn check_entries(entries: &[Entry], applied: u64) -> Result<(), ConsensusError> {
@@ -402,6 +435,7 @@ struct ShellIo {
     store: LogStore,
     transport: Option<Transport>,
     snapshot_dir: PathBuf,
+    status: Arc<RaftStatus>,
 }
 
 impl Io for ShellIo {
@@ -426,7 +460,11 @@ impl Io for ShellIo {
         hard_state: Option<&HardState>,
         conf_state: Option<&ConfState>,
     ) -> Result<(), ConsensusError> {
-        self.store.persist(entries, hard_state, conf_state)
+        let started = Instant::now();
+        if self.store.persist(entries, hard_state, conf_state)? {
+            self.status.fsync_us.record_duration(started.elapsed());
+        }
+        Ok(())
     }
 
     fn persist_commit(&mut self, hard_state: &HardState) -> Result<(), ConsensusError> {
@@ -450,6 +488,7 @@ impl Io for ShellIo {
 
 struct Driver<S: StateMachine> {
     core: Core<S, ShellIo, SnapshotDir>,
+    timings: Timings,
     inputs: Receiver<Input>,
     peer_inputs: Receiver<PeerInput>,
     /// Keeps `peer_inputs` connected when no transport holds a sender (a
@@ -498,6 +537,7 @@ pub fn start<S: StateMachine>(
         store: recovery.store,
         transport,
         snapshot_dir: snapshot_dir.clone(),
+        status: status.clone(),
     };
     let core_config = CoreConfig {
         node_id: config.node_id,
@@ -520,12 +560,14 @@ pub fn start<S: StateMachine>(
         machine,
         status.clone(),
     )?;
+    let timings = Timings::new(status.clone());
     let handle = RaftHandle {
         inputs: sender.clone(),
         status,
     };
     let mut driver = Driver {
         core,
+        timings,
         inputs,
         peer_inputs,
         _peer_sender: peer_sender,
@@ -616,7 +658,9 @@ impl<S: StateMachine> Driver<S> {
                 self.core.tick();
                 next_tick = Instant::now() + self.tick;
             }
+            let before = self.timings.before_advance();
             self.core.advance()?;
+            self.timings.after_advance(before);
             self.maybe_snapshot(&loopback);
         }
     }
@@ -659,6 +703,7 @@ impl<S: StateMachine> Driver<S> {
         };
         let dir = self.snapshot_dir.clone();
         let loopback = loopback.clone();
+        let status = self.timings.status.clone();
         let index = job.index;
         let spawned = std::thread::Builder::new()
             .name("keel-snapshot".into())
@@ -668,9 +713,14 @@ impl<S: StateMachine> Driver<S> {
                 let (index, term) = (job.index, job.term);
                 let result = snapfile::write_streaming(&dir, index, term, &job.head, job.writer)
                     .map_err(MachineError::from);
-                let ms = started.elapsed().as_millis() as u64;
+                let elapsed = started.elapsed();
+                let ms = elapsed.as_millis() as u64;
                 match &result {
-                    Ok(bytes) => tracing::info!(index, bytes, ms, ok = true, "snapshot written"),
+                    Ok(bytes) => {
+                        status.snapshot_write_us.record_duration(elapsed);
+                        status.snapshot_last_bytes.store(*bytes, Ordering::Relaxed);
+                        tracing::info!(index, bytes, ms, ok = true, "snapshot written")
+                    }
                     Err(error) => tracing::error!(index, %error, ms, "snapshot failed"),
                 }
                 let _ = loopback.send(Input::SnapshotDone {
@@ -682,6 +732,81 @@ impl<S: StateMachine> Driver<S> {
         if let Err(error) = spawned {
             tracing::error!(%error, "cannot start snapshot thread");
             self.core.snapshot_done(index, Err(error.into()), 0);
+        }
+    }
+}
+
+/// Leader entries whose commit the driver times at once (one per
+/// `advance` that appended): past this, later ones go untimed until the
+/// oldest commit.
+pub const QUORUM_ACK_TIMED_MAX: usize = 4096;
+
+/// The clock side of what the core only counts: how long elections take
+/// and how long the leader's entries wait for a quorum. Read around each
+/// `Core::advance` from the status the core keeps.
+struct Timings {
+    status: Arc<RaftStatus>,
+    /// Since when this node knows no leader; None while it knows one.
+    looking_since: Option<Instant>,
+    /// Leader: (last index an `advance` appended, when it began), oldest
+    /// first.
+    appended: std::collections::VecDeque<(u64, Instant)>,
+}
+
+/// What `before_advance` saw: the last log index and the time.
+struct BeforeAdvance {
+    last_index: u64,
+    began: Instant,
+}
+
+impl Timings {
+    /// A node starts without a leader: its first election begins now.
+    fn new(status: Arc<RaftStatus>) -> Timings {
+        status.elections_started.fetch_add(1, Ordering::Relaxed);
+        Timings {
+            status,
+            looking_since: Some(Instant::now()),
+            appended: std::collections::VecDeque::new(),
+        }
+    }
+
+    fn before_advance(&self) -> BeforeAdvance {
+        BeforeAdvance {
+            last_index: self.status.last_index.load(Ordering::Acquire),
+            began: Instant::now(),
+        }
+    }
+
+    fn after_advance(&mut self, before: BeforeAdvance) {
+        let now = Instant::now();
+        let status = &self.status;
+        let leader_id = status.leader_id.load(Ordering::Acquire);
+        match (leader_id, self.looking_since) {
+            (0, None) => {
+                self.looking_since = Some(now);
+                status.elections_started.fetch_add(1, Ordering::Relaxed);
+            }
+            (1.., Some(since)) => {
+                status.election_us.record_duration(now - since);
+                self.looking_since = None;
+            }
+            _ => {}
+        }
+        if !status.is_leader.load(Ordering::Acquire) {
+            self.appended.clear();
+            return;
+        }
+        let last_index = status.last_index.load(Ordering::Acquire);
+        if last_index > before.last_index && self.appended.len() < QUORUM_ACK_TIMED_MAX {
+            self.appended.push_back((last_index, before.began));
+        }
+        let commit_index = status.commit_index.load(Ordering::Acquire);
+        while let Some(&(index, began)) = self.appended.front() {
+            if index > commit_index {
+                break;
+            }
+            self.appended.pop_front();
+            status.quorum_ack_us.record_duration(now - began);
         }
     }
 }

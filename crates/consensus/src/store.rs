@@ -102,13 +102,14 @@ impl LogStore {
         Ok(self.engine.get_message::<M>(GROUP_ID, key)?)
     }
 
-    /// Appends entries and state in one write and one fdatasync.
+    /// Appends entries and state in one write and one fdatasync; false if
+    /// there was nothing to write (no write, no fdatasync).
     pub fn persist(
         &self,
         entries: &[Entry],
         hard_state: Option<&HardState>,
         conf_state: Option<&ConfState>,
-    ) -> Result<(), ConsensusError> {
+    ) -> Result<bool, ConsensusError> {
         let mut batch = LogBatch::with_capacity(entries.len());
         if !entries.is_empty() {
             batch.add_entries::<EntryExt>(GROUP_ID, entries)?;
@@ -120,10 +121,10 @@ impl LogStore {
             batch.put_message(GROUP_ID, KEY_CONF_STATE.to_vec(), cs)?;
         }
         if batch.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         self.engine.write(&mut batch, true)?;
-        Ok(())
+        Ok(true)
     }
 
     /// Writes a HardState whose term and vote are already durable, with no

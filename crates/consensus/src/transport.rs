@@ -116,31 +116,6 @@ fn lane_of(message: &Message) -> Lane {
 // ---------------------------------------------------------------------------
 // Heartbeat round trips
 
-/// Buckets of the round-trip histogram: values below 8 µs exactly, then 8
-/// buckets per power of two (≤ 12.5% error) up to 2^36 µs.
-const HISTOGRAM_BUCKETS: usize = 8 + (36 - 3) * 8;
-const HISTOGRAM_MAX_US: u64 = (1 << 36) - 1;
-
-fn bucket_of(us: u64) -> usize {
-    let us = us.min(HISTOGRAM_MAX_US);
-    if us < 8 {
-        return us as usize;
-    }
-    let exponent = 63 - us.leading_zeros() as usize; // ≥ 3
-    let sub = (us >> (exponent - 3)) as usize - 8; // 0..8
-    8 + (exponent - 3) * 8 + sub
-}
-
-/// The largest value that falls in `bucket`.
-fn bucket_upper(bucket: usize) -> u64 {
-    if bucket < 8 {
-        return bucket as u64;
-    }
-    let exponent = (bucket - 8) / 8 + 3;
-    let sub = ((bucket - 8) % 8) as u64;
-    ((9 + sub) << (exponent - 3)) - 1
-}
-
 /// Heartbeat round trips as this node (when leader) measures them:
 /// MsgHeartbeat handed to the transport until the peer's
 /// MsgHeartbeatResponse is read off its connection, per peer. Heartbeats
@@ -152,9 +127,8 @@ pub struct HeartbeatStats {
     /// Per peer: µs since `epoch` (+1) at which the oldest unanswered
     /// heartbeat was sent; 0 = none.
     pending: HashMap<u64, AtomicU64>,
-    count: AtomicU64,
-    max_us: AtomicU64,
-    buckets: [AtomicU64; HISTOGRAM_BUCKETS],
+    /// Round trips in µs.
+    rtt: keel_metrics::Histogram,
 }
 
 /// Round-trip summary for mntr and tests (µs; a percentile is the upper
@@ -184,9 +158,7 @@ impl HeartbeatStats {
         HeartbeatStats {
             epoch: Instant::now(),
             pending: peers.into_iter().map(|p| (p, AtomicU64::new(0))).collect(),
-            count: AtomicU64::new(0),
-            max_us: AtomicU64::new(0),
-            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            rtt: keel_metrics::Histogram::new(),
         }
     }
 
@@ -229,38 +201,21 @@ impl HeartbeatStats {
 
     /// Adds one round trip.
     pub fn record(&self, rtt_us: u64) {
-        self.buckets[bucket_of(rtt_us)].fetch_add(1, Ordering::Relaxed);
-        self.max_us.fetch_max(rtt_us, Ordering::Relaxed);
-        self.count.fetch_add(1, Ordering::Relaxed);
+        self.rtt.record(rtt_us);
+    }
+
+    /// Every round trip measured (µs), for the metrics endpoint.
+    pub fn histogram(&self) -> &keel_metrics::Histogram {
+        &self.rtt
     }
 
     pub fn summary(&self) -> HeartbeatSummary {
-        let buckets: Vec<u64> = self
-            .buckets
-            .iter()
-            .map(|b| b.load(Ordering::Relaxed))
-            .collect();
-        let total: u64 = buckets.iter().sum();
-        let max_us = self.max_us.load(Ordering::Relaxed);
-        let percentile = |q: f64| -> u64 {
-            if total == 0 {
-                return 0;
-            }
-            let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
-            let mut seen = 0;
-            for (bucket, n) in buckets.iter().enumerate() {
-                seen += n;
-                if seen >= rank {
-                    return bucket_upper(bucket).min(max_us);
-                }
-            }
-            max_us
-        };
+        let snapshot = self.rtt.snapshot();
         HeartbeatSummary {
-            count: self.count.load(Ordering::Relaxed),
-            p50_us: percentile(0.50),
-            p99_us: percentile(0.99),
-            max_us,
+            count: snapshot.count(),
+            p50_us: snapshot.quantile(0.50).unwrap_or(0),
+            p99_us: snapshot.quantile(0.99).unwrap_or(0),
+            max_us: snapshot.max,
         }
     }
 }
@@ -1408,26 +1363,6 @@ mod tests {
         assert!(feed(&mut slot, 1, &first[2..]).is_err());
         let done = feed(&mut slot, 2, &second[1..]).unwrap().unwrap();
         assert!(done.payload == payload);
-    }
-
-    #[test]
-    fn histogram_buckets_cover_every_value_in_order() {
-        let mut previous_upper = None;
-        for bucket in 0..HISTOGRAM_BUCKETS {
-            let upper = bucket_upper(bucket);
-            assert_eq!(bucket_of(upper), bucket);
-            if let Some(p) = previous_upper {
-                assert_eq!(bucket_of(p + 1), bucket, "no gap before bucket {bucket}");
-                assert!(upper > p);
-            }
-            previous_upper = Some(upper);
-        }
-        assert_eq!(bucket_of(u64::MAX), HISTOGRAM_BUCKETS - 1);
-        // Relative error of a bucket edge stays within 12.5%.
-        for us in [9u64, 100, 1_234, 98_765, 5_000_000] {
-            let upper = bucket_upper(bucket_of(us));
-            assert!(upper >= us && (upper - us) * 8 <= us, "{us} -> {upper}");
-        }
     }
 
     #[test]

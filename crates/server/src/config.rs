@@ -77,6 +77,12 @@ pub struct ServerConfig {
     /// A file holding the cluster's shared secret (at least 32 bytes):
     /// every peer connection proves it knows it (HMAC challenge-response).
     pub peer_secret_file: Option<PathBuf>,
+    /// Port of the Prometheus endpoint (`GET /metrics`, metrics.rs); 0 =
+    /// off, the default (as ZooKeeper's provider: several nodes on one
+    /// machine must not fight over a port).
+    pub metrics_port: u16,
+    /// Address the Prometheus endpoint listens on.
+    pub metrics_address: String,
 }
 
 impl Default for ServerConfig {
@@ -118,6 +124,8 @@ impl Default for ServerConfig {
             tls_ca_file: None,
             peer_tls: false,
             peer_secret_file: None,
+            metrics_port: 0,
+            metrics_address: "127.0.0.1".into(),
         }
     }
 }
@@ -227,6 +235,18 @@ impl ServerConfig {
                 "preferred_leader {} is not in peers",
                 self.preferred_leader
             ));
+        }
+        if self.metrics_port != 0 {
+            if self.metrics_address.trim().is_empty() {
+                return invalid("metrics_address is empty".into());
+            }
+            if self.metrics_port == self.client_port && self.metrics_address == self.client_address
+            {
+                return invalid(format!(
+                    "metrics_port {} is the client port on the same address",
+                    self.metrics_port
+                ));
+            }
         }
         for word in &self.four_letter_words {
             if word != "*" && !crate::fourlw::COMMANDS.contains(&word.as_str()) {
@@ -343,6 +363,23 @@ mod tests {
         let parsed: ServerConfig =
             toml::from_str("tick_time_ms = 500\nfour_letter_words = [\"*\"]").unwrap();
         assert!(parsed.four_letter_word_enabled("dump"));
+        assert_eq!(parsed.metrics_port, 0, "metrics are off by default");
+        let config = ServerConfig {
+            metrics_port: DEFAULT_CLIENT_PORT,
+            ..ServerConfig::default()
+        };
+        let error = config.validate().unwrap_err().to_string();
+        assert!(
+            error.contains("metrics_port 2181 is the client port"),
+            "{error}"
+        );
+        let parsed: ServerConfig =
+            toml::from_str("metrics_port = 7000\nmetrics_address = \"0.0.0.0\"").unwrap();
+        parsed.validate().unwrap();
+        assert_eq!(
+            (parsed.metrics_port, parsed.metrics_address.as_str()),
+            (7000, "0.0.0.0")
+        );
     }
 
     #[test]

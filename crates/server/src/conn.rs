@@ -140,6 +140,9 @@ pub async fn serve(port: &ClientPort, stream: TcpStream, peer: SocketAddr) {
         Err(_) => return tracing::info!(%peer, "handshake timed out"),
     };
     let Some(shared) = serving else {
+        port.stats
+            .connection_rejected
+            .fetch_add(1, Ordering::Relaxed);
         return tracing::info!(%peer, "session request closed: still loading the data");
     };
     let (sender, inbox) = mpsc::channel(CONNECTION_OUTBOUND_MAX);
@@ -257,6 +260,7 @@ impl Connection {
             received: AtomicU64::new(1),
             sent: AtomicU64::new(0),
             last_zxid: AtomicI64::new(last_zxid),
+            outstanding: AtomicU64::new(0),
         });
         self.shared.connections().insert(self.id, info.clone());
         self.info = Some(info);
@@ -336,6 +340,10 @@ impl Connection {
                 Ok(more) => more,
                 Err(reason) => return reason,
             };
+            if let Some(info) = &self.info {
+                info.outstanding
+                    .store(self.fifo.len() as u64, Ordering::Relaxed);
+            }
             if let Err(reason) = self.flush().await {
                 return reason;
             }
@@ -397,7 +405,9 @@ impl Connection {
     fn on_frame(&mut self, payload: Vec<u8>) -> Result<(), Closed> {
         let header = RequestHeader::from_bytes(&payload[..payload.len().min(8)])
             .map_err(|_| Closed::TruncatedHeader)?;
-        let _op = profile::enter(profile::Op::of_opcode(header.op_type));
+        let op = profile::Op::of_opcode(header.op_type);
+        let _op = profile::enter(op);
+        self.shared.stats.count_received(op);
         self.shared
             .stats
             .packets_received
@@ -452,7 +462,7 @@ impl Connection {
         if is_write_op(header.op_type) {
             return self.propose(header, body, request);
         }
-        self.read(header.xid, request);
+        self.read(header.xid, header.op_type, request);
         Ok(())
     }
 
@@ -510,7 +520,7 @@ impl Connection {
 
     /// A read, served from this node's tree with this connection's
     /// identities; events queued up to the zxid it read at go out first.
-    fn read(&mut self, request_xid: i32, request: Request) {
+    fn read(&mut self, request_xid: i32, op_code: i32, request: Request) {
         let started = Instant::now();
         let (result, zxid) = match &request {
             Request::WhoAmI => (
@@ -532,7 +542,7 @@ impl Connection {
         self.reply(request_xid, zxid, result);
         self.shared
             .stats
-            .record_latency_us(started.elapsed().as_micros() as u64);
+            .record_request(op_code, started.elapsed().as_micros() as u64);
     }
 
     /// addauth: a failure answers AuthFailed and closes, as ZooKeeper does.
@@ -590,7 +600,7 @@ impl Connection {
                         let now_us = self.opened.elapsed().as_micros() as u64;
                         self.shared
                             .stats
-                            .record_latency_us(now_us.saturating_sub(since_us));
+                            .record_request(op_code, now_us.saturating_sub(since_us));
                     }
                     Ok(Completed::Foreign) => {
                         // A request of an earlier connection of this session.
@@ -747,7 +757,7 @@ fn pipelinable(op: i32, body: &[u8]) -> bool {
 }
 
 /// Requests that go through the log (in session order with the rest).
-fn is_write_op(op: i32) -> bool {
+pub(crate) fn is_write_op(op: i32) -> bool {
     matches!(
         op,
         opcode::CREATE

@@ -82,27 +82,8 @@ fn mode(shared: &Shared) -> &'static str {
     }
 }
 
-fn latency(shared: &Shared) -> (f64, u64, u64) {
-    let count = shared.stats.latency_count.load(Ordering::Relaxed);
-    let total = shared.stats.latency_total_us.load(Ordering::Relaxed);
-    let avg_ms = if count == 0 {
-        0.0
-    } else {
-        total as f64 / count as f64 / 1000.0
-    };
-    (
-        avg_ms,
-        shared.stats.latency_min_us.load(Ordering::Relaxed) / 1000,
-        shared.stats.latency_max_us.load(Ordering::Relaxed) / 1000,
-    )
-}
-
 fn srvr(shared: &Shared, with_clients: bool) -> String {
-    let (avg, min, max) = latency(shared);
-    let (zxid, nodes) = {
-        let tree = shared.node.tree();
-        (tree.last_zxid(), tree.node_count())
-    };
+    let gauges = shared.gauges();
     let mut text = format!("Zookeeper version: {ZOOKEEPER_VERSION}, built on {BUILT_ON}\n");
     if with_clients {
         text.push_str("Clients:\n");
@@ -111,11 +92,17 @@ fn srvr(shared: &Shared, with_clients: bool) -> String {
     }
     let _ = write!(
         text,
-        "Latency min/avg/max: {min}/{avg:.4}/{max}\nReceived: {}\nSent: {}\nConnections: {}\nOutstanding: 0\nZxid: 0x{zxid:x}\nMode: {}\nNode count: {nodes}\n",
-        shared.stats.packets_received.load(Ordering::Relaxed),
-        shared.stats.packets_sent.load(Ordering::Relaxed),
-        shared.connections().len(),
+        "Latency min/avg/max: {}/{:.4}/{}\nReceived: {}\nSent: {}\nConnections: {}\nOutstanding: {}\nZxid: 0x{:x}\nMode: {}\nNode count: {}\n",
+        gauges.min_latency_ms,
+        gauges.avg_latency_ms,
+        gauges.max_latency_ms,
+        gauges.packets_received,
+        gauges.packets_sent,
+        gauges.num_alive_connections,
+        gauges.outstanding_requests,
+        gauges.last_zxid,
         mode(shared),
+        gauges.znode_count,
     );
     text
 }
@@ -140,106 +127,64 @@ fn cons(shared: &Shared) -> String {
 }
 
 fn mntr(shared: &Shared) -> String {
-    let (avg, min, max) = latency(shared);
-    // The tree's read guard is dropped before the rest is read: applies
-    // wait while it is held.
-    let (nodes, ephemerals, data_size, digest, last_zxid, tree_bytes, preimage_bytes) = {
-        let tree = shared.node.tree();
-        (
-            tree.node_count(),
-            tree.ephemeral_count(),
-            tree.approximate_data_size(),
-            tree.digest(),
-            tree.last_zxid(),
-            tree.memory_bytes(),
-            tree.snapshot_preimage_bytes(),
-        )
-    };
-    let watches = shared.node.with_watches(|w| w.watch_count());
-    let connections = shared.connections().len();
-    let sessions = shared.node.session_count();
+    let g = shared.gauges();
     let status = &shared.raft().status;
     let heartbeat = status.heartbeat.summary();
+    let load = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed).to_string();
     let lines: Vec<(&str, String)> = vec![
         (
             "zk_version",
             format!("{ZOOKEEPER_VERSION}, built on {BUILT_ON}"),
         ),
-        ("zk_uptime", shared.now_ms().to_string()),
+        ("zk_uptime", g.uptime_ms.to_string()),
         ("zk_server_state", mode(shared).into()),
-        ("zk_avg_latency", format!("{avg:.4}")),
-        ("zk_max_latency", max.to_string()),
-        ("zk_min_latency", min.to_string()),
+        ("zk_avg_latency", format!("{:.4}", g.avg_latency_ms)),
+        ("zk_max_latency", g.max_latency_ms.to_string()),
+        ("zk_min_latency", g.min_latency_ms.to_string()),
+        ("zk_packets_received", g.packets_received.to_string()),
+        ("zk_packets_sent", g.packets_sent.to_string()),
         (
-            "zk_packets_received",
-            shared
-                .stats
-                .packets_received
-                .load(Ordering::Relaxed)
-                .to_string(),
+            "zk_num_alive_connections",
+            g.num_alive_connections.to_string(),
         ),
         (
-            "zk_packets_sent",
-            shared
-                .stats
-                .packets_sent
-                .load(Ordering::Relaxed)
-                .to_string(),
+            "zk_outstanding_requests",
+            g.outstanding_requests.to_string(),
         ),
-        ("zk_num_alive_connections", connections.to_string()),
-        ("zk_outstanding_requests", "0".into()),
-        ("zk_znode_count", nodes.to_string()),
-        ("zk_watch_count", watches.to_string()),
-        ("zk_ephemerals_count", ephemerals.to_string()),
-        ("zk_approximate_data_size", data_size.to_string()),
-        ("zk_open_file_descriptor_count", open_fds().to_string()),
-        ("zk_max_file_descriptor_count", "1048576".into()),
-        ("zk_global_sessions", sessions.to_string()),
+        ("zk_znode_count", g.znode_count.to_string()),
+        ("zk_watch_count", g.watch_count.to_string()),
+        ("zk_ephemerals_count", g.ephemerals_count.to_string()),
+        (
+            "zk_approximate_data_size",
+            g.approximate_data_size.to_string(),
+        ),
+        (
+            "zk_open_file_descriptor_count",
+            g.open_file_descriptor_count.to_string(),
+        ),
+        (
+            "zk_max_file_descriptor_count",
+            g.max_file_descriptor_count.to_string(),
+        ),
+        ("zk_global_sessions", g.global_sessions.to_string()),
         ("zk_local_sessions", "0".into()),
-        ("keel_tree_digest", format!("{digest:#018x}")),
-        ("keel_tree_bytes", tree_bytes.to_string()),
-        ("keel_snapshot_preimage_bytes", preimage_bytes.to_string()),
+        ("keel_tree_digest", format!("{:#018x}", g.tree_digest)),
+        ("keel_tree_bytes", g.tree_bytes.to_string()),
         (
-            "keel_snapshot_last_ms",
-            status.snapshot_last_ms.load(Ordering::Relaxed).to_string(),
+            "keel_snapshot_preimage_bytes",
+            g.snapshot_preimage_bytes.to_string(),
         ),
-        (
-            "keel_snapshot_max_ms",
-            status.snapshot_max_ms.load(Ordering::Relaxed).to_string(),
-        ),
-        ("keel_last_zxid", format!("{last_zxid:#x}")),
-        (
-            "keel_raft_leader_id",
-            status.leader_id.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "keel_raft_term",
-            status.term.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "keel_raft_commit_index",
-            status.commit_index.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "keel_raft_applied_index",
-            status.applied_index.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "keel_raft_fsyncs",
-            status.fsyncs.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "keel_raft_proposals",
-            status.proposals.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "keel_raft_batches",
-            status.batches.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "keel_snapshots_taken",
-            status.snapshots_taken.load(Ordering::Relaxed).to_string(),
-        ),
+        ("keel_snapshot_last_ms", load(&status.snapshot_last_ms)),
+        ("keel_snapshot_max_ms", load(&status.snapshot_max_ms)),
+        ("keel_last_zxid", format!("{:#x}", g.last_zxid)),
+        ("keel_raft_leader_id", load(&status.leader_id)),
+        ("keel_raft_term", load(&status.term)),
+        ("keel_raft_commit_index", load(&status.commit_index)),
+        ("keel_raft_applied_index", load(&status.applied_index)),
+        ("keel_raft_fsyncs", load(&status.fsyncs)),
+        ("keel_raft_proposals", load(&status.proposals)),
+        ("keel_raft_batches", load(&status.batches)),
+        ("keel_snapshots_taken", load(&status.snapshots_taken)),
         // Leader → follower heartbeat round trips (0 on a node that never
         // led): proof that a saturating write load does not starve them.
         ("keel_heartbeat_rtt_count", heartbeat.count.to_string()),
@@ -251,12 +196,6 @@ fn mntr(shared: &Shared) -> String {
         .into_iter()
         .map(|(key, value)| format!("{key}\t{value}\n"))
         .collect()
-}
-
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd")
-        .map(|dir| dir.count())
-        .unwrap_or(0)
 }
 
 fn conf(shared: &Shared) -> String {

@@ -10,6 +10,7 @@ pub mod config;
 mod conn;
 pub mod fifo;
 pub mod fourlw;
+pub mod metrics;
 pub mod node;
 mod port;
 pub mod profile;
@@ -26,7 +27,7 @@ use tokio::net::TcpListener;
 
 pub use config::{ConfigError, ServerConfig};
 pub use reaper::{REAP_PROPOSALS_PER_PASS_MAX, REAP_RESEND_AFTER_MS, REAP_UNAPPLIED_MAX};
-use shared::{wall_clock_ms, Shared};
+use shared::{wall_clock_ms, ApplyMetrics, Shared, Stats};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -40,13 +41,20 @@ pub enum ServerError {
     RaftStopped(String),
     #[error("loading the data dir failed: {0}")]
     RecoveryFailed(String),
+    #[error("cannot listen for metrics on {address}: {source}")]
+    MetricsBind {
+        address: String,
+        source: std::io::Error,
+    },
 }
 
 /// Loads the newest snapshot that verifies (on every core) and opens the
-/// log behind it.
+/// log behind it; times both (ZooKeeper's startup_snap_load_time, and the
+/// log read that startup_txns_load_time starts with).
 fn recover(
     raft_config: keel_consensus::RaftConfig,
-) -> Result<(keel_tree::DataTree, keel_consensus::Recovery), ServerError> {
+    stats: &Stats,
+) -> Result<(keel_tree::DataTree, keel_consensus::Recovery, Duration), ServerError> {
     keel_consensus::prepare(&raft_config)?;
     let started = std::time::Instant::now();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -56,6 +64,9 @@ fn recover(
         |tree| tree.applied_index(),
     )?
     .unwrap_or_default();
+    stats
+        .startup_snapshot_load_us
+        .record_duration(started.elapsed());
     tracing::info!(
         nodes = tree.node_count(),
         index = tree.applied_index(),
@@ -64,8 +75,9 @@ fn recover(
         "snapshot loaded"
     );
     assert_eq!(position.index, tree.applied_index());
+    let read_started = std::time::Instant::now();
     let recovery = keel_consensus::recover(raft_config, position)?;
-    Ok((tree, recovery))
+    Ok((tree, recovery, read_started.elapsed()))
 }
 
 /// How often the replay's progress is logged while a node catches up.
@@ -82,19 +94,28 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
     config.validate()?;
+    let stats = Arc::new(Stats::default());
+    let (publish_node, node_state) = tokio::sync::watch::channel(None);
+    let metrics = start_metrics(&config, stats.clone(), node_state).await?;
     let address = listener.local_addr()?;
     let (publish, serving) = tokio::sync::watch::channel(None);
-    let port = Arc::new(port::ClientPort::new(config.clone(), serving));
+    let port = Arc::new(port::ClientPort::new(
+        config.clone(),
+        stats.clone(),
+        serving,
+    ));
     let accept = accept_loop(listener, port);
     tokio::pin!(shutdown, accept);
     tracing::info!(%address, "client port open; loading the data (sessions refused until served)");
     let node = tokio::select! {
         _ = &mut shutdown => return Ok(()),
         result = &mut accept => return result,
-        node = start_node(config) => node?,
+        node = start_node(config, stats.clone()) => node?,
     };
+    let _ = publish_node.send(Some(node.shared.clone()));
     let serve = async {
-        catch_up(&node.shared).await;
+        catch_up(&node.shared, &node.startup).await;
+        node.shared.stats.caught_up.store(true, Ordering::Relaxed);
         let _ = publish.send(Some(node.shared.clone()));
         tracing::info!(%address, "keel serving");
         tokio::join!(
@@ -113,9 +134,16 @@ pub async fn run(
     };
     node.raft.shutdown();
     let joined = tokio::task::block_in_place(|| node.driver.join());
+    if let Some(metrics) = metrics {
+        metrics.abort();
+    }
+    let failed = |error: ServerError| {
+        stats.unrecoverable_errors.fetch_add(1, Ordering::Relaxed);
+        Err(error)
+    };
     match joined {
-        Ok(Err(error)) => return Err(error.into()),
-        Err(_) => return Err(ServerError::RaftStopped("driver panicked".into())),
+        Ok(Err(error)) => return failed(error.into()),
+        Err(_) => return failed(ServerError::RaftStopped("driver panicked".into())),
         Ok(Ok(())) => {}
     }
     tracing::info!("keel stopped");
@@ -170,11 +198,46 @@ struct Started {
     shared: Arc<Shared>,
     raft: keel_consensus::RaftHandle,
     driver: DriverThread,
+    startup: StartupReplay,
+}
+
+/// The startup's log replay, timed as ZooKeeper's startup_txns_load_time:
+/// reading the log, then applying everything it had recorded as committed.
+struct StartupReplay {
+    log_read: Duration,
+    /// Applying started (the driver's start).
+    started: std::time::Instant,
+    /// The index applied once the log's committed entries are.
+    committed_index: u64,
+}
+
+/// Binds the Prometheus endpoint if `metrics_port` is set and serves it on
+/// a task of this runtime (dropped with `run`); a port that cannot be
+/// bound stops the start.
+async fn start_metrics(
+    config: &ServerConfig,
+    stats: Arc<Stats>,
+    node: tokio::sync::watch::Receiver<Option<Arc<Shared>>>,
+) -> Result<Option<tokio::task::JoinHandle<()>>, ServerError> {
+    if config.metrics_port == 0 {
+        return Ok(None);
+    }
+    let address = format!("{}:{}", config.metrics_address, config.metrics_port);
+    let listener =
+        TcpListener::bind(&address)
+            .await
+            .map_err(|source| ServerError::MetricsBind {
+                address: address.clone(),
+                source,
+            })?;
+    tracing::info!(%address, path = metrics::METRICS_PATH, "prometheus metrics served");
+    let exporter = Arc::new(metrics::Exporter::new(stats, node));
+    Ok(Some(tokio::spawn(metrics::serve(listener, exporter))))
 }
 
 /// Loads the newest snapshot and the log (off the async threads, so the
 /// client port keeps answering) and starts the driver, which replays.
-async fn start_node(config: ServerConfig) -> Result<Started, ServerError> {
+async fn start_node(config: ServerConfig, stats: Arc<Stats>) -> Result<Started, ServerError> {
     if config.profile_locks {
         profile::enable(true);
     }
@@ -193,19 +256,28 @@ async fn start_node(config: ServerConfig) -> Result<Started, ServerError> {
     if let Some(path) = &config.peer_secret_file {
         keel_consensus::peer_auth::warn_if_readable_by_others(path);
     }
-    let (tree, recovery) = tokio::task::spawn_blocking(move || recover(raft_config))
-        .await
-        .map_err(|error| ServerError::RecoveryFailed(error.to_string()))??;
+    let recovering = stats.clone();
+    let (tree, recovery, log_read) =
+        tokio::task::spawn_blocking(move || recover(raft_config, &recovering))
+            .await
+            .map_err(|error| ServerError::RecoveryFailed(error.to_string()))??;
+    let committed_index = recovery.commit_index().max(recovery.position.index);
     let clock = Arc::new(shared::MonotonicClock::start());
     let node = node::Node::new(tree, config.server_id, config.tick_time_ms as u64, clock);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let machine = node::NodeMachine::new(node.clone(), (), threads);
+    let machine = node::NodeMachine::new(node.clone(), ApplyMetrics::new(stats.clone()), threads);
+    let started = std::time::Instant::now();
     let (raft, driver) = keel_consensus::start(recovery, machine)?;
-    let shared = Arc::new(Shared::new(config, node, raft.clone()));
+    let shared = Arc::new(Shared::new(config, node, raft.clone(), stats));
     Ok(Started {
         shared,
         raft,
         driver,
+        startup: StartupReplay {
+            log_read,
+            started,
+            committed_index,
+        },
     })
 }
 
@@ -244,11 +316,19 @@ impl Replay {
 }
 
 /// Waits until the node has caught up, logging the replay's progress.
-async fn catch_up(shared: &Shared) {
+async fn catch_up(shared: &Shared, startup: &StartupReplay) {
     let started = std::time::Instant::now();
     let mut next_log = started + Duration::from_millis(REPLAY_PROGRESS_LOG_MS);
+    let mut replay_timed = false;
     loop {
         let replay = Replay::read(shared);
+        if !replay_timed && replay.applied_index >= startup.committed_index {
+            replay_timed = true;
+            shared
+                .stats
+                .startup_log_replay_us
+                .record_duration(startup.log_read + startup.started.elapsed());
+        }
         if replay.caught_up() {
             let ms = started.elapsed().as_millis() as u64;
             let txns = shared
@@ -304,11 +384,34 @@ async fn accept_loop(
             tracing::warn!(%peer, "too many connections from this address; refused");
             continue;
         }
-        let port = port.clone();
+        let slot = ConnectionSlot {
+            port: port.clone(),
+            ip: peer.ip(),
+        };
         tokio::spawn(async move {
-            conn::serve(&port, stream, peer).await;
-            port.release(peer.ip());
+            conn::serve(&slot.port, stream, peer).await;
+            drop(slot);
         });
+    }
+}
+
+/// An admitted connection's place in the per-address count, given back
+/// when its task ends, also by a panic, which is counted (ZooKeeper's
+/// unrecoverable_error_count).
+struct ConnectionSlot {
+    port: Arc<port::ClientPort>,
+    ip: std::net::IpAddr,
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.port
+                .stats
+                .unrecoverable_errors
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        self.port.release(self.ip);
     }
 }
 

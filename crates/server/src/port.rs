@@ -12,21 +12,24 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use crate::config::{ServerConfig, CLIENT_CONNECTIONS_MAX};
-use crate::shared::Shared;
+use crate::shared::{Shared, Stats};
 
 /// `None` while loading, the serving state once caught up (never unset).
 pub type Serving = watch::Receiver<Option<Arc<Shared>>>;
 
 pub struct ClientPort {
     pub config: ServerConfig,
+    /// The server's counters (refused connections count from the start).
+    pub stats: Arc<Stats>,
     serving: Serving,
     per_ip: Mutex<HashMap<IpAddr, usize>>,
 }
 
 impl ClientPort {
-    pub fn new(config: ServerConfig, serving: Serving) -> ClientPort {
+    pub fn new(config: ServerConfig, stats: Arc<Stats>, serving: Serving) -> ClientPort {
         ClientPort {
             config,
+            stats,
             serving,
             per_ip: Mutex::new(HashMap::new()),
         }
@@ -48,6 +51,9 @@ impl ClientPort {
             if *count == 0 {
                 per_ip.remove(&ip);
             }
+            self.stats
+                .connection_rejected
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return false;
         }
         *count += 1;

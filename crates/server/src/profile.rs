@@ -107,7 +107,8 @@ const REQUESTS: [(i32, &str); 30] = [
 const INTERNAL: [&str; 8] = [
     "other", "connect", "reply", "apply", "expire", "reaper", "fourlw", "snapshot",
 ];
-const OPS: usize = REQUESTS.len() + INTERNAL.len();
+/// Operations, requests and internal work together.
+pub const OPS: usize = REQUESTS.len() + INTERNAL.len();
 
 impl Op {
     pub const OTHER: Op = Op::internal(0);
@@ -130,6 +131,23 @@ impl Op {
             Some(at) => Op(at as u8),
             None => Op::OTHER,
         }
+    }
+
+    /// Every operation, requests first (in `REQUESTS`' order), then `other`.
+    pub fn all() -> impl Iterator<Item = Op> {
+        (0..OPS).map(|at| Op(at as u8))
+    }
+
+    /// Its place in per-operation tables (0..OPS).
+    #[inline]
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+
+    /// The opcode of a request operation; None for the server's own work
+    /// and `other`.
+    pub fn opcode(self) -> Option<i32> {
+        REQUESTS.get(self.0 as usize).map(|(code, _)| *code)
     }
 
     pub fn name(self) -> &'static str {

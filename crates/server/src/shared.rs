@@ -5,13 +5,16 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Instant;
 
 use keel_consensus::RaftHandle;
+use keel_metrics::Histogram;
+use keel_tree::{Applied, Txn};
 use parking_lot::{Mutex, MutexGuard};
 
-use crate::profile::{self, Held, Lock};
+use crate::node::ApplyObserver;
+use crate::profile::{self, Held, Lock, Op};
 use tokio::sync::mpsc;
 
 use crate::config::ServerConfig;
@@ -67,21 +70,98 @@ pub struct ConnectionInfo {
     pub received: AtomicU64,
     pub sent: AtomicU64,
     pub last_zxid: AtomicI64,
+    /// Requests of this connection read and not yet answered (ZooKeeper's
+    /// outstanding requests, summed over connections).
+    pub outstanding: AtomicU64,
 }
 
-/// Request counters and latencies for srvr/stat/mntr.
-#[derive(Default)]
+/// What the server counts and times itself (the Raft side's measurements
+/// are in `RaftStatus`): `srvr`, `stat`, `mntr` and the Prometheus endpoint
+/// read these same atomics. Made before the node loads (the client port
+/// counts its refusals from the first moment) and shared by `Arc`.
 pub struct Stats {
+    started: Instant,
     pub packets_received: AtomicU64,
     pub packets_sent: AtomicU64,
     pub latency_count: AtomicU64,
     pub latency_total_us: AtomicU64,
     pub latency_min_us: AtomicU64,
     pub latency_max_us: AtomicU64,
+    /// Requests received, per operation (`profile::Op`'s index).
+    received: Box<[AtomicU64]>,
+    /// Reads and writes answered, per operation: receipt (a write: its
+    /// proposal) to reply, µs. ZooKeeper's readlatency and updatelatency
+    /// are these merged.
+    latency_us: Box<[Histogram]>,
+    /// Connections refused: over the per-address limit, or a session asked
+    /// for while the node loads (ZooKeeper's `connection_rejected`).
+    pub connection_rejected: AtomicU64,
+    /// Connection tasks that panicked and a Raft driver that died
+    /// (ZooKeeper's `unrecoverable_error_count`: a critical thread's
+    /// unexpected exception).
+    pub unrecoverable_errors: AtomicU64,
+    /// A transaction's creation (its wall time, on the node it came to)
+    /// until it is applied here, µs (`propagation_latency`); not counted
+    /// while the node replays its log at start.
+    pub propagation_us: Histogram,
+    /// The node has caught up after its start (propagation counts from then).
+    pub caught_up: AtomicBool,
+    /// Loading the newest snapshot at start, µs (`startup_snap_load_time`).
+    pub startup_snapshot_load_us: Histogram,
+    /// Reading the log behind it and applying what it had committed, µs
+    /// (`startup_txns_load_time`).
+    pub startup_log_replay_us: Histogram,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats {
+            started: Instant::now(),
+            packets_received: AtomicU64::new(0),
+            packets_sent: AtomicU64::new(0),
+            latency_count: AtomicU64::new(0),
+            latency_total_us: AtomicU64::new(0),
+            latency_min_us: AtomicU64::new(0),
+            latency_max_us: AtomicU64::new(0),
+            received: (0..profile::OPS).map(|_| AtomicU64::new(0)).collect(),
+            latency_us: (0..profile::OPS).map(|_| Histogram::new()).collect(),
+            connection_rejected: AtomicU64::new(0),
+            unrecoverable_errors: AtomicU64::new(0),
+            propagation_us: Histogram::new(),
+            caught_up: AtomicBool::new(false),
+            startup_snapshot_load_us: Histogram::new(),
+            startup_log_replay_us: Histogram::new(),
+        }
+    }
 }
 
 impl Stats {
-    pub fn record_latency_us(&self, micros: u64) {
+    /// Milliseconds since the server started (ZooKeeper's `uptime`).
+    pub fn uptime_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// A request of operation `op` arrived.
+    #[inline]
+    pub fn count_received(&self, op: Op) {
+        self.received[op.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests of `op` received so far.
+    pub fn received(&self, op: Op) -> u64 {
+        self.received[op.index()].load(Ordering::Relaxed)
+    }
+
+    /// The latencies of `op`'s answered requests (µs).
+    pub fn latency_of(&self, op: Op) -> &Histogram {
+        &self.latency_us[op.index()]
+    }
+
+    /// A read or write of `op_code` answered `micros` after it arrived (a
+    /// write: after it was proposed).
+    #[inline]
+    pub fn record_request(&self, op_code: i32, micros: u64) {
+        self.latency_us[Op::of_opcode(op_code).index()].record(micros);
         self.latency_count.fetch_add(1, Ordering::Relaxed);
         self.latency_total_us.fetch_add(micros, Ordering::Relaxed);
         self.latency_max_us.fetch_max(micros, Ordering::Relaxed);
@@ -92,6 +172,25 @@ impl Stats {
             });
     }
 
+    /// srvr/mntr's latency since the last reset: (average ms, min ms,
+    /// max ms), as ZooKeeper's ServerStats reports it.
+    pub fn latency_ms(&self) -> (f64, u64, u64) {
+        let count = self.latency_count.load(Ordering::Relaxed);
+        let total = self.latency_total_us.load(Ordering::Relaxed);
+        let avg_ms = if count == 0 {
+            0.0
+        } else {
+            total as f64 / count as f64 / 1000.0
+        };
+        (
+            avg_ms,
+            self.latency_min_us.load(Ordering::Relaxed) / 1000,
+            self.latency_max_us.load(Ordering::Relaxed) / 1000,
+        )
+    }
+
+    /// `srst`/`crst`: the counters srvr and mntr show start again (the
+    /// Prometheus histograms are cumulative and stay).
     pub fn reset(&self) {
         for counter in [
             &self.packets_received,
@@ -106,11 +205,70 @@ impl Stats {
     }
 }
 
+/// The server's side of the apply step: ZooKeeper's propagation latency
+/// (wall clocks of two nodes, so skew shows in it; a negative one is left
+/// out, as ZooKeeper does). The clock is read once per entry.
+pub struct ApplyMetrics {
+    stats: std::sync::Arc<Stats>,
+    entry_index: u64,
+    entry_time_ms: i64,
+}
+
+impl ApplyMetrics {
+    pub fn new(stats: std::sync::Arc<Stats>) -> ApplyMetrics {
+        ApplyMetrics {
+            stats,
+            entry_index: 0,
+            entry_time_ms: 0,
+        }
+    }
+}
+
+impl ApplyObserver for ApplyMetrics {
+    fn applied(&mut self, index: u64, txn: &Txn, _applied: &Applied) {
+        if !self.stats.caught_up.load(Ordering::Relaxed) {
+            return;
+        }
+        if index != self.entry_index {
+            self.entry_index = index;
+            self.entry_time_ms = wall_clock_ms();
+        }
+        if let Ok(latency_ms) = u64::try_from(self.entry_time_ms - txn.time_ms) {
+            self.stats.propagation_us.record(latency_ms * 1000);
+        }
+    }
+}
+
+/// The values `mntr` and the Prometheus endpoint both report, read once
+/// (ZooKeeper's registerMetrics gauges plus Keel's tree facts).
+#[derive(Debug, Clone)]
+pub struct Gauges {
+    pub uptime_ms: u64,
+    pub avg_latency_ms: f64,
+    pub min_latency_ms: u64,
+    pub max_latency_ms: u64,
+    pub packets_received: u64,
+    pub packets_sent: u64,
+    pub num_alive_connections: u64,
+    pub outstanding_requests: u64,
+    pub znode_count: u64,
+    pub watch_count: u64,
+    pub ephemerals_count: u64,
+    pub approximate_data_size: u64,
+    pub global_sessions: u64,
+    pub open_file_descriptor_count: u64,
+    pub max_file_descriptor_count: u64,
+    pub tree_digest: u64,
+    pub last_zxid: i64,
+    pub tree_bytes: u64,
+    pub snapshot_preimage_bytes: u64,
+}
+
 pub struct Shared {
     pub config: ServerConfig,
     pub node: Node<ConnectionOutlet>,
     pub raft: RaftHandle,
-    pub stats: Stats,
+    pub stats: std::sync::Arc<Stats>,
     connections: Mutex<HashMap<u64, std::sync::Arc<ConnectionInfo>>>,
     pub next_connection_id: AtomicU64,
     pub next_session_id: AtomicI64,
@@ -119,13 +277,18 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(config: ServerConfig, node: Node<ConnectionOutlet>, raft: RaftHandle) -> Shared {
+    pub fn new(
+        config: ServerConfig,
+        node: Node<ConnectionOutlet>,
+        raft: RaftHandle,
+        stats: std::sync::Arc<Stats>,
+    ) -> Shared {
         let first_session_id =
             keel_session::initial_session_id(config.server_id as u8, wall_clock_ms() as u64);
         Shared {
             node,
             raft,
-            stats: Stats::default(),
+            stats,
             connections: Mutex::new(HashMap::new()),
             next_connection_id: AtomicU64::new(1),
             next_session_id: AtomicI64::new(first_session_id),
@@ -154,6 +317,73 @@ impl Shared {
     pub fn raft(&self) -> &RaftHandle {
         &self.raft
     }
+
+    /// The gauges of `mntr` and the metrics endpoint. The tree's read lock
+    /// is held only while its own values are copied (applies wait on it).
+    pub fn gauges(&self) -> Gauges {
+        let (nodes, ephemerals, data_size, digest, last_zxid, tree_bytes, preimage_bytes) = {
+            let tree = self.node.tree();
+            (
+                tree.node_count(),
+                tree.ephemeral_count(),
+                tree.approximate_data_size(),
+                tree.digest(),
+                tree.last_zxid(),
+                tree.memory_bytes(),
+                tree.snapshot_preimage_bytes(),
+            )
+        };
+        let watch_count = self.node.with_watches(|w| w.watch_count());
+        let (num_alive_connections, outstanding_requests) = {
+            let connections = self.connections();
+            let outstanding: u64 = connections
+                .values()
+                .map(|c| c.outstanding.load(Ordering::Relaxed))
+                .sum();
+            (connections.len() as u64, outstanding)
+        };
+        let (avg_latency_ms, min_latency_ms, max_latency_ms) = self.stats.latency_ms();
+        Gauges {
+            uptime_ms: self.stats.uptime_ms(),
+            avg_latency_ms,
+            min_latency_ms,
+            max_latency_ms,
+            packets_received: self.stats.packets_received.load(Ordering::Relaxed),
+            packets_sent: self.stats.packets_sent.load(Ordering::Relaxed),
+            num_alive_connections,
+            outstanding_requests,
+            znode_count: nodes as u64,
+            watch_count: watch_count as u64,
+            ephemerals_count: ephemerals as u64,
+            approximate_data_size: data_size,
+            global_sessions: self.node.session_count() as u64,
+            open_file_descriptor_count: open_file_descriptors(),
+            max_file_descriptor_count: max_file_descriptors(),
+            tree_digest: digest,
+            last_zxid,
+            tree_bytes,
+            snapshot_preimage_bytes: preimage_bytes as u64,
+        }
+    }
+}
+
+/// File descriptors this process has open (`/proc/self/fd`; 0 where there
+/// is no /proc).
+pub fn open_file_descriptors() -> u64 {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|dir| dir.count() as u64)
+        .unwrap_or(0)
+}
+
+/// The soft limit on open files (`/proc/self/limits`, as the JVM's
+/// MaxFileDescriptorCount); 0 if it cannot be read, u64::MAX if unlimited.
+pub fn max_file_descriptors() -> u64 {
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    limits
+        .lines()
+        .find_map(|line| line.strip_prefix("Max open files"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .map_or(0, |soft| soft.parse().unwrap_or(u64::MAX))
 }
 
 /// Wall-clock milliseconds since the epoch: ctime/mtime of znodes.
