@@ -71,7 +71,7 @@ class Nemesis(threading.Thread):
             return None
         return self.cluster.nodes.index(leader)
 
-    def _target(self):
+    def _pick_member(self):
         n = len(self.cluster.nodes)
         if self.rng.random() < 1 / 3:
             leader = self._leader_index()
@@ -81,7 +81,7 @@ class Nemesis(threading.Thread):
 
     # -------------------------------------------------------------- faults
     def kill(self):
-        i, leader = self._target()
+        i, leader = self._pick_member()
         node = self.cluster.nodes[i]
         fault = self._begin("kill", "n%d%s" % (i + 1, " (leader)" if leader else ""))
         node.kill()
@@ -90,7 +90,7 @@ class Nemesis(threading.Thread):
         self._end(fault)
 
     def pause(self):
-        i, leader = self._target()
+        i, leader = self._pick_member()
         node = self.cluster.nodes[i]
         seconds = self.rng.uniform(PAUSE_MIN_S, 2 * self.timeout_ms / 1000.0)
         fault = self._begin("pause", "n%d%s %.1f s" % (i + 1, " (leader)" if leader else "", seconds))

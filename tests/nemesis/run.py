@@ -42,7 +42,7 @@ from .workload import (
 LINEARIZE_BIN = os.environ.get("KEEL_LINEARIZE_BIN",
                                os.path.join(REPO_ROOT, "target", "release", "keel-linearize"))
 SESSION_TIMEOUT_MS = 4000
-EPOCH_S = 10.0
+EPOCH_S = 6.0
 CLIENTS_PER_NODE = 2
 QUIET_S = 5.0
 SERVING_TIMEOUT_S = 120.0
@@ -221,7 +221,7 @@ class Run:
         for v in checks.local_reads(ops):
             self.violation("session order", v)
         faults = [(f.start, f.end) for f in self.nemesis.faults]
-        for v in checks.ephemerals(final, self.monitor.gone, self.monitor.still_pending(), self.alive, faults,
+        for v in checks.ephemerals(final, self.monitor.seen, self.monitor.still_pending(), self.alive, faults,
                                    self.timeout_s):
             self.violation("ephemerals", v)
 
@@ -232,7 +232,8 @@ class Run:
         kinds = Counter(("local " if o.get("local") else "") + o["call"]["op"] for o in ops)
         faults = Counter(f.kind for f in self.nemesis.faults)
         ends = Counter(i.end for i in self.rec.sessions.values())
-        latencies = checks.expiry_latencies(self.monitor.gone)
+        gone = checks.latencies(self.monitor.gone)
+        seen = checks.latencies(self.monitor.seen)
         violations = sum(len(v) for v in self.violations.values())
         lines = [
             "",
@@ -243,9 +244,10 @@ class Run:
             "  by kind: " + ", ".join("%s %d" % kv for kv in sorted(kinds.items())),
             "sessions: %d  (%s)" % (len(self.rec.sessions), ", ".join("%s %d" % kv for kv in sorted(ends.items()))),
             "faults: %d  (%s)" % (len(self.nemesis.faults), ", ".join("%s %d" % kv for kv in sorted(faults.items()))),
-            "ephemerals of abandoned sessions gone after: %s" % (
-                "%d sessions, median %.1f s, max %.1f s" % (len(latencies), latencies[len(latencies) // 2],
-                                                             latencies[-1]) if latencies else "no such session"),
+            "ephemerals of abandoned sessions: %d sessions watched, gone (expired or deleted by another client) "
+            "after median %s s, max %s s; latest still seen %s s after the abandonment (allowed: %.0f s + faults)"
+            % (len(gone), _seconds(gone, len(gone) // 2), _seconds(gone, -1), _seconds(seen, -1),
+               self.timeout_s + checks.EXPIRY_SLACK_S),
             "replicas: %s" % self.converged,
             "linearizability: " + (self.linearize_output.strip().splitlines() or ["?"])[-1],
         ]
@@ -294,6 +296,10 @@ class Run:
                 pass
             self.cluster.stop()
         return self.report()
+
+
+def _seconds(values, i):
+    return "%.1f" % values[i] if values else "-"
 
 
 def run(seconds, nodes=3, seed=None, plant=None, out=print):

@@ -131,9 +131,10 @@ def test_planted_ephemeral_outliving_its_session_is_caught():
     final = {"/e0-g0": node("x", 1, 1, owner=0x77), "/e0-g1": node("y", 2, 2)}
     found = checks.ephemerals(final, {}, [], [], [], 4.0)
     assert len(found) == 1 and "0x77" in found[0]
-    late = {0x78: (10_000_000, 40_000_000)}  # gone 30 s after abandonment, no fault
+    late = {0x78: (10_000_000, 40_000_000)}  # still seen 30 s after abandonment, no fault
     found = checks.ephemerals({}, late, [], [], [], 4.0)
     assert len(found) == 1 and "30.0 s after" in found[0], found
+    assert checks.ephemerals({}, late, [], [], [(11.0, 35.0)], 4.0) == []  # a fault held expiry back
     assert checks.ephemerals({}, {0x79: (10_000_000, 15_000_000)}, [], [], [], 4.0) == []
 
 
@@ -167,3 +168,17 @@ def test_planted_stale_synced_read_fails_keel_linearize(tmp_path):
     found, out = checks.linearizability(path, LINEARIZE_BIN)
     assert found and "not linearizable" in found[0], out
     assert "NOT linearizable" in out
+
+
+def test_timeline_is_well_formed_svg():
+    import xml.etree.ElementTree as ET
+
+    from nemesis import timeline
+    ops = HISTORY + [op(1, 7, 2_500_000, get("/e0-g0"), None)]
+    faults = [{"kind": "kill", "start": 0.5, "end": 1.5, "detail": "n1 (leader)"},
+              {"kind": "partition", "start": 2.0, "end": None, "detail": "n1 | n2,n3"}]
+    svg = timeline.render(ops, faults, 3.0, "a <title> & more")
+    root = ET.fromstring(svg)
+    assert root.tag.endswith("svg")
+    assert sum(1 for e in root.iter() if e.tag.endswith("polyline")) == 3
+    assert "kill" in svg and "&lt;title&gt;" in svg

@@ -11,7 +11,10 @@ fault's unknown outcomes only cost the search of their own epoch):
     /e<epoch>-g<j>/s-<10 digits>        sequential children
 
 A session lives in one epoch: at the next one its client closes it and
-opens another. Steps (like crates/sim/src/workload.rs): creates (15%
+opens another. It creates its ephemerals in one group (its home), and a
+multi stays in one group: the checker must check together every group a
+session's closeSession touches (its ephemerals) and every group of a
+multi, so this keeps each group of each epoch a part of its own. Steps (like crates/sim/src/workload.rs): creates (15%
 sequential, 25% ephemeral), setData and delete with versions (40% any),
 multi of 2-3 ops (with checks), reads after `sync` (recorded for the
 linearizability checker), local reads (recorded with "local": true and
@@ -39,6 +42,9 @@ EXPIRY_PROCESS_BASE = 1_000_000   # a session's end observed by client N: N + ba
 MONITOR_PROCESS = 2_000_000
 FINAL_PROCESS = 2_000_001
 MONITOR_INTERVAL_S = 0.5
+# A client waits 0..2 x this between its requests: keeps the history small
+# enough for the checker (~40 requests/s per client) and the CPU modest.
+THINK_MS = 12
 
 
 class Clock:
@@ -132,7 +138,9 @@ class SessionInfo:
         self.end_at = None
         self.close_op = None       # the record of its end (closeSession)
         self.ephemerals = set()    # paths it created (or may have) as ephemerals
+        self.home = None           # the group of its ephemerals
         self.last_zxid = 0
+        self.seen_at = None        # µs: latest sync before a read that still showed an ephemeral of it
 
 
 class Client(threading.Thread):
@@ -164,6 +172,7 @@ class Client(threading.Thread):
         self.keys.epochs_used.add(epoch)
         self.session = s
         self.info = SessionInfo(self.cid, s.session_id, s.passwd, epoch, start)
+        self.info.home = self.rng.randrange(GROUPS)
         with self.rec.lock:
             self.rec.sessions[s.session_id] = self.info
 
@@ -209,8 +218,8 @@ class Client(threading.Thread):
             self.monitor.watch(info)
 
     # -------------------------------------------------------------- steps
-    def _path(self, epoch):
-        group = "/e%d-g%d" % (epoch, self.rng.randrange(GROUPS))
+    def _path(self, epoch, group=None):
+        group = "/e%d-g%d" % (epoch, self.rng.randrange(GROUPS) if group is None else group)
         if self.rng.random() < 0.25:
             return group
         return "%s/%s" % (group, self.rng.choice(CHILDREN))
@@ -222,23 +231,28 @@ class Client(threading.Thread):
         self.writes += 1
         return "p%d-%d" % (self.cid, self.writes)
 
-    def _write(self, epoch, data, in_multi=False):
+    def _write(self, epoch, data, group=None, in_multi=False):
+        """A write in `group` (default: any; ephemerals only in the home group)."""
         kind = self.rng.randrange(4 if in_multi else 3)
         if kind == 0:
+            ephemeral = self.rng.random() < 0.25 and group in (None, self.info.home)
+            if ephemeral:
+                group = self.info.home
+            if group is None:
+                group = self.rng.randrange(GROUPS)
             sequential = self.rng.random() < 0.15
-            path = ("/e%d-g%d/%s" % (epoch, self.rng.randrange(GROUPS), SEQUENTIAL_PREFIX) if sequential
-                    else self._path(epoch))
+            path = ("/e%d-g%d/%s" % (epoch, group, SEQUENTIAL_PREFIX) if sequential else self._path(epoch, group))
             call = {"op": "create", "path": path, "data": data}
-            if self.rng.random() < 0.25:
+            if ephemeral:
                 call["ephemeral"] = True
             if sequential:
                 call["sequential"] = True
             return call
         if kind == 1:
-            return {"op": "setData", "path": self._path(epoch), "data": data, "version": self._version()}
+            return {"op": "setData", "path": self._path(epoch, group), "data": data, "version": self._version()}
         if kind == 2:
-            return {"op": "delete", "path": self._path(epoch), "version": self._version()}
-        return {"op": "check", "path": self._path(epoch), "version": self._version()}
+            return {"op": "delete", "path": self._path(epoch, group), "version": self._version()}
+        return {"op": "check", "path": self._path(epoch, group), "version": self._version()}
 
     def _read(self, epoch):
         kind = self.rng.randrange(3)
@@ -292,8 +306,9 @@ class Client(threading.Thread):
         if roll < 415:
             return self._request(self._write(epoch, self._data()))
         if roll < 515:
-            data = self._data()
-            ops = [self._write(epoch, "%s.%d" % (data, i), in_multi=True) for i in range(self.rng.randrange(2, 4))]
+            data, group = self._data(), self.rng.randrange(GROUPS)
+            ops = [self._write(epoch, "%s.%d" % (data, i), group, in_multi=True)
+                   for i in range(self.rng.randrange(2, 4))]
             return self._request({"op": "multi", "ops": ops})
         if roll < 795:
             return self._synced_read(self._read(epoch))
@@ -317,6 +332,7 @@ class Client(threading.Thread):
                     self._abandon("gave-up")
                     continue
                 self.step()
+                time.sleep(self.rng.uniform(0, 2 * THINK_MS / 1000.0))
             if self.session is not None:
                 self._close()
         except BaseException as e:  # noqa: BLE001 - reported by the run
@@ -337,7 +353,9 @@ class EphemeralMonitor(threading.Thread):
         self.timeout_ms = timeout_ms
         self.stop_event = stop
         self.pending = []
+        self.synced_at = 0
         self.gone = {}      # session id -> (abandoned at µs, gone at µs)
+        self.seen = {}      # session id -> (abandoned at µs, latest µs an ephemeral of it was still seen)
         self.halt = threading.Event()  # stop even with sessions pending
         self.lock = threading.Lock()
         self.session = None
@@ -349,8 +367,8 @@ class EphemeralMonitor(threading.Thread):
 
     def _read(self, path, owner):
         """True if no node at `path` (or under it, for "group/*") is owned by
-        `owner`; None if unknown."""
-        s = self.session
+        `owner`; None if unknown; False if one is (at some moment after
+        self.synced_at)."""
         if path.endswith("/*"):
             group = path[:-2]
             call = {"op": "getChildren", "path": group}
@@ -370,6 +388,7 @@ class EphemeralMonitor(threading.Thread):
     def _synced(self, call, want_stat=False):
         s = self.session
         op = self.rec.invoke(MONITOR_PROCESS, s.session_id, call)
+        self.synced_at = op["invoke"]
         if not s.sync(call["path"]):
             return None
         reply = s.call(call)
@@ -382,11 +401,18 @@ class EphemeralMonitor(threading.Thread):
         with self.lock:
             pending = list(self.pending)
         for info in pending:
-            verdicts = [self._read(path, info.session_id) for path in sorted(info.ephemerals)]
+            verdicts = []
+            for path in sorted(info.ephemerals):
+                verdicts.append(self._read(path, info.session_id))
+                if verdicts[-1] is False:
+                    info.seen_at = self.synced_at
+                    break
             if None not in verdicts and all(verdicts):
                 with self.lock:
                     self.pending.remove(info)
                     self.gone[info.session_id] = (info.end_at, self.rec.clock.now())
+                    if info.seen_at is not None:
+                        self.seen[info.session_id] = (info.end_at, info.seen_at)
 
     def run(self):
         try:
