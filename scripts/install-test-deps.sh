@@ -3,8 +3,9 @@
 # machine that already has everything does no network access at all.
 #
 #   * Debian packages zookeeper + zookeeper-bin (Apache ZooKeeper 3.8 jars in
-#     /usr/share/java, zkCli.sh, the C client cli_mt). Runs `apt-get update`
-#     only when a package is missing.
+#     /usr/share/java, zkCli.sh, the C client cli_mt) and faketime
+#     (libfaketime: tests/clock moves a server's wall clock). Runs
+#     `apt-get update` only when a package is missing.
 #   * A Python venv at ./.venv (repo root) with kazoo, pytest, pytest-timeout.
 #
 # Works as root without sudo; uses sudo only when not root and it exists.
@@ -16,7 +17,7 @@ cd "$ROOT"
 PYTHON="${PYTHON:-python3}"
 VENV="${KEEL_VENV:-$ROOT/.venv}"
 PY_PKGS=("kazoo==2.11.0" "pytest" "pytest-timeout")
-APT_PKGS=(zookeeper zookeeper-bin)
+APT_PKGS=(zookeeper zookeeper-bin faketime)
 
 log() { printf '[test-deps] %s\n' "$*" >&2; }
 

@@ -115,7 +115,8 @@ def present(server):
 def assert_all_or_refused(server, acked, serving, log):
     if not serving:
         assert server.proc.returncode not in (0, None), log[-2000:]
-        return "refused"
+        reason = [line.strip() for line in log.splitlines() if line.strip().startswith("0:")]
+        return "refused (%s)" % (reason[0] if reason else "exit %d" % server.proc.returncode)
     got = present(server)
     assert got == list(range(acked)), (
         "started but misses acknowledged writes: %d of %d present (first missing %s)\n%s"
