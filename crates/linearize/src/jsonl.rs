@@ -163,7 +163,7 @@ fn bytes(data: Option<String>, data_hex: Option<String>) -> Result<Vec<u8>, Stri
 }
 
 fn decode_hex(hex: &str) -> Result<Vec<u8>, String> {
-    if hex.len() % 2 != 0 {
+    if !hex.len().is_multiple_of(2) {
         return Err(format!("data_hex of odd length {}", hex.len()));
     }
     (0..hex.len())
@@ -254,7 +254,10 @@ fn validate(op: &Operation) -> Result<(), String> {
         let bad = ops.iter().find(|sub| {
             !matches!(
                 sub,
-                Call::Create { .. } | Call::Delete { .. } | Call::SetData { .. } | Call::Check { .. }
+                Call::Create { .. }
+                    | Call::Delete { .. }
+                    | Call::SetData { .. }
+                    | Call::Check { .. }
             )
         });
         if let Some(sub) = bad {
@@ -318,7 +321,12 @@ pub fn read_history(input: impl BufRead) -> Result<HistoryFile, ReadError> {
         match parse_line(text) {
             Ok(Some(op)) => file.ops.push(op),
             Ok(None) => file.local_reads += 1,
-            Err(message) => return Err(ReadError::Invalid { line: i + 1, message }),
+            Err(message) => {
+                return Err(ReadError::Invalid {
+                    line: i + 1,
+                    message,
+                })
+            }
         }
     }
     Ok(file)

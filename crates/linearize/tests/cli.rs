@@ -20,8 +20,8 @@ fn run(history: &str) -> (i32, String) {
         .write_all(history.as_bytes())
         .expect("write history");
     let out = child.wait_with_output().expect("wait");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     (out.status.code().expect("exit code"), text)
 }
 
