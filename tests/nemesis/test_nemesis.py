@@ -4,6 +4,7 @@ directly): NEMESIS_SECONDS (default 180) of faults on a NEMESIS_NODES
 run with a planted lost write must report violations."""
 
 import os
+import shutil
 
 import pytest
 
@@ -35,7 +36,7 @@ def test_nemesis_finds_no_violation():
     violations, r = run(SECONDS, NODES, int(SEED) if SEED else None, out=out)
     report_summary(lines[-1])
     assert violations == 0, "\n".join(lines[-60:])
-    r.cluster.cleanup()
+    shutil.rmtree(r.workdir, ignore_errors=True)
 
 
 @pytest.mark.timeout(PLANTED_SECONDS + 600)
@@ -49,4 +50,4 @@ def test_a_planted_lost_write_is_reported():
     assert "check acknowledged writes: 1 VIOLATIONS" in text, text
     assert "check linearizability:     1 VIOLATIONS" in text, text
     assert "planted: the final read of" in text, text
-    r.cluster.cleanup()
+    shutil.rmtree(r.workdir, ignore_errors=True)
