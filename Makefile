@@ -12,6 +12,8 @@
 #   make scale          Keel vs ZooKeeper 3.8 holding SCALE_ZNODES znodes (default 10,000,000):
 #                       RSS per znode, snapshot under load, restart (bench/scale.py, BENCHMARKS.md)
 #   make replay         Keel vs ZooKeeper 3.8 log replay rate after kill -9, no snapshot (bench/replay.py)
+#   make nemesis        fault campaign on a real cluster, every history checked (tests/nemesis, docs/RELIABILITY.md):
+#                       NEMESIS_SECONDS (180) NEMESIS_NODES (3 or 5) NEMESIS_SEED (random)
 #
 # PYTEST_ARGS="-k watch -x" passes extra arguments to pytest.
 
@@ -22,16 +24,17 @@ PY          := $(VENV)/bin/python
 KEEL        := target/release/keel
 PYTEST      := $(PY) -m pytest
 PYTEST_ARGS ?=
-SUITES      := tests/compat tests/badinput tests/crash tests/cluster tests/metrics
+SUITES      := tests/compat tests/badinput tests/crash tests/cluster tests/metrics tests/storage tests/clock tests/scale tests/nemesis
 # suites that compare against ZooKeeper (the cluster suite is Keel-only)
 SELFCHECK_SUITES := tests/compat tests/badinput tests/crash
 
-.PHONY: all build run cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare scale replay sim fuzz
+.PHONY: all build run cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare scale replay sim fuzz nemesis
 
 all: build
 
+# keel-linearize: the history checker tests/nemesis runs.
 build:
-	$(CARGO) build --release -p keel
+	$(CARGO) build --release -p keel -p keel-linearize
 
 cluster: build
 	bash scripts/cluster.sh 3
@@ -84,6 +87,16 @@ scale: test-deps build
 # (bench/replay.py: REPLAY_WORKLOAD, REPLAY_SECONDS, REPLAY_CLIENTS; bench/work/replay.json).
 replay: test-deps build
 	python3 bench/replay.py
+
+# Jepsen-style campaign on real processes (tests/nemesis/run.py); the same
+# code runs for NEMESIS_SECONDS (default 180) in `make test` (tests/nemesis).
+# Exits non-zero on any violation; the work dir (history, timeline.svg) is kept.
+NEMESIS_SECONDS ?= 180
+NEMESIS_NODES   ?= 3
+NEMESIS_SEED    ?=
+nemesis: test-deps build
+	NEMESIS_SECONDS=$(NEMESIS_SECONDS) NEMESIS_NODES=$(NEMESIS_NODES) NEMESIS_SEED=$(NEMESIS_SEED) \
+		PYTHONPATH=tests $(PY) -m nemesis.run
 
 # Deterministic simulator: a seed range with every checker (crates/sim/README.md).
 sim:

@@ -5,9 +5,10 @@
 #   * Debian packages zookeeper + zookeeper-bin (Apache ZooKeeper 3.8 jars in
 #     /usr/share/java, zkCli.sh, the C client cli_mt), prometheus (the
 #     server that scrapes Keel in tests/metrics; installed, never started as a
-#     service) and openssl (the command line that makes the certificates of
-#     tests/cluster/test_peer_auth.py). Runs `apt-get update` only when a
-#     package is missing.
+#     service), openssl (the command line that makes the certificates of
+#     tests/cluster/test_peer_auth.py) and faketime (libfaketime: tests/clock
+#     moves a server's wall clock). Runs `apt-get update` only when a package
+#     is missing.
 #   * A Python venv at ./.venv (repo root) with kazoo, pytest, pytest-timeout
 #     and prometheus-client (its text-format parser).
 #
@@ -20,7 +21,7 @@ cd "$ROOT"
 PYTHON="${PYTHON:-python3}"
 VENV="${KEEL_VENV:-$ROOT/.venv}"
 PY_PKGS=("kazoo==2.11.0" "pytest" "pytest-timeout" "prometheus-client")
-APT_PKGS=(zookeeper zookeeper-bin prometheus openssl)
+APT_PKGS=(zookeeper zookeeper-bin prometheus openssl faketime)
 
 log() { printf '[test-deps] %s\n' "$*" >&2; }
 

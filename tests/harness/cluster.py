@@ -10,7 +10,8 @@ and `make cluster` start a cluster.
 
 KeelCluster(proxied=True) routes every directed peer link i->j through its own
 TCP proxy (harness.proxy), so isolate(i)/heal(i) partition a node from the
-others in both directions.
+others in both directions, cut(pairs) and partition(sides) cut any set of
+links (majority/minority, a bridge node) and heal_all() restores them.
 
 Command line (what `make cluster` / scripts/cluster.sh run), from the
 repository root:
@@ -417,6 +418,30 @@ class KeelCluster(ServerGroup):
         assert self.proxied, "heal() needs KeelCluster(proxied=True)"
         for (i, j), link in self.links.items():
             if index in (i, j) and not link.listening:
+                link.resume()
+
+    def cut(self, pairs):
+        """Cut the peer links between each (i, j) of `pairs` (0-based), both
+        directions."""
+        assert self.proxied, "cut() needs KeelCluster(proxied=True)"
+        for i, j in pairs:
+            for link in (self.links[(i, j)], self.links[(j, i)]):
+                if link.listening:
+                    link.cut()
+
+    def partition(self, sides):
+        """Cut every peer link between members of different `sides` (lists
+        of 0-based indexes; a member in no side keeps all its links, e.g.
+        the bridge of [[0], [2]] in a 3-node cluster)."""
+        side_of = {i: k for k, side in enumerate(sides) for i in side}
+        self.cut([(i, j) for i in side_of for j in side_of
+                  if i < j and side_of[i] != side_of[j]])
+
+    def heal_all(self):
+        """Reconnect every peer link."""
+        assert self.proxied, "heal_all() needs KeelCluster(proxied=True)"
+        for link in self.links.values():
+            if not link.listening:
                 link.resume()
 
     def _stopped(self):

@@ -146,6 +146,7 @@ class BaseServer:
         self.proc = None
         self._log_file = None
         self.starts = 0
+        self.paused = False
 
     # ------------------------------------------------------------------
     @property
@@ -164,7 +165,10 @@ class BaseServer:
     def _env(self):
         return dict(os.environ)
 
-    def start(self, timeout=None):
+    def start(self, timeout=None, wait=True):
+        """Start the process and (wait=True) wait until it serves; wait=False
+        returns at once (a node restarted while its cluster has no quorum
+        would not serve until the quorum is back: tests/nemesis)."""
         assert self.proc is None or self.proc.poll() is not None, "already running"
         self._prepare()
         self._log_file = open(self.log_path, "ab")
@@ -180,8 +184,11 @@ class BaseServer:
             start_new_session=True,  # own process group
         )
         self.starts += 1
+        self.paused = False
         with _live_lock:
             _live.add(self)
+        if not wait:
+            return self
         try:
             self.wait_ready(timeout or self.startup_timeout)
         except Exception:
@@ -228,6 +235,15 @@ class BaseServer:
             os.killpg(self.proc.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+    def pause(self):
+        """SIGSTOP the process group (resume() continues it)."""
+        self._signal_group(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self):
+        self._signal_group(signal.SIGCONT)
+        self.paused = False
 
     def stop(self, timeout=15.0):
         """SIGTERM, then SIGKILL after `timeout`. Returns the exit code."""

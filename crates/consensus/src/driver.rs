@@ -393,7 +393,10 @@ fn check_identity(config: &RaftConfig) -> Result<(), ConsensusError> {
         config.cluster_id(),
         config.node_id
     );
-    match std::fs::read_to_string(&path) {
+    // Read as bytes: a damaged file is refused with its path and what it
+    // holds, like any other mismatch (not as an io error without a name).
+    let read = std::fs::read(&path).map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
+    match read {
         Ok(found) if found == expected => Ok(()),
         Ok(found) => Err(ConsensusError::Identity {
             path,

@@ -1,5 +1,7 @@
 //! Linearizability checking of ZooKeeper histories recorded by Keel's
-//! deterministic cluster simulator.
+//! deterministic cluster simulator, and by any driver that writes a history
+//! file (JSON lines, [`jsonl`]) for the `keel-linearize` binary: the fault
+//! campaign on real processes (tests/nemesis) does.
 //!
 //! # What is checked
 //!
@@ -81,6 +83,7 @@
 mod check;
 mod footprint;
 mod history;
+pub mod jsonl;
 mod memo;
 mod model;
 mod partition;

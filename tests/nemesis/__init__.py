@@ -1,0 +1,1 @@
+"""Jepsen-style fault campaign on real keel processes (`make nemesis`, tests/nemesis/run.py)."""
