@@ -1,12 +1,11 @@
 """A full disk: a single Keel node's data dir on a small tmpfs (mounted by
 the test; skipped where mounting is not permitted), filled up by a
-filler file and then by writes. Whatever the node does when the log
-cannot be written (stop acknowledging, or exit with a clear message),
-it must never acknowledge a write it did not keep: once space is freed
-(the filler removed) and the node restarted if it exited, every
-acknowledged znode is there with its data. The summary says what the
-node did (kept serving, exited with which message, recovered by itself)."""
-
+filler file and then by writes. The node must never acknowledge a write
+it did not keep; while the log cannot be written it keeps running, says
+so (log line, mntr keel_log_write_paused) and serves reads to sessions
+already open; once space is freed (the filler removed) it writes again by
+itself, and after a restart every acknowledged znode is there with its
+data."""
 import os
 import subprocess
 import time
@@ -17,7 +16,7 @@ from kazoo.exceptions import KazooException
 
 from conftest import report_summary, require_keel
 from harness import KeelServer
-from harness.servers import ServerStartError
+from harness.servers import ServerStartError, mntr
 
 FS_BYTES = 160 << 20
 LEFT_FREE_BYTES = 3 << 20
@@ -58,9 +57,18 @@ def filled(small_fs):
     server = KeelServer(name="keel-full-disk", data_dir=os.path.join(small_fs, "data"))
     server.start()
     try:
+        # A session opened before the disk fills (a new one needs a write).
+        reader = KazooClient(hosts=server.address, timeout=30)
+        reader.start(timeout=20)
         filler = fill(small_fs, LEFT_FREE_BYTES)
         acked, refused = write_until_refused(server)
         alive, log = server.running(), server.log_text()
+        if alive:
+            paused = mntr(server.port).get("keel_log_write_paused")
+            assert paused == "1", "mntr keel_log_write_paused = %r while the disk is full" % paused
+            assert reader.exists("/full") is not None, "reads are not served while the disk is full"
+        reader.stop()
+        reader.close()
         os.remove(filler)
         yield server, acked, refused, alive, log
     finally:
@@ -107,14 +115,16 @@ def test_full_disk_never_loses_an_acknowledged_write(filled):
         report_summary("full disk: first log line about it: %s" % errors[0][:200])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known: with the disk full the node keeps running but stops acknowledging writes (raft-engine's "
-    "append fails: 'nospace, try to write this LogBatch again'), and does not write again once space "
-    "is freed; no Keel log line or metric says so. strict: passes once fixed"))
 def test_full_disk_node_writes_again_once_space_is_freed(filled):
-    server, _, _, alive, _ = filled
+    """While the log cannot be written the node says so (a log line, mntr's
+    keel_log_write_paused = 1) and keeps serving reads; once space is
+    freed it writes again by itself."""
+    server, _, _, alive, log = filled
     assert alive, "the node exited on a full disk"
+    assert "file system is full" in log, "no Keel log line says the disk is full"
     assert writes_again(server), "no write acknowledged within 15 s of freeing space"
+    assert mntr(server.port).get("keel_log_write_paused") == "0"
+    assert "the Raft log is written again" in server.log_text()
 
 
 def writes_again(server, timeout_s=15.0):

@@ -208,6 +208,13 @@ pub struct RaftStatus {
     pub snapshot_last_bytes: AtomicU64,
     /// Proposals per group-commit entry (leader).
     pub batch_proposals: Histogram,
+    /// The Raft log cannot be written (its file system is full): the
+    /// driver waits and tries again, acknowledging no write meanwhile.
+    pub log_write_paused: AtomicBool,
+    /// Times the log met a full file system.
+    pub log_write_pauses: AtomicU64,
+    /// The server is stopping: a paused log write gives up.
+    pub stopping: AtomicBool,
 }
 
 /// Why the driver did not take a proposal or a read barrier.
@@ -265,6 +272,7 @@ impl RaftHandle {
     }
 
     pub fn shutdown(&self) {
+        self.status.stopping.store(true, Ordering::Relaxed);
         let _ = self.inputs.send(Input::Shutdown);
     }
 
@@ -433,6 +441,57 @@ impl SnapshotSource for SnapshotDir {
     }
 }
 
+/// How often a log write refused for want of space is tried again.
+pub const LOG_FULL_RETRY_MS: u64 = 250;
+
+/// raft-engine's way of saying the file system is full: it could not
+/// allocate or append (`nospace`), and asks for the batch again.
+fn out_of_space(error: &ConsensusError) -> bool {
+    match error {
+        ConsensusError::Log(raft_engine::Error::TryAgain(reason)) => reason.contains("nospace"),
+        ConsensusError::Log(raft_engine::Error::Io(io)) | ConsensusError::Io(io) => {
+            io.kind() == std::io::ErrorKind::StorageFull || io.to_string().contains("nospace")
+        }
+        _ => false,
+    }
+}
+
+/// Runs a log write until it is not refused for want of space. Raft's
+/// contract stays whole: nothing after this write (acknowledgements,
+/// applying, the next Ready) happens until it is durable, so a full disk
+/// pauses writes (reads are served meanwhile by the server) and frees
+/// them by itself once space is back. Only a stop gives up, with the error.
+fn until_space<T>(
+    status: &RaftStatus,
+    mut write: impl FnMut() -> Result<T, ConsensusError>,
+) -> Result<T, ConsensusError> {
+    let mut paused: Option<Instant> = None;
+    loop {
+        match write() {
+            Err(error) if out_of_space(&error) => {
+                if paused.is_none() {
+                    tracing::error!(%error, "the Raft log's file system is full: no write is acknowledged until space is freed (retrying every {LOG_FULL_RETRY_MS} ms; reads go on)");
+                    status.log_write_paused.store(true, Ordering::Relaxed);
+                    status.log_write_pauses.fetch_add(1, Ordering::Relaxed);
+                    paused = Some(Instant::now());
+                }
+                if status.stopping.load(Ordering::Relaxed) {
+                    return Err(error);
+                }
+                std::thread::sleep(Duration::from_millis(LOG_FULL_RETRY_MS));
+            }
+            result => {
+                if let Some(since) = paused {
+                    let paused_ms = since.elapsed().as_millis() as u64;
+                    tracing::warn!(paused_ms, "the Raft log is written again: writes go on");
+                    status.log_write_paused.store(false, Ordering::Relaxed);
+                }
+                return result;
+            }
+        }
+    }
+}
+
 /// The server's `Io`: raft-engine, snapshot files, the TCP transport.
 struct ShellIo {
     store: LogStore,
@@ -464,14 +523,16 @@ impl Io for ShellIo {
         conf_state: Option<&ConfState>,
     ) -> Result<(), ConsensusError> {
         let started = Instant::now();
-        if self.store.persist(entries, hard_state, conf_state)? {
+        let store = &self.store;
+        if until_space(&self.status, || store.persist(entries, hard_state, conf_state))? {
             self.status.fsync_us.record_duration(started.elapsed());
         }
         Ok(())
     }
 
     fn persist_commit(&mut self, hard_state: &HardState) -> Result<(), ConsensusError> {
-        self.store.persist_commit(hard_state)
+        let store = &self.store;
+        until_space(&self.status, || store.persist_commit(hard_state))
     }
 
     fn compact_to(&mut self, index: u64) -> Result<(), ConsensusError> {
@@ -479,7 +540,10 @@ impl Io for ShellIo {
     }
 
     fn save_snapshot(&mut self, index: u64, term: u64, bytes: &[u8]) -> Result<(), ConsensusError> {
-        snapfile::write(&self.snapshot_dir, index, term, bytes).map(|_| ())
+        let directory = &self.snapshot_dir;
+        until_space(&self.status, || {
+            snapfile::write(directory, index, term, bytes).map(|_| ())
+        })
     }
 
     fn oldest_snapshot_index(&self) -> Option<u64> {

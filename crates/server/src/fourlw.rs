@@ -182,6 +182,10 @@ fn mntr(shared: &Shared) -> String {
         ("keel_raft_commit_index", load(&status.commit_index)),
         ("keel_raft_applied_index", load(&status.applied_index)),
         ("keel_raft_fsyncs", load(&status.fsyncs)),
+        (
+            "keel_log_write_paused",
+            (status.log_write_paused.load(Ordering::Relaxed) as u8).to_string(),
+        ),
         ("keel_raft_proposals", load(&status.proposals)),
         ("keel_raft_batches", load(&status.batches)),
         ("keel_snapshots_taken", load(&status.snapshots_taken)),

@@ -235,6 +235,16 @@ const FAMILIES: &[Family] = &[
         "1 once the node has caught up and serves sessions",
     ),
     family("keel_raft_is_leader", G, "1 while this node leads"),
+    family(
+        "keel_log_write_paused",
+        G,
+        "1 while the Raft log's file system is full (no write is acknowledged)",
+    ),
+    family(
+        "keel_log_write_pauses_total",
+        C,
+        "Times the Raft log met a full file system",
+    ),
     family("keel_raft_term", G, "Raft term"),
     family("keel_raft_leader_id", G, "Id of the leader (0: none known)"),
     family("keel_raft_commit_index", G, "Raft commit index"),
@@ -785,6 +795,10 @@ impl Sources {
             status.is_leader.load(Ordering::Relaxed) as u8 as f64,
         );
         out.gauge(
+            "keel_log_write_paused",
+            status.log_write_paused.load(Ordering::Relaxed) as u8 as f64,
+        );
+        out.gauge(
             "keel_snapshot_last_duration_seconds",
             load(&status.snapshot_last_ms) as f64 / 1000.0,
         );
@@ -796,6 +810,7 @@ impl Sources {
             ("keel_raft_proposals_total", &status.proposals),
             ("keel_raft_batches_total", &status.batches),
             ("keel_snapshots_taken_total", &status.snapshots_taken),
+            ("keel_log_write_pauses_total", &status.log_write_pauses),
         ] {
             out.counter(name, &[], load(counter) as f64);
         }
