@@ -492,6 +492,8 @@ fn tracker_for(tree: &DataTree, tick_ms: u64, now_ms: u64) -> SessionTracker {
 /// What the simulator (or a test) watches the apply step do; the server
 /// watches nothing (`()`).
 pub trait ApplyObserver: Send + 'static {
+    /// One transaction about to be applied at log `index` to `tree`.
+    fn applying(&mut self, _index: u64, _txn: &Txn, _tree: &DataTree) {}
     /// One transaction applied at log `index`.
     fn applied(&mut self, _index: u64, _txn: &Txn, _applied: &Applied) {}
     /// The tree after an entry was applied or skipped, or a snapshot
@@ -623,6 +625,7 @@ impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
                     continue;
                 }
             };
+            self.observer.applying(index, &txn, &state.tree);
             let applied = state.tree.apply(term, &txn);
             self.observer.applied(index, &txn, &applied);
             let asked_here = proposal.origin == self.node.server_id;

@@ -15,14 +15,15 @@ use keel_jute::{opcode, ErrorCode, Request, SetWatches};
 use keel_linearize::{Call, Operation, Ret};
 use keel_server::fifo::{Completed, Lane, RequestFifo, Stash, PENDING_REQUESTS_MAX};
 use keel_server::node::{CloseReason, Outbound as ToClient, Route, SyncContext, SESSION_SECRET};
+use keel_server::reaper::Reaper;
 use keel_tree::watch::WatchKind;
-use keel_tree::{Event, Txn, TxnOp};
+use keel_tree::{owner_kind, Event, OwnerKind, Txn, TxnOp};
 use raft::eraftpb::ConfState;
 
 use crate::disk::{SharedDisk, SimIo, SimSnapshots};
 use crate::machine::{new_machine, Outbox, SimMachine, SimOutlet};
 use crate::rng::Rng;
-use crate::workload::{self, AclCall, Step};
+use crate::workload::{self, AclCall, ReapCall, Step};
 
 /// Raft tick of every node (ms), as the server's default.
 pub const TICK_MS: u64 = 100;
@@ -49,6 +50,15 @@ pub const SIM_LOG_KEPT_BEHIND_SNAPSHOT: u64 = 20;
 const SIM_SNAPSHOT_EVERY_LOG_BYTES: u64 = 48 * 1024;
 /// Entries between snapshots.
 pub const SIM_SNAPSHOT_EVERY_ENTRIES: u64 = 40;
+/// The reaper's pass interval is drawn per run from this range (ms).
+pub const SIM_REAP_INTERVAL_MIN_MS: u64 = 200;
+pub const SIM_REAP_INTERVAL_MAX_MS: u64 = 500;
+/// After the settle, no container or TTL node may have been due for
+/// longer than this (ms): a few passes, plus the reaper's resend of a
+/// deletion lost with a leader change.
+pub const REAP_LATE_AFTER_MS: u64 =
+    keel_server::reaper::REAP_RESEND_AFTER_MS + 4 * SIM_REAP_INTERVAL_MAX_MS;
+const _: () = assert!(REAP_LATE_AFTER_MS < SETTLE_MS);
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -79,6 +89,17 @@ pub struct Options {
     /// A planted bug in the tree's ACL check: every check passes. The ACL
     /// check of the clients must see a request allowed that is not.
     pub acl_blind: bool,
+    /// A planted bug in the reaper (`keel_tree::planted::set_reap_early`):
+    /// childless TTL nodes go whatever their age, containers that never
+    /// had a child go too. The reaper checks must see it.
+    pub reap_early: bool,
+    /// A planted bug in the reaper (`keel_tree::planted::set_reap_late`):
+    /// TTLs read as seconds, no container ever empty. The check after the
+    /// settle must see nodes left that are due.
+    pub reap_late: bool,
+    /// The reaper's pass interval on every node (the server's
+    /// `container_check_interval_ms`), in logical ms.
+    pub container_check_interval_ms: u64,
     /// Keep the readable trace (the fingerprint is always computed).
     pub trace: bool,
 }
@@ -93,6 +114,8 @@ impl Options {
         let observer = rng.chance(300_000);
         let nodes = voters + usize::from(observer);
         let preferred_leader = rng.chance(300_000).then(|| rng.between(1, voters as u64));
+        let container_check_interval_ms =
+            rng.between(SIM_REAP_INTERVAL_MIN_MS, SIM_REAP_INTERVAL_MAX_MS);
         Options {
             seed,
             nodes,
@@ -110,6 +133,9 @@ impl Options {
             reads_skip_queue: false,
             recursive_watches_blind: false,
             acl_blind: false,
+            reap_early: false,
+            reap_late: false,
+            container_check_interval_ms,
             trace: false,
         }
     }
@@ -137,6 +163,11 @@ pub struct Stats {
     pub persistent_watches_added: u64,
     /// Requests under ACL_ROOT (checked against the client's identity).
     pub acl_requests: u64,
+    /// Requests under REAP_ROOT (containers, TTL nodes, their children).
+    pub reap_requests: u64,
+    /// Deletions by the reaper that applied (each once, not per replica).
+    pub reaped_containers: u64,
+    pub reaped_ttl_nodes: u64,
     /// Runs whose linearizability search ran out of budget (undecided).
     pub linearizability_undecided: u64,
 }
@@ -174,6 +205,11 @@ enum Ev {
     },
     /// The snapshot writer of `node` writes its next part.
     SnapshotChunk {
+        node: u64,
+        epoch: u64,
+    },
+    /// The reaper of `node` makes a pass (`Reaper::pass`).
+    Reap {
         node: u64,
         epoch: u64,
     },
@@ -233,6 +269,8 @@ struct Node {
     outbox: Outbox,
     /// The snapshot being written, part by part.
     snapshot: Option<Writing>,
+    /// The server's reaper state: what this node proposed while leading.
+    reaper: Reaper,
 }
 
 struct Writing {
@@ -249,6 +287,7 @@ enum PendingKind {
     Sync { call: Call, watch: bool },
     Read,
     AclWrite { call: AclCall },
+    ReapWrite { call: ReapCall },
 }
 
 /// A request as the node's connection shell holds it in the session's
@@ -368,6 +407,11 @@ pub struct World {
     history: Vec<Operation>,
     /// Expiry operations recorded, by session (to fill in their return).
     expiries: BTreeMap<i64, usize>,
+    /// When each zxid was first applied anywhere (µs), for the reaper's
+    /// lateness check.
+    applied_at_us: BTreeMap<i64, u64>,
+    /// Reaper problems reported (each once, not per replica).
+    reaper_problems: BTreeSet<String>,
     /// The first digest any node reported at each applied index.
     digests: BTreeMap<u64, (u64, u64)>,
     /// Events by zxid, from the first node to apply each entry.
@@ -408,6 +452,7 @@ impl World {
                 next_session: 0,
                 outbox: Outbox::default(),
                 snapshot: None,
+                reaper: Reaper::default(),
             })
             .collect();
         let clients = (0..options.clients)
@@ -450,6 +495,8 @@ impl World {
             faults_over: false,
             history: Vec::new(),
             expiries: BTreeMap::new(),
+            applied_at_us: BTreeMap::new(),
+            reaper_problems: BTreeSet::new(),
             digests: BTreeMap::new(),
             events: BTreeMap::new(),
             applied_indexes: BTreeSet::new(),
@@ -485,6 +532,8 @@ impl World {
     pub fn run(mut self) -> Report {
         keel_tree::planted::set_recursive_blind(self.options.recursive_watches_blind);
         keel_tree::planted::set_acl_blind(self.options.acl_blind);
+        keel_tree::planted::set_reap_early(self.options.reap_early);
+        keel_tree::planted::set_reap_late(self.options.reap_late);
         for id in 1..=self.options.nodes as u64 {
             self.start_node(id);
         }
@@ -521,6 +570,8 @@ impl World {
         }
         keel_tree::planted::set_recursive_blind(false);
         keel_tree::planted::set_acl_blind(false);
+        keel_tree::planted::set_reap_early(false);
+        keel_tree::planted::set_reap_late(false);
         self.finish()
     }
 
@@ -564,6 +615,7 @@ impl World {
             Ev::Tick { node, epoch } => self.tick(node, epoch),
             Ev::Advance { node, epoch } => self.advance(node, epoch),
             Ev::SnapshotChunk { node, epoch } => self.snapshot_chunk(node, epoch),
+            Ev::Reap { node, epoch } => self.reap(node, epoch),
             Ev::ClientWake { client, generation } => self.client_wake(client, generation),
             Ev::ClientTimeout {
                 client,
@@ -672,6 +724,7 @@ impl World {
         )
         .expect("a simulated node starts");
         node.core = Some(core);
+        node.reaper = Reaper::default();
         node.epoch += 1;
         node.advance_scheduled = false;
         node.busy_until_us = 0;
@@ -680,7 +733,35 @@ impl World {
         let tick_us = node.tick_ms * 1000;
         self.note(format!("n{id} start epoch {epoch}"));
         self.schedule(tick_us, Ev::Tick { node: id, epoch });
+        let reap_us = self.options.container_check_interval_ms * 1000;
+        self.schedule(reap_us, Ev::Reap { node: id, epoch });
         self.request_advance(id);
+    }
+
+    /// The server's reaper pass (`Reaper::pass`, as its timer calls it):
+    /// the leader proposes the deletions of containers and TTL nodes due.
+    fn reap(&mut self, id: u64, epoch: u64) {
+        let time_ms = (self.now_us / 1000) as i64;
+        let interval_us = self.options.container_check_interval_ms * 1000;
+        let node = self.node(id);
+        if node.epoch != epoch {
+            return;
+        }
+        let core = node.core.as_mut().expect("a live epoch has a core");
+        let leader = core.is_leader();
+        let txns = node.reaper.pass(core.machine().node(), leader, time_ms);
+        let mut paths = Vec::new();
+        for txn in txns {
+            core.propose(txn.encode());
+            if let TxnOp::DeleteContainer { path } = txn.op {
+                paths.push(path);
+            }
+        }
+        if !paths.is_empty() {
+            self.note(format!("n{id} reaps {paths:?}"));
+            self.request_advance(id);
+        }
+        self.schedule(interval_us, Ev::Reap { node: id, epoch });
     }
 
     fn request_advance(&mut self, id: u64) {
@@ -779,6 +860,7 @@ impl World {
         let digests = std::mem::take(&mut recorder.digests);
         let applied = std::mem::take(&mut recorder.applied);
         let ephemerals = recorder.ephemerals.take();
+        let reaper = recorder.reaper.take();
         let more = core.has_ready();
         let job = core.take_snapshot_job();
         let term = core.term();
@@ -791,6 +873,11 @@ impl World {
         }
         if let Some(problem) = ephemerals {
             self.fail(format!("n{id}: {problem}"));
+        }
+        if let Some(problem) = reaper {
+            if self.reaper_problems.insert(problem.clone()) {
+                self.fail(format!("n{id}: {problem}"));
+            }
         }
         self.check_digests(id, &digests);
         self.record_applied(applied);
@@ -866,6 +953,17 @@ impl World {
 
     fn record_applied(&mut self, applied: Vec<crate::machine::AppliedTxn>) {
         for txn in applied {
+            let first = !self.applied_at_us.contains_key(&txn.zxid);
+            if first {
+                self.applied_at_us.insert(txn.zxid, self.now_us);
+            }
+            if let (Some(reaped), true) = (&txn.reaped, first) {
+                self.note(format!("reaped {} ({:?})", reaped.path, reaped.kind));
+                match reaped.kind {
+                    OwnerKind::Container => self.stats.reaped_containers += 1,
+                    _ => self.stats.reaped_ttl_nodes += 1,
+                }
+            }
             if let Some(session) = txn.closed_session {
                 if let Some(&at) = self.expiries.get(&session) {
                     if self.history[at].ret.is_none() {
@@ -1046,6 +1144,7 @@ impl World {
                     self.issue_read(client, call, watch, None);
                 }
                 Step::Acl(call) => self.issue_acl(client, call),
+                Step::Reap(call) => self.issue_reap(client, call),
                 Step::AddWatch { path, recursive } => {
                     // One watch per path: no mode changes to model.
                     let c = &self.clients[client];
@@ -1344,6 +1443,41 @@ impl World {
         self.clients[client].pending.push_back(Pending {
             xid,
             kind: PendingKind::AclWrite { call },
+            history: None,
+        });
+        self.submit(
+            client,
+            Queued::Write {
+                xid,
+                payload: txn.encode(),
+            },
+        );
+    }
+
+    /// A write under REAP_ROOT: through the log, not in the history (the
+    /// model knows no deletions by the reaper); its reply is only noted.
+    fn issue_reap(&mut self, client: usize, call: ReapCall) {
+        self.stats.reap_requests += 1;
+        let xid = self.next_xid(client);
+        self.arm_timeout(client, xid);
+        let session = self.clients[client].session.expect("has a session");
+        let request = workload::reap_request(&call, format!("c{client}-{xid}").as_bytes());
+        let mut body = Vec::new();
+        request.encode(&mut body);
+        let txn = Txn {
+            session_id: session,
+            xid,
+            time_ms: (self.now_us / 1000) as i64,
+            auth: self.clients[client].auth.clone(),
+            op: TxnOp::Request {
+                op_code: request.op_code(),
+                body,
+            },
+        };
+        self.note(format!("c{client} {session:#x} xid {xid} {call:?}"));
+        self.clients[client].pending.push_back(Pending {
+            xid,
+            kind: PendingKind::ReapWrite { call },
             history: None,
         });
         self.submit(
@@ -1878,6 +2012,10 @@ impl World {
                 self.history[at].ret = Some((self.now_us.max(self.history[at].invoke + 1), ret));
             }
             PendingKind::AclWrite { call } => self.check_acl(client, &call, &result),
+            PendingKind::ReapWrite { call } => {
+                let outcome = result.as_ref().err();
+                self.note(format!("c{client} {call:?} -> {outcome:?}"));
+            }
             PendingKind::Sync { .. } | PendingKind::Read => {
                 return self.fail(format!("c{client}: xid {xid} answered as a write"));
             }
@@ -2002,6 +2140,7 @@ impl World {
 
     fn finish(mut self) -> Report {
         self.check_convergence();
+        self.check_reaped_after_settle();
         self.check_affinity();
         self.final_reads();
         self.check_linearizable();
@@ -2071,6 +2210,43 @@ impl World {
             if applied != first_applied || digest != first_digest {
                 self.fail(format!(
                     "no convergence after {SETTLE_MS} ms quiet: n{first_id} applied {first_applied} digest {first_digest:#x}, n{id} applied {applied} digest {digest:#x}"
+                ));
+            }
+        }
+    }
+
+    /// After the quiet settle the reaper has caught up: no container that
+    /// had a child is empty, and no TTL node has outlived its TTL, for
+    /// longer than REAP_LATE_AFTER_MS.
+    fn check_reaped_after_settle(&mut self) {
+        let Some(tree) = self
+            .nodes
+            .iter()
+            .find_map(|n| n.core.as_ref().map(|c| c.machine().node().tree().clone()))
+        else {
+            return;
+        };
+        let now_ms = self.now_us / 1000;
+        let children = tree.node(workload::REAP_ROOT).map(|n| n.children);
+        for name in children.unwrap_or_default() {
+            let path = format!("{}/{name}", workload::REAP_ROOT);
+            let node = tree.node(&path).expect("a listed child exists");
+            if !node.children.is_empty() {
+                continue;
+            }
+            let due_ms = match owner_kind(node.stat.ephemeral_owner) {
+                // Due since its last child went (that deletion's zxid).
+                OwnerKind::Container if node.stat.cversion > 0 => {
+                    let at_us = self.applied_at_us.get(&node.stat.pzxid);
+                    at_us.map_or(0, |us| us / 1000)
+                }
+                OwnerKind::Ttl(ttl_ms) => (node.stat.mtime + ttl_ms).max(0) as u64,
+                _ => continue,
+            };
+            let late_ms = now_ms.saturating_sub(due_ms);
+            if late_ms > REAP_LATE_AFTER_MS {
+                self.fail(format!(
+                    "reaper: {path} due since {due_ms} ms is still there at {now_ms} ms"
                 ));
             }
         }

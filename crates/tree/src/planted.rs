@@ -6,6 +6,8 @@
 thread_local! {
     static RECURSIVE_BLIND: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     static ACL_BLIND: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static REAP_EARLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static REAP_LATE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Recursive watches fire for their own path only, never for a
@@ -21,6 +23,21 @@ pub fn set_acl_blind(on: bool) {
     ACL_BLIND.with(|flag| flag.set(on));
 }
 
+/// The reaper takes what is not due: a childless TTL node whatever its
+/// age, a container that never had a child (in its candidates and in the
+/// apply step's own check; on this thread, until switched off).
+#[cfg(any(test, feature = "testing"))]
+pub fn set_reap_early(on: bool) {
+    REAP_EARLY.with(|flag| flag.set(on));
+}
+
+/// The reaper's candidates miss what is due: a TTL is read as seconds,
+/// and no container counts as empty (on this thread, until switched off).
+#[cfg(any(test, feature = "testing"))]
+pub fn set_reap_late(on: bool) {
+    REAP_LATE.with(|flag| flag.set(on));
+}
+
 #[cfg(any(test, feature = "testing"))]
 pub(crate) fn recursive_blind() -> bool {
     RECURSIVE_BLIND.with(|flag| flag.get())
@@ -29,6 +46,16 @@ pub(crate) fn recursive_blind() -> bool {
 #[cfg(any(test, feature = "testing"))]
 pub(crate) fn acl_blind() -> bool {
     ACL_BLIND.with(|flag| flag.get())
+}
+
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn reap_early() -> bool {
+    REAP_EARLY.with(|flag| flag.get())
+}
+
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn reap_late() -> bool {
+    REAP_LATE.with(|flag| flag.get())
 }
 
 #[cfg(not(any(test, feature = "testing")))]
@@ -40,5 +67,17 @@ pub(crate) fn recursive_blind() -> bool {
 #[cfg(not(any(test, feature = "testing")))]
 #[inline(always)]
 pub(crate) fn acl_blind() -> bool {
+    false
+}
+
+#[cfg(not(any(test, feature = "testing")))]
+#[inline(always)]
+pub(crate) fn reap_early() -> bool {
+    false
+}
+
+#[cfg(not(any(test, feature = "testing")))]
+#[inline(always)]
+pub(crate) fn reap_late() -> bool {
     false
 }
