@@ -73,8 +73,9 @@ struct Reaping {
 }
 
 /// What the checkers need from each apply.
-#[derive(Default)]
 pub struct Recorder {
+    /// The simulator's clock (ms): no deletion may be dated later.
+    now_ms: Arc<AtomicU64>,
     /// (applied index, tree digest) after each entry, for the replica check.
     pub digests: Vec<(u64, u64)>,
     pub applied: Vec<AppliedTxn>,
@@ -101,7 +102,16 @@ impl ApplyObserver for Recorder {
         let reaping = self.reaping.take();
         let reaped = match reaping {
             Some(reaping) if applied.result.is_ok() => {
-                let checked = reap_due(&reaping);
+                let now_ms = self.now_ms.load(Ordering::Relaxed) as i64;
+                let checked = if reaping.time_ms > now_ms {
+                    Err(format!(
+                        "reaped {} by a time {} ms ahead of the clock",
+                        reaping.path,
+                        reaping.time_ms - now_ms
+                    ))
+                } else {
+                    reap_due(&reaping)
+                };
                 if let (Err(problem), None) = (&checked, &self.reaper) {
                     self.reaper = Some(format!("index {index}: {problem}"));
                 }
@@ -135,9 +145,17 @@ pub fn new_machine(
     tick_ms: u64,
     now_ms: Arc<AtomicU64>,
 ) -> SimMachine {
-    let node = Node::new(tree, node_id, tick_ms, Arc::new(SimClock(now_ms)));
+    let node = Node::new(tree, node_id, tick_ms, Arc::new(SimClock(now_ms.clone())));
+    let recorder = Recorder {
+        now_ms,
+        digests: Vec::new(),
+        applied: Vec::new(),
+        ephemerals: None,
+        reaper: None,
+        reaping: None,
+    };
     // One loader thread: a run must not depend on thread scheduling.
-    NodeMachine::new(node, Recorder::default(), 1)
+    NodeMachine::new(node, recorder, 1)
 }
 
 /// The reaper's contract, checked on the node as it was just before its

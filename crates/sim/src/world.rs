@@ -20,10 +20,11 @@ use keel_tree::watch::WatchKind;
 use keel_tree::{owner_kind, Event, OwnerKind, Txn, TxnOp};
 use raft::eraftpb::ConfState;
 
-use crate::disk::{SharedDisk, SimIo, SimSnapshots};
+use crate::disk::{verify_snapshot, Loaded, SharedDisk, SimIo, SimSnapshots};
 use crate::machine::{new_machine, Outbox, SimMachine, SimOutlet};
 use crate::rng::Rng;
 use crate::workload::{self, AclCall, ReapCall, Step};
+use keel_consensus::snapfile::SnapshotRefused;
 
 /// Raft tick of every node (ms), as the server's default.
 pub const TICK_MS: u64 = 100;
@@ -50,6 +51,9 @@ pub const SIM_LOG_KEPT_BEHIND_SNAPSHOT: u64 = 20;
 const SIM_SNAPSHOT_EVERY_LOG_BYTES: u64 = 48 * 1024;
 /// Entries between snapshots.
 pub const SIM_SNAPSHOT_EVERY_ENTRIES: u64 = 40;
+/// Chance (per million crashes) that the crash leaves the newest snapshot
+/// corrupt (when the restart can fall back to the previous one).
+pub const SNAPSHOT_CORRUPTION_PER_MILLION: u64 = 200_000;
 /// The reaper's pass interval is drawn per run from this range (ms).
 pub const SIM_REAP_INTERVAL_MIN_MS: u64 = 200;
 pub const SIM_REAP_INTERVAL_MAX_MS: u64 = 500;
@@ -97,6 +101,11 @@ pub struct Options {
     /// TTLs read as seconds, no container ever empty. The check after the
     /// settle must see nodes left that are due.
     pub reap_late: bool,
+    /// A planted bug in the tree's snapshot writer
+    /// (`keel_tree::planted::set_snapshot_torn`): nodes changed while a
+    /// snapshot is written are written as they are now, not as they were
+    /// at its position. The check of every snapshot written must see it.
+    pub snapshot_torn: bool,
     /// The reaper's pass interval on every node (the server's
     /// `container_check_interval_ms`), in logical ms.
     pub container_check_interval_ms: u64,
@@ -135,6 +144,7 @@ impl Options {
             acl_blind: false,
             reap_early: false,
             reap_late: false,
+            snapshot_torn: false,
             container_check_interval_ms,
             trace: false,
         }
@@ -155,6 +165,8 @@ pub struct Stats {
     pub duplicated: u64,
     pub max_term: u64,
     pub snapshots_written: u64,
+    /// Newest snapshots corrupted at a crash (each refused at the restart).
+    pub snapshots_corrupted: u64,
     pub watch_events: u64,
     pub sessions_expired: u64,
     /// Wakes in which a client sent several requests without waiting.
@@ -271,6 +283,9 @@ struct Node {
     snapshot: Option<Writing>,
     /// The server's reaper state: what this node proposed while leading.
     reaper: Reaper,
+    /// The snapshot corrupted at the last crash, which the restart must
+    /// refuse.
+    corrupted: Option<u64>,
 }
 
 struct Writing {
@@ -453,6 +468,7 @@ impl World {
                 outbox: Outbox::default(),
                 snapshot: None,
                 reaper: Reaper::default(),
+                corrupted: None,
             })
             .collect();
         let clients = (0..options.clients)
@@ -534,6 +550,7 @@ impl World {
         keel_tree::planted::set_acl_blind(self.options.acl_blind);
         keel_tree::planted::set_reap_early(self.options.reap_early);
         keel_tree::planted::set_reap_late(self.options.reap_late);
+        keel_tree::planted::set_snapshot_torn(self.options.snapshot_torn);
         for id in 1..=self.options.nodes as u64 {
             self.start_node(id);
         }
@@ -572,6 +589,7 @@ impl World {
         keel_tree::planted::set_acl_blind(false);
         keel_tree::planted::set_reap_early(false);
         keel_tree::planted::set_reap_late(false);
+        keel_tree::planted::set_snapshot_torn(false);
         self.finish()
     }
 
@@ -674,7 +692,8 @@ impl World {
         let planted_bug = self.options.planted_bug;
         let node = self.node(id);
         let disk = node.disk.clone();
-        let (tree, dedup, durable) = {
+        let corrupted = node.corrupted.take();
+        let (tree, dedup, durable, refused) = {
             let mut stored = disk.borrow_mut();
             if stored.conf_state.is_none() {
                 stored.conf_state = Some(ConfState {
@@ -683,7 +702,11 @@ impl World {
                     ..Default::default()
                 });
             }
-            let (tree, dedup) = stored.load_tree();
+            let Loaded {
+                tree,
+                dedup,
+                refused,
+            } = stored.load_tree();
             let durable = Durable {
                 snapshot_index: tree.applied_index(),
                 snapshot_term: tree.applied_term(),
@@ -691,9 +714,16 @@ impl World {
                 hard_state: stored.hard_state.clone(),
                 entries: stored.entries.values().cloned().collect(),
             };
-            (tree, dedup, durable)
+            (tree, dedup, durable, refused)
         };
-        let memory = storage_from(durable).expect("the simulated disk holds a valid log");
+        let memory = match storage_from(durable) {
+            Ok(memory) => memory,
+            Err(error) => {
+                // The server refuses to start alike (`keel_consensus::recover`).
+                self.check_restart(id, corrupted, &refused);
+                return self.fail(format!("n{id} cannot restart: {error}"));
+            }
+        };
         let config = CoreConfig {
             node_id: id,
             snapshot_every_entries: SIM_SNAPSHOT_EVERY_ENTRIES,
@@ -732,10 +762,31 @@ impl World {
         let epoch = node.epoch;
         let tick_us = node.tick_ms * 1000;
         self.note(format!("n{id} start epoch {epoch}"));
+        self.check_restart(id, corrupted, &refused);
         self.schedule(tick_us, Ev::Tick { node: id, epoch });
         let reap_us = self.options.container_check_interval_ms * 1000;
         self.schedule(reap_us, Ev::Reap { node: id, epoch });
         self.request_advance(id);
+    }
+
+    /// A restart refuses the snapshot corrupted at the crash (and no
+    /// other: every snapshot written was checked when it was written).
+    fn check_restart(&mut self, id: u64, corrupted: Option<u64>, refused: &[(u64, String)]) {
+        for (index, error) in refused {
+            self.note(format!("n{id} refused snapshot {index}: {error}"));
+            if corrupted != Some(*index) {
+                self.fail(format!(
+                    "n{id}: restart refused snapshot {index}, which was not corrupted: {error}"
+                ));
+            }
+        }
+        if let Some(index) = corrupted {
+            if !refused.iter().any(|(refused, _)| *refused == index) {
+                self.fail(format!(
+                    "n{id}: restart loaded snapshot {index}, corrupted at its crash"
+                ));
+            }
+        }
     }
 
     /// The server's reaper pass (`Reaper::pass`, as its timer calls it):
@@ -927,6 +978,7 @@ impl World {
         }
         let writing = node.snapshot.take().expect("checked above");
         let index = writing.index;
+        let checked = verify_snapshot(index, writing.term, &writing.bytes);
         node.disk
             .borrow_mut()
             .keep_snapshot(index, writing.term, writing.bytes);
@@ -934,7 +986,34 @@ impl World {
         core.snapshot_done(index, Ok(()), 0);
         self.stats.snapshots_written += 1;
         self.note(format!("n{id} snapshot {index}"));
+        self.check_snapshot(id, index, checked);
         self.request_advance(id);
+    }
+
+    /// A snapshot just written loads as a restart would load it, and holds
+    /// the tree every replica had at its index.
+    fn check_snapshot(
+        &mut self,
+        id: u64,
+        index: u64,
+        checked: Result<(keel_tree::DataTree, keel_consensus::SnapshotPosition), SnapshotRefused>,
+    ) {
+        let tree = match checked {
+            Ok((tree, _)) => tree,
+            Err(error) => {
+                return self.fail(format!("n{id}: snapshot {index} does not load: {error}"))
+            }
+        };
+        match self.digests.get(&index) {
+            Some(&(digest, _)) if digest == tree.digest() => {}
+            Some(&(digest, by)) => self.fail(format!(
+                "n{id}: snapshot {index} holds digest {:#x}, n{by} had {digest:#x} at that index",
+                tree.digest()
+            )),
+            None => self.fail(format!(
+                "n{id}: snapshot {index} of an index no replica reported"
+            )),
+        }
     }
 
     fn check_digests(&mut self, id: u64, digests: &[(u64, u64)]) {
@@ -1045,12 +1124,44 @@ impl World {
         node.core = None;
         node.snapshot = None;
         node.epoch += 1;
+        self.corrupt_snapshot(id);
         for client in 0..self.clients.len() {
             if self.clients[client].node == id {
                 self.lose_connection(client);
             }
         }
         self.schedule(restart_after_ms * 1000, Ev::Restart { node: id });
+    }
+
+    /// Now and then a crash leaves the newest snapshot corrupt (a flipped
+    /// byte or a torn end), when the restart can fall back to the one
+    /// before it and the log behind it: it must refuse it, load the
+    /// previous one and replay (the digest and convergence checks then
+    /// show nothing was lost).
+    fn corrupt_snapshot(&mut self, id: u64) {
+        if !self.options.faults || !self.rng.chance(SNAPSHOT_CORRUPTION_PER_MILLION) {
+            return;
+        }
+        let disk = self.node(id).disk.clone();
+        let mut disk = disk.borrow_mut();
+        if !disk.fallback_usable() {
+            return;
+        }
+        let (index, _, bytes) = disk.snapshots.last_mut().expect("two kept");
+        let index = *index;
+        let at = self.rng.below(bytes.len() as u64) as usize;
+        let how = if self.rng.chance(500_000) {
+            bytes[at] ^= 1 << self.rng.below(8);
+            format!("bit flipped at offset {at} of {}", bytes.len())
+        } else {
+            let len = bytes.len();
+            bytes.truncate(at);
+            format!("truncated to {at} of {len} bytes")
+        };
+        drop(disk);
+        self.stats.snapshots_corrupted += 1;
+        self.node(id).corrupted = Some(index);
+        self.note(format!("n{id} snapshot {index} corrupted: {how}"));
     }
 
     fn restart(&mut self, id: u64) {

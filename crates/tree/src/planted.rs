@@ -8,6 +8,7 @@ thread_local! {
     static ACL_BLIND: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     static REAP_EARLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     static REAP_LATE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static SNAPSHOT_TORN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Recursive watches fire for their own path only, never for a
@@ -38,6 +39,14 @@ pub fn set_reap_late(on: bool) {
     REAP_LATE.with(|flag| flag.set(on));
 }
 
+/// A snapshot written while the tree changes records the new version of
+/// a node changed under it instead of the one at its position (the
+/// copy-on-write skipped; on this thread, until switched off).
+#[cfg(any(test, feature = "testing"))]
+pub fn set_snapshot_torn(on: bool) {
+    SNAPSHOT_TORN.with(|flag| flag.set(on));
+}
+
 #[cfg(any(test, feature = "testing"))]
 pub(crate) fn recursive_blind() -> bool {
     RECURSIVE_BLIND.with(|flag| flag.get())
@@ -58,6 +67,11 @@ pub(crate) fn reap_late() -> bool {
     REAP_LATE.with(|flag| flag.get())
 }
 
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn snapshot_torn() -> bool {
+    SNAPSHOT_TORN.with(|flag| flag.get())
+}
+
 #[cfg(not(any(test, feature = "testing")))]
 #[inline(always)]
 pub(crate) fn recursive_blind() -> bool {
@@ -79,5 +93,11 @@ pub(crate) fn reap_early() -> bool {
 #[cfg(not(any(test, feature = "testing")))]
 #[inline(always)]
 pub(crate) fn reap_late() -> bool {
+    false
+}
+
+#[cfg(not(any(test, feature = "testing")))]
+#[inline(always)]
+pub(crate) fn snapshot_torn() -> bool {
     false
 }

@@ -270,13 +270,14 @@ impl DataTree {
         let end = ((segment + 1) << SEGMENT_SLOTS_LOG2)
             .min(state.len)
             .min(start + SNAPSHOT_SLOTS_PER_PART);
+        let torn = crate::planted::snapshot_torn();
         let mut id = start;
         while id < end || id == start {
             frame(out, KIND_NODES, |out| {
                 out.extend_from_slice(&segment.to_be_bytes());
                 let payload_start = out.len();
                 while id < end && out.len() - payload_start < CHUNK_BYTES_TARGET {
-                    match state.preimages.get(&id) {
+                    match state.preimages.get(&id).filter(|_| !torn) {
                         Some(record) => out.extend_from_slice(record),
                         None => {
                             let slot = self.arena.get(id);
