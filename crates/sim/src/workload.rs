@@ -4,6 +4,7 @@
 //! translation between the checker's `Call`/`Ret` and the jute requests
 //! and responses the production code speaks.
 
+use keel_jute::Record;
 use keel_jute::{
     perms, Acl, CheckVersionRequest, CreateRequest, DeleteRequest, ErrorCode, Id, MultiOp,
     MultiResult, Request, Response, SetDataRequest,
@@ -182,6 +183,16 @@ fn some_acl_call(rng: &mut Rng) -> AclCall {
         1 => AclCall::SetData { path },
         _ => AclCall::GetData { path },
     }
+}
+
+/// The body of `addauth digest ACL_USER` (an AUTH request).
+pub fn acl_user_auth_packet() -> Vec<u8> {
+    keel_jute::AuthPacket {
+        auth_type: 0,
+        scheme: "digest".into(),
+        auth: ACL_USER.as_bytes().to_vec(),
+    }
+    .to_bytes()
 }
 
 /// The digest identity `ACL_USER` authenticates as.

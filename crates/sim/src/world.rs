@@ -14,7 +14,9 @@ use keel_consensus::RaftStatus;
 use keel_jute::{opcode, ErrorCode, Request, SetWatches};
 use keel_linearize::{Call, Operation, Ret};
 use keel_server::fifo::{Completed, Lane, RequestFifo, Stash, PENDING_REQUESTS_MAX};
-use keel_server::node::{CloseReason, Outbound as ToClient, Route, SyncContext, SESSION_SECRET};
+use keel_server::node::{
+    add_auth, AuthAnswer, CloseReason, Outbound as ToClient, Route, SyncContext, SESSION_SECRET,
+};
 use keel_server::reaper::Reaper;
 use keel_tree::watch::WatchKind;
 use keel_tree::{owner_kind, Event, OwnerKind, Txn, TxnOp};
@@ -301,6 +303,7 @@ enum PendingKind {
     Write,
     Sync { call: Call, watch: bool },
     Read,
+    Auth,
     AclWrite { call: AclCall },
     ReapWrite { call: ReapCall },
 }
@@ -309,9 +312,15 @@ enum PendingKind {
 /// queue (`RequestFifo`), as `conn.rs` holds the frames it read.
 #[derive(Debug)]
 enum Queued {
+    /// A request that goes through the log; its transaction is made when
+    /// it runs, with the connection's identities then (as `conn.rs`).
     Write {
         xid: i32,
-        payload: Vec<u8>,
+        op: TxnOp,
+    },
+    /// addauth with `ACL_USER`'s credentials (the AUTH request's body).
+    Auth {
+        body: Vec<u8>,
     },
     Sync {
         xid: i32,
@@ -337,16 +346,21 @@ enum Queued {
 }
 
 impl Queued {
-    /// As `conn.rs` decides: well-formed writes pipeline; reads and sync
-    /// run alone.
+    /// The server's own decision (`Lane::of`, as `conn.rs` asks it):
+    /// well-formed writes pipeline; everything else runs alone.
     fn lane(&self) -> Lane {
-        match self {
-            Queued::Write { .. } => Lane::Pipelined,
-            Queued::Sync { .. }
-            | Queued::Read { .. }
-            | Queued::AclRead { .. }
-            | Queued::Watch { .. } => Lane::Alone,
-        }
+        let op_code = match self {
+            Queued::Write {
+                op: TxnOp::Request { op_code, body },
+                ..
+            } => return Lane::of(*op_code, body),
+            Queued::Write { .. } => opcode::CLOSE_SESSION,
+            Queued::Auth { .. } => opcode::AUTH,
+            Queued::Sync { .. } => opcode::SYNC,
+            Queued::Read { .. } | Queued::AclRead { .. } => opcode::GET_DATA,
+            Queued::Watch { .. } => opcode::ADD_WATCH,
+        };
+        Lane::of(op_code, &[])
     }
 }
 
@@ -373,9 +387,12 @@ struct Client {
     /// Bumped whenever the client's connection changes: messages for an
     /// older connection are ignored, as a closed socket would.
     generation: u64,
-    /// The identities its connections authenticate as (`addauth digest
-    /// ACL_USER` for half the clients, sent right after connecting).
-    auth: Vec<keel_jute::Id>,
+    /// Half the clients send `addauth digest ACL_USER` on every new
+    /// connection, right after connecting (as ZooKeeper's client does).
+    authenticates: bool,
+    /// The identities of the current connection (the node's side of it,
+    /// as `conn.rs` keeps them): what addauth added so far.
+    conn_auth: Vec<keel_jute::Id>,
     /// Requests sent and not answered, in the order sent (xid order).
     pending: std::collections::VecDeque<Pending>,
     /// The node side of the client's current connection: the server's own
@@ -477,11 +494,8 @@ impl World {
                 node: 1 + (id as u64 % options.nodes as u64),
                 session: None,
                 generation: 0,
-                auth: if rng.chance(500_000) {
-                    vec![workload::acl_user_id()]
-                } else {
-                    Vec::new()
-                },
+                authenticates: rng.chance(500_000),
+                conn_auth: Vec::new(),
                 pending: std::collections::VecDeque::new(),
                 conn: RequestFifo::new(PENDING_REQUESTS_MAX),
                 stash: Stash::default(),
@@ -1326,6 +1340,7 @@ impl World {
         c.one_shot_paths.clear();
         c.last_event_zxid = 0;
         c.conn = RequestFifo::new(PENDING_REQUESTS_MAX);
+        c.conn_auth.clear();
         c.stash = Stash::default();
         c.pending.push_back(Pending {
             xid: 0,
@@ -1383,13 +1398,6 @@ impl World {
             }
             None => TxnOp::CloseSession,
         };
-        let txn = Txn {
-            session_id: session,
-            xid,
-            time_ms: (self.now_us / 1000) as i64,
-            auth: self.clients[client].auth.clone(),
-            op,
-        };
         self.note(format!("c{client} {session:#x} xid {xid} invoke {call:?}"));
         let history = self.history.len();
         self.history.push(Operation {
@@ -1406,13 +1414,7 @@ impl World {
         });
         self.arm_timeout(client, xid);
         let _ = node;
-        self.submit(
-            client,
-            Queued::Write {
-                xid,
-                payload: txn.encode(),
-            },
-        );
+        self.submit(client, Queued::Write { xid, op });
     }
 
     fn issue_sync(&mut self, client: usize, call: Call, watch: bool) {
@@ -1494,12 +1496,23 @@ impl World {
         let node = self.clients[client].node;
         let now_us = self.now_us;
         match request {
-            Queued::Write { xid, payload } => {
+            Queued::Write { xid, op } => {
+                // As conn.rs: the transaction carries the connection's
+                // identities and the time when the request runs.
+                let c = &self.clients[client];
+                let txn = Txn {
+                    session_id: c.session.expect("has a session"),
+                    xid,
+                    time_ms: (now_us / 1000) as i64,
+                    auth: c.conn_auth.clone(),
+                    op,
+                };
                 let core = self.node(node).core.as_mut().expect("checked alive");
-                core.propose(payload);
+                core.propose(txn.encode());
                 self.clients[client].conn.started(xid, now_us);
                 self.request_advance(node);
             }
+            Queued::Auth { body } => self.authenticate(client, node, &body),
             Queued::Sync { xid, context } => {
                 let core = self.node(node).core.as_mut().expect("checked alive");
                 core.read_index(context);
@@ -1521,6 +1534,40 @@ impl World {
         }
     }
 
+    /// addauth on a new connection, before anything else the client sends
+    /// on it (ZooKeeper's client re-sends its credentials at every
+    /// connect): through the session's queue, as `conn.rs` takes it.
+    fn issue_auth(&mut self, client: usize) {
+        if !self.clients[client].authenticates || self.clients[client].session.is_none() {
+            return;
+        }
+        let xid = keel_jute::xid::AUTH;
+        self.clients[client].pending.push_back(Pending {
+            xid,
+            kind: PendingKind::Auth,
+            history: None,
+        });
+        self.arm_timeout(client, xid);
+        let body = workload::acl_user_auth_packet();
+        self.submit(client, Queued::Auth { body });
+    }
+
+    /// The node's side of the connection runs addauth (the server's own
+    /// `add_auth`) and answers at once.
+    fn authenticate(&mut self, client: usize, node: u64, body: &[u8]) {
+        let answer = add_auth(&mut self.clients[client].conn_auth, body, None);
+        if answer != AuthAnswer::Added {
+            self.fail(format!(
+                "c{client}: addauth of {} answered {answer:?}",
+                workload::ACL_USER
+            ));
+        }
+        let last_zxid = self.node(node).core.as_ref().expect("checked alive");
+        let (zxid, _) = answer.reply(last_zxid.machine().node().last_zxid());
+        let xid = keel_jute::xid::AUTH;
+        self.reply_after_events(client, node, xid, zxid, Vec::new(), None);
+    }
+
     /// A request under ACL_ROOT: a write through the log, a read here;
     /// neither is recorded in the history (the model knows no ACLs), both
     /// are checked against the client's identity (`check_acl`).
@@ -1538,31 +1585,14 @@ impl World {
         }
         let session = self.clients[client].session.expect("has a session");
         let request = workload::acl_request(&call, format!("c{client}-{xid}").as_bytes());
-        let mut body = Vec::new();
-        request.encode(&mut body);
-        let txn = Txn {
-            session_id: session,
-            xid,
-            time_ms: (self.now_us / 1000) as i64,
-            auth: self.clients[client].auth.clone(),
-            op: TxnOp::Request {
-                op_code: request.op_code(),
-                body,
-            },
-        };
         self.note(format!("c{client} {session:#x} xid {xid} acl {call:?}"));
         self.clients[client].pending.push_back(Pending {
             xid,
             kind: PendingKind::AclWrite { call },
             history: None,
         });
-        self.submit(
-            client,
-            Queued::Write {
-                xid,
-                payload: txn.encode(),
-            },
-        );
+        let op = request_op(&request);
+        self.submit(client, Queued::Write { xid, op });
     }
 
     /// A write under REAP_ROOT: through the log, not in the history (the
@@ -1573,31 +1603,14 @@ impl World {
         self.arm_timeout(client, xid);
         let session = self.clients[client].session.expect("has a session");
         let request = workload::reap_request(&call, format!("c{client}-{xid}").as_bytes());
-        let mut body = Vec::new();
-        request.encode(&mut body);
-        let txn = Txn {
-            session_id: session,
-            xid,
-            time_ms: (self.now_us / 1000) as i64,
-            auth: self.clients[client].auth.clone(),
-            op: TxnOp::Request {
-                op_code: request.op_code(),
-                body,
-            },
-        };
         self.note(format!("c{client} {session:#x} xid {xid} {call:?}"));
         self.clients[client].pending.push_back(Pending {
             xid,
             kind: PendingKind::ReapWrite { call },
             history: None,
         });
-        self.submit(
-            client,
-            Queued::Write {
-                xid,
-                payload: txn.encode(),
-            },
-        );
+        let op = request_op(&request);
+        self.submit(client, Queued::Write { xid, op });
     }
 
     fn acl_read(&mut self, client: usize, xid: i32, call: &AclCall) {
@@ -1605,7 +1618,7 @@ impl World {
             let c = &self.clients[client];
             (c.node, c.session.expect("has a session"))
         };
-        let auth = self.clients[client].auth.clone();
+        let auth = self.clients[client].conn_auth.clone();
         let request = workload::acl_request(call, b"");
         let core = self.node(node).core.as_mut().expect("checked alive");
         let outcome = core.machine().node().read(session, &auth, &request);
@@ -1622,7 +1635,7 @@ impl World {
         call: &AclCall,
         result: &Result<keel_jute::Response, ErrorCode>,
     ) {
-        let authenticated = !self.clients[client].auth.is_empty();
+        let authenticated = self.clients[client].authenticates;
         let creates_root = matches!(call, AclCall::Create { path } if path == workload::ACL_ROOT);
         self.note(format!(
             "c{client} acl {call:?} -> {:?}",
@@ -1646,7 +1659,7 @@ impl World {
             (c.node, c.session.expect("has a session"))
         };
         let request = workload::add_watch_request(path, recursive);
-        let auth = self.clients[client].auth.clone();
+        let auth = self.clients[client].conn_auth.clone();
         let core = self.node(node).core.as_mut().expect("checked alive");
         let outcome = core.machine().node().read(session, &auth, &request);
         self.note(format!(
@@ -1712,7 +1725,7 @@ impl World {
             (c.node, c.session.expect("has a session"))
         };
         let request: Request = workload::read_request(call, watch);
-        let auth = self.clients[client].auth.clone();
+        let auth = self.clients[client].conn_auth.clone();
         let core = self.node(node).core.as_mut().expect("checked alive");
         // The server's own local read: its watches registered under the
         // same lock, with the session's identities (none here).
@@ -1797,8 +1810,11 @@ impl World {
         if !self.answered_in_order(client, xid) {
             return;
         }
-        self.clients[client].pending.pop_front();
-        self.response_seen(client, zxid);
+        let pending = self.clients[client].pending.pop_front().expect("checked");
+        if !matches!(pending.kind, PendingKind::Auth) {
+            // (auth is answered at zxid 0, which clients do not count)
+            self.response_seen(client, zxid);
+        }
         for (path, kind) in watches {
             // The client library keeps one watch per path and kind; the
             // first registration is the one a later change must fire.
@@ -1851,6 +1867,7 @@ impl World {
         let c = &mut self.clients[client];
         c.generation += 1;
         c.conn = RequestFifo::new(PENDING_REQUESTS_MAX);
+        c.conn_auth.clear();
         c.stash = Stash::default();
         for pending in std::mem::take(&mut c.pending) {
             if matches!(pending.kind, PendingKind::CreateSession) {
@@ -1934,7 +1951,7 @@ impl World {
                 persistent_recursive_watches: recursive,
             })
         };
-        let auth = self.clients[client].auth.clone();
+        let auth = self.clients[client].conn_auth.clone();
         let read = handle.read(session, &auth, &set_watches);
         let (fired, kept, zxid) = (read.fired, read.watches, read.zxid);
         self.note(format!(
@@ -1965,6 +1982,7 @@ impl World {
             );
         }
         self.route_outs(node, 0);
+        self.issue_auth(client);
     }
 
     /// The id of the client's current connection in the nodes' reply
@@ -2009,9 +2027,9 @@ impl World {
     }
 
     fn connection_handles(&mut self, client: usize, message: ToClient, after_us: u64) {
-        let (reply_xid, closes) = match &message {
-            ToClient::Reply { xid, op_code, .. } => (Some(*xid), *op_code == opcode::CLOSE_SESSION),
-            _ => (None, false),
+        let (reply_xid, op_code) = match &message {
+            ToClient::Reply { xid, op_code, .. } => (Some(*xid), *op_code),
+            _ => (None, 0),
         };
         let handshaking = matches!(
             self.clients[client].pending.front(),
@@ -2021,8 +2039,11 @@ impl World {
             })
         );
         let answered = match reply_xid {
-            Some(xid) if !handshaking => match self.clients[client].conn.complete(xid) {
-                Ok(Completed::Done { .. }) => true,
+            Some(xid) if !handshaking => match self.clients[client].conn.complete(xid, op_code) {
+                Ok(Completed::Done { answer, .. }) => {
+                    assert!(answer, "the simulated clients send no check alone");
+                    true
+                }
                 Ok(Completed::Foreign) => {
                     return self.note(format!(
                         "c{client}: reply to xid {xid} of an earlier connection dropped"
@@ -2043,10 +2064,10 @@ impl World {
                 out: message,
             },
         );
-        if answered && !closes {
+        if answered {
             // What waited behind the answered request may run now; a
             // read's reply goes out behind this one. (After closeSession
-            // the connection closes, as conn.rs's does: nothing runs.)
+            // the session's queue is closed: nothing runs.)
             self.run_waiting(client);
         }
     }
@@ -2076,6 +2097,7 @@ impl World {
                 c.one_shot_paths.clear();
                 c.generation += 1;
                 c.conn = RequestFifo::new(PENDING_REQUESTS_MAX);
+                c.conn_auth.clear();
                 c.stash = Stash::default();
                 for pending in std::mem::take(&mut c.pending) {
                     if pending.history.is_some() {
@@ -2112,6 +2134,9 @@ impl World {
                     self.clients[client].session = None;
                 }
                 self.note(format!("c{client} session ready: {:?}", result.is_ok()));
+                if result.is_ok() {
+                    self.issue_auth(client);
+                }
             }
             PendingKind::Write => {
                 let at = pending.history.expect("writes are recorded");
@@ -2127,7 +2152,7 @@ impl World {
                 let outcome = result.as_ref().err();
                 self.note(format!("c{client} {call:?} -> {outcome:?}"));
             }
-            PendingKind::Sync { .. } | PendingKind::Read => {
+            PendingKind::Sync { .. } | PendingKind::Read | PendingKind::Auth => {
                 return self.fail(format!("c{client}: xid {xid} answered as a write"));
             }
         }
@@ -2443,6 +2468,16 @@ fn fires(watch: &WatchRecord, event: &Event) -> bool {
             NodeCreated | NodeDeleted | NodeDataChanged | NodeChildrenChanged
         ),
         WatchKind::PersistentRecursive => unreachable!("handled above"),
+    }
+}
+
+/// The log operation of a client request.
+fn request_op(request: &Request) -> TxnOp {
+    let mut body = Vec::new();
+    request.encode(&mut body);
+    TxnOp::Request {
+        op_code: request.op_code(),
+        body,
     }
 }
 
