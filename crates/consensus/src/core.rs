@@ -778,19 +778,15 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
                 "a snapshot being written is abandoned for the leader's"
             );
         }
-        let envelope = match Envelope::split(&snapshot.data) {
-            Ok((envelope, state)) => match self.machine.restore(index, state) {
-                Ok(()) => envelope,
-                Err(error) => {
-                    tracing::error!(index, %error, "snapshot from the leader fails its checks; ignored");
-                    return Ok(());
-                }
-            },
-            Err(error) => {
-                tracing::error!(index, %error, "snapshot envelope from the leader fails its checks; ignored");
-                return Ok(());
-            }
-        };
+        // raft-rs has moved its log to the snapshot already (committed is
+        // its index): ignoring it would leave raft-rs past a log it does
+        // not have, which it panics on at the next election. Stop instead.
+        let refused = |reason: String| ConsensusError::LeaderSnapshot { index, reason };
+        let (envelope, state) =
+            Envelope::split(&snapshot.data).map_err(|error| refused(error.to_string()))?;
+        self.machine
+            .restore(index, state)
+            .map_err(|error| refused(error.to_string()))?;
         self.dedup = envelope.dedup;
         self.io.save_snapshot(index, term, &snapshot.data)?;
         self.io

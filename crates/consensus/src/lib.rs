@@ -63,6 +63,11 @@ pub enum ConsensusError {
         index: u64,
         source: proposal::ProposalError,
     },
+    /// raft-rs has already moved to the leader's snapshot when its state
+    /// fails to load: the node cannot go on without it, so it stops (a
+    /// restart loads its own snapshot and log, and asks again).
+    #[error("the snapshot the leader sent for index {index} fails its checks: {reason}")]
+    LeaderSnapshot { index: u64, reason: String },
     #[error("the log starts at {first_log_index} but the snapshot ends at {snapshot_index}: entries are missing")]
     Gap {
         snapshot_index: u64,

@@ -34,7 +34,7 @@ pub const DEDUP_ORIGINS_MAX: usize = 1 << 16;
 const ENVELOPE_MAGIC: &[u8; 8] = b"KEELRAFT";
 /// The envelope this Keel writes.
 pub const ENVELOPE_VERSION: u32 = 1;
-const ENVELOPE_HEADER_BYTES: usize = 8 + 4 + 4 + 4;
+pub(crate) const ENVELOPE_HEADER_BYTES: usize = 8 + 4 + 4 + 4;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProposalError {

@@ -7,7 +7,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::proposal::Envelope;
+use crate::proposal::{Envelope, ProposalError};
 use crate::{ConsensusError, SnapshotPosition, SnapshotWriter};
 
 /// A snapshot being written is synced to disk at least this often.
@@ -149,10 +149,52 @@ fn remove_gradually(path: &Path) -> Result<(), ConsensusError> {
     Ok(())
 }
 
-/// The newest snapshot whose envelope and state machine bytes (`load`)
-/// pass their checks and whose position matches its name; corrupt ones
-/// are logged with the file name and skipped (the previous one is tried),
-/// never half-loaded. Returns the state and where it left off.
+/// Why a restart refuses a snapshot.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotRefused {
+    #[error("envelope: {0}")]
+    Envelope(#[from] ProposalError),
+    #[error("state: {0}")]
+    State(String),
+    #[error("holds index {found}, its name says {expected}")]
+    IndexMismatch { found: u64, expected: u64 },
+}
+
+/// One snapshot's bytes checked as a restart checks them: consensus's
+/// envelope, then the state machine's own checks (`load`), then that the
+/// state holds the index the snapshot is filed under. The server's
+/// restart (`load_newest`) and the simulator's both use it.
+pub fn verify<T, E: std::fmt::Display>(
+    index: u64,
+    term: u64,
+    bytes: &[u8],
+    load: impl Fn(&[u8]) -> Result<T, E>,
+    index_of: impl Fn(&T) -> u64,
+) -> Result<(T, SnapshotPosition), SnapshotRefused> {
+    let (envelope, state) = Envelope::split(bytes)?;
+    let state = load(state).map_err(|error| SnapshotRefused::State(error.to_string()))?;
+    let found = index_of(&state);
+    if found != index {
+        return Err(SnapshotRefused::IndexMismatch {
+            found,
+            expected: index,
+        });
+    }
+    let position = SnapshotPosition {
+        index,
+        term,
+        dedup: envelope.dedup,
+    };
+    Ok((state, position))
+}
+
+/// The newest snapshot that passes `verify`. A refused one is logged with
+/// its file name and the offset its loader names, and set aside (renamed
+/// `*.snap.corrupt`, kept for inspection): nothing reads it again, not the
+/// next restart, not a follower the leader sends its newest snapshot to,
+/// and the pruning after the next snapshot keeps the good one. Then the
+/// previous snapshot is tried; nothing is ever half-loaded. Returns the
+/// state and where it left off.
 pub fn load_newest<T, E: std::fmt::Display>(
     dir: &Path,
     load: impl Fn(&[u8]) -> Result<T, E>,
@@ -171,29 +213,97 @@ pub fn load_newest<T, E: std::fmt::Display>(
                 continue;
             }
         };
-        let (envelope, state) = match Envelope::split(&bytes) {
-            Ok(split) => split,
+        match verify(index, term, &bytes, &load, &index_of) {
+            Ok(loaded) => return Ok(Some(loaded)),
             Err(error) => {
-                tracing::error!(path = %path.display(), %error, "corrupt snapshot envelope skipped; trying the previous one");
-                continue;
-            }
-        };
-        match load(state) {
-            Ok(state) if index_of(&state) == index => {
-                let position = SnapshotPosition {
-                    index,
-                    term,
-                    dedup: envelope.dedup,
-                };
-                return Ok(Some((state, position)));
-            }
-            Ok(state) => {
-                tracing::warn!(path = %path.display(), inner = index_of(&state), "snapshot index does not match its name; skipped")
-            }
-            Err(error) => {
-                tracing::error!(path = %path.display(), %error, "corrupt snapshot skipped; trying the previous one")
+                drop(bytes);
+                let aside = set_aside(&path)?;
+                tracing::error!(path = %path.display(), %error, set_aside = %aside.display(), "corrupt snapshot refused; trying the previous one");
             }
         }
     }
     Ok(None)
+}
+
+/// Suffix of a snapshot file a restart refused.
+pub const CORRUPT_SUFFIX: &str = ".corrupt";
+
+/// Renames a refused snapshot out of the list (durably).
+fn set_aside(path: &Path) -> Result<PathBuf, ConsensusError> {
+    let mut aside = path.as_os_str().to_owned();
+    aside.push(CORRUPT_SUFFIX);
+    let aside = PathBuf::from(aside);
+    fs::rename(path, &aside)?;
+    if let Some(dir) = path.parent() {
+        fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(aside)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(index: u64, state: &str) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        Envelope::default().encode(&mut bytes);
+        bytes.extend_from_slice(format!("{index}:{state}").as_bytes());
+        bytes
+    }
+
+    /// A stand-in state machine: "index:text", refused unless it parses.
+    fn load(bytes: &[u8]) -> Result<(u64, String), String> {
+        let text = std::str::from_utf8(bytes).map_err(|e| e.to_string())?;
+        let (index, rest) = text.split_once(':').ok_or("no index")?;
+        let index = index.parse().map_err(|_| format!("bad index {index}"))?;
+        Ok((index, rest.to_string()))
+    }
+
+    #[test]
+    fn a_corrupt_newest_snapshot_is_set_aside_and_the_previous_one_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), 10, 1, &snapshot(10, "old")).unwrap();
+        let newest = write(dir.path(), 20, 2, &snapshot(20, "new")).unwrap();
+        let mut bytes = fs::read(&newest).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last - 3] = b'x'; // "20:new" becomes "20xnew"
+        fs::write(&newest, &bytes).unwrap();
+        let (state, position) = load_newest(dir.path(), load, |s| s.0).unwrap().unwrap();
+        assert_eq!(state, (10, "old".to_string()));
+        assert_eq!((position.index, position.term), (10, 1));
+        let listed: Vec<u64> = list(dir.path()).unwrap().iter().map(|s| s.0).collect();
+        assert_eq!(listed, [10], "the corrupt one is out of the list");
+        let mut aside = newest.into_os_string();
+        aside.push(CORRUPT_SUFFIX);
+        assert!(PathBuf::from(aside).exists(), "kept for inspection");
+        // The next snapshot prunes nothing the restart needs.
+        write(dir.path(), 30, 2, &snapshot(30, "next")).unwrap();
+        let listed: Vec<u64> = list(dir.path()).unwrap().iter().map(|s| s.0).collect();
+        assert_eq!(listed, [30, 10]);
+    }
+
+    #[test]
+    fn verify_refuses_a_bad_envelope_a_bad_state_and_a_wrong_index() {
+        let good = snapshot(7, "x");
+        assert!(verify(7, 1, &good, load, |s| s.0).is_ok());
+        let wrong = verify(8, 1, &good, load, |s| s.0).unwrap_err();
+        assert!(matches!(
+            wrong,
+            SnapshotRefused::IndexMismatch {
+                found: 7,
+                expected: 8
+            }
+        ));
+        let mut envelope = good.clone();
+        envelope[crate::proposal::ENVELOPE_HEADER_BYTES - 1] ^= 1;
+        assert!(matches!(
+            verify(7, 1, &envelope, load, |s| s.0),
+            Err(SnapshotRefused::Envelope(_))
+        ));
+        let truncated = &good[..good.len() - 2];
+        assert!(matches!(
+            verify(7, 1, truncated, load, |s| s.0),
+            Err(SnapshotRefused::State(_))
+        ));
+    }
 }

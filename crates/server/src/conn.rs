@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keel_jute::{
-    frame, opcode, xid, AuthPacket, ConnectRequest, ConnectResponse, ErrorCode, JuteError,
-    KeeperState, Record, ReplyHeader, Request, RequestHeader, Response, WatcherEvent,
+    frame, opcode, xid, ConnectRequest, ConnectResponse, ErrorCode, JuteError, KeeperState, Record,
+    ReplyHeader, Request, RequestHeader, Response, WatcherEvent,
 };
 use keel_tree::{Event, Txn, TxnOp};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -23,8 +23,10 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use crate::fifo::{Completed, Lane, RequestFifo, Stash, PENDING_REQUESTS_MAX};
-use crate::node::{CloseReason, Outbound, Route, SyncContext, SESSION_SECRET};
+use crate::fifo::{is_write_op, Completed, Lane, RequestFifo, Stash, PENDING_REQUESTS_MAX};
+use crate::node::{
+    add_auth, AuthAnswer, CloseReason, Outbound, Route, SyncContext, SESSION_SECRET,
+};
 use crate::port::ClientPort;
 use crate::profile;
 use crate::shared::{
@@ -417,11 +419,7 @@ impl Connection {
             self.shared.touched().insert(self.session_id);
         }
         let body = payload[8..].to_vec();
-        let lane = if pipelinable(header.op_type, &body) {
-            Lane::Pipelined
-        } else {
-            Lane::Alone
-        };
+        let lane = Lane::of(header.op_type, &body);
         if let Some((header, body)) = self.fifo.arrive((header, body), lane) {
             self.execute(header, body)?;
         }
@@ -545,40 +543,15 @@ impl Connection {
             .record_request(op_code, started.elapsed().as_micros() as u64);
     }
 
-    /// addauth: a failure answers AuthFailed and closes, as ZooKeeper does.
+    /// addauth (`node::add_auth`): a failure answers AuthFailed and closes.
     fn authenticate(&mut self, request_xid: i32, body: &[u8]) -> Result<(), Closed> {
-        let zxid = self.last_zxid();
-        let packet = match AuthPacket::from_bytes(body) {
-            Ok(packet) => packet,
-            Err(_) => {
-                self.reply(request_xid, zxid, Err(ErrorCode::MarshallingError));
-                return Ok(());
-            }
-        };
-        let authenticated = if credentials_null(body, &packet) {
-            Err(ErrorCode::AuthFailed)
-        } else {
-            keel_tree::acl::authenticate(
-                &packet.scheme,
-                &packet.auth,
-                self.shared.config.super_digest.as_deref(),
-            )
-        };
-        match authenticated {
-            Ok(ids) => {
-                for id in ids {
-                    if !self.auth.contains(&id) && self.auth.len() < keel_tree::txn::AUTH_IDS_MAX {
-                        self.auth.push(id);
-                    }
-                }
-                // ZooKeeper answers auth with zxid 0, echoing the xid.
-                self.reply(request_xid, 0, Ok(Response::Empty));
-            }
-            Err(code) => {
-                tracing::info!(peer = %self.peer, scheme = packet.scheme, "authentication failed; closing");
-                self.reply(request_xid, 0, Err(code));
-                self.closing = Some(Closed::AuthFailed);
-            }
+        let super_digest = self.shared.config.super_digest.as_deref();
+        let answer = add_auth(&mut self.auth, body, super_digest);
+        let (zxid, result) = answer.reply(self.last_zxid());
+        self.reply(request_xid, zxid, result);
+        if let AuthAnswer::Refused { scheme, .. } = &answer {
+            tracing::info!(peer = %self.peer, scheme, "authentication failed; closing");
+            self.closing = Some(Closed::AuthFailed);
         }
         Ok(())
     }
@@ -594,13 +567,14 @@ impl Connection {
                 op_code,
                 result,
             } => {
-                match self.fifo.complete(reply_xid) {
-                    Ok(Completed::Done { since_us }) => {
+                let answer = match self.fifo.complete(reply_xid, op_code) {
+                    Ok(Completed::Done { since_us, answer }) => {
                         // A write's latency: proposal to applied reply.
                         let now_us = self.opened.elapsed().as_micros() as u64;
                         self.shared
                             .stats
                             .record_request(op_code, now_us.saturating_sub(since_us));
+                        answer
                     }
                     Ok(Completed::Foreign) => {
                         // A request of an earlier connection of this session.
@@ -612,13 +586,11 @@ impl Connection {
                         self.closing = Some(Closed::ReplyOutOfOrder);
                         return;
                     }
-                }
-                // ZooKeeper 3.8.0 never answers a check sent outside a multi
-                // (serializing its null Stat fails); Keel matches that.
-                if op_code != opcode::CHECK {
+                };
+                if answer {
                     self.reply(reply_xid, zxid, result);
                 }
-                if op_code == opcode::CLOSE_SESSION {
+                if self.fifo.closed() {
                     self.closing = Some(Closed::SessionClosedByClient);
                     return;
                 }
@@ -737,40 +709,4 @@ impl Connection {
         }
         shared.node.disconnect(self.session_id, self.id);
     }
-}
-
-/// Credentials sent as a null buffer (length -1; kazoo sends "" so), which
-/// the record decodes as empty: ZooKeeper's digest provider fails on them
-/// (`new String(null)` throws) and answers AuthFailed, while a real empty
-/// buffer authenticates as the digest of "".
-fn credentials_null(body: &[u8], packet: &AuthPacket) -> bool {
-    // auth_type (i32), scheme (i32 length + bytes), then the credentials.
-    let at = 8 + packet.scheme.len();
-    body.get(at..at + 4) == Some(&keel_jute::codec::NULL_LENGTH.to_be_bytes()[..])
-}
-
-/// A write that may join the writes in flight: it must decode, or its
-/// error reply would overtake their replies. Not sync: its ReadIndex is
-/// answered outside the log's order, so it flies alone (`fifo.rs`).
-fn pipelinable(op: i32, body: &[u8]) -> bool {
-    is_write_op(op) && op != opcode::SYNC && Request::decode(op, body).is_ok()
-}
-
-/// Requests that go through the log (in session order with the rest).
-pub(crate) fn is_write_op(op: i32) -> bool {
-    matches!(
-        op,
-        opcode::CREATE
-            | opcode::CREATE2
-            | opcode::CREATE_CONTAINER
-            | opcode::CREATE_TTL
-            | opcode::DELETE
-            | opcode::DELETE_CONTAINER
-            | opcode::SET_DATA
-            | opcode::SET_ACL
-            | opcode::CHECK
-            | opcode::MULTI
-            | opcode::SYNC
-            | opcode::CLOSE_SESSION
-    )
 }

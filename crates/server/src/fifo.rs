@@ -21,6 +21,7 @@
 
 use std::collections::VecDeque;
 
+use keel_jute::{opcode, Request};
 use keel_tree::Event;
 
 use crate::node::Outbound;
@@ -29,8 +30,7 @@ use crate::node::Outbound;
 /// stops reading its socket (backpressure, not an error).
 pub const PENDING_REQUESTS_MAX: usize = 10_000;
 
-/// How a request may be scheduled, decided by the caller from its opcode
-/// and whether its body decodes.
+/// How a request may be scheduled (`Lane::of`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lane {
     /// A well-formed write: may join the writes in flight.
@@ -40,11 +40,51 @@ pub enum Lane {
     Alone,
 }
 
+impl Lane {
+    /// A write may join the writes in flight if it decodes (or its error
+    /// reply would overtake their replies); sync flies alone (its
+    /// ReadIndex is answered outside the log's order), and so does
+    /// everything else.
+    pub fn of(op_code: i32, body: &[u8]) -> Lane {
+        let pipelinable = is_write_op(op_code)
+            && op_code != opcode::SYNC
+            && Request::decode(op_code, body).is_ok();
+        if pipelinable {
+            Lane::Pipelined
+        } else {
+            Lane::Alone
+        }
+    }
+}
+
+/// Requests that go through the log (in session order with the rest).
+pub fn is_write_op(op_code: i32) -> bool {
+    matches!(
+        op_code,
+        opcode::CREATE
+            | opcode::CREATE2
+            | opcode::CREATE_CONTAINER
+            | opcode::CREATE_TTL
+            | opcode::DELETE
+            | opcode::DELETE_CONTAINER
+            | opcode::SET_DATA
+            | opcode::SET_ACL
+            | opcode::CHECK
+            | opcode::MULTI
+            | opcode::SYNC
+            | opcode::CLOSE_SESSION
+    )
+}
+
 /// The answer to a reply from the apply step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Completed {
     /// The oldest request in flight is done; it started at `since_us`.
-    Done { since_us: u64 },
+    /// `answer`: the reply goes to the client (ZooKeeper 3.8.0 never
+    /// answers a check sent outside a multi: serializing its null Stat
+    /// fails; Keel matches that). After closeSession's reply the queue is
+    /// `closed`: the connection closes.
+    Done { since_us: u64, answer: bool },
     /// No request with this xid flies on this connection: a request of an
     /// earlier connection of the same session. Drop the reply.
     Foreign,
@@ -73,6 +113,8 @@ pub struct RequestFifo<R> {
     handed_out: Option<Lane>,
     /// An `Alone` request flies (then it is the only one).
     alone_in_flight: bool,
+    /// closeSession was answered: nothing more runs or arrives.
+    closed: bool,
     capacity: usize,
 }
 
@@ -84,14 +126,21 @@ impl<R> RequestFifo<R> {
             in_flight: 0,
             handed_out: None,
             alone_in_flight: false,
+            closed: false,
             capacity,
         }
     }
 
-    /// False once `capacity` requests are queued or in flight: stop reading
-    /// the client until replies drain some.
+    /// False once `capacity` requests are queued or in flight (stop reading
+    /// the client until replies drain some), or once the session closed.
     pub fn accepting(&self) -> bool {
-        self.slots.len() < self.capacity
+        self.slots.len() < self.capacity && !self.closed
+    }
+
+    /// closeSession was answered: the connection closes (ZooKeeper closes
+    /// it after the reply; nothing queued behind it runs).
+    pub fn closed(&self) -> bool {
+        self.closed
     }
 
     pub fn len(&self) -> usize {
@@ -156,8 +205,8 @@ impl<R> RequestFifo<R> {
         self.check();
     }
 
-    /// A reply for `xid` came from the apply step.
-    pub fn complete(&mut self, xid: i32) -> Result<Completed, OutOfOrder> {
+    /// A reply for `xid` (a request of `op_code`) came from the apply step.
+    pub fn complete(&mut self, xid: i32, op_code: i32) -> Result<Completed, OutOfOrder> {
         self.handed_out = None;
         let flying = self
             .slots
@@ -185,8 +234,12 @@ impl<R> RequestFifo<R> {
                     assert_eq!(self.in_flight, 0, "an Alone request flies by itself");
                     self.alone_in_flight = false;
                 }
+                self.closed |= op_code == opcode::CLOSE_SESSION;
                 self.check();
-                Ok(Completed::Done { since_us })
+                Ok(Completed::Done {
+                    since_us,
+                    answer: op_code != opcode::CHECK,
+                })
             }
             _ => unreachable!("a flying xid was found, so the front flies"),
         }
@@ -196,6 +249,9 @@ impl<R> RequestFifo<R> {
     /// every `complete` and after running a handed-out request).
     pub fn next_ready(&mut self) -> Option<R> {
         self.handed_out = None;
+        if self.closed {
+            return None;
+        }
         let lane = match self.slots.get(self.in_flight) {
             Some(Slot::Waiting { lane, .. }) => *lane,
             Some(Slot::InFlight { .. }) => unreachable!("slots past in_flight wait"),
@@ -363,8 +419,8 @@ mod tests {
 
         fn complete(&mut self, xid: i32) {
             assert!(matches!(
-                self.fifo.complete(xid),
-                Ok(Completed::Done { .. })
+                self.fifo.complete(xid, opcode::CREATE),
+                Ok(Completed::Done { answer: true, .. })
             ));
             self.answer(xid);
             self.drain();
@@ -473,12 +529,63 @@ mod tests {
     #[test]
     fn a_reply_of_an_earlier_connection_is_foreign_and_changes_nothing() {
         let mut fifo: RequestFifo<i32> = RequestFifo::new(4);
-        assert_eq!(fifo.complete(7), Ok(Completed::Foreign));
+        assert_eq!(fifo.complete(7, opcode::CREATE), Ok(Completed::Foreign));
         assert_eq!(fifo.arrive(1, Lane::Pipelined), Some(1));
         fifo.started(1, 10);
-        assert_eq!(fifo.complete(9), Ok(Completed::Foreign));
+        assert_eq!(fifo.complete(9, opcode::CREATE), Ok(Completed::Foreign));
         assert_eq!(fifo.in_flight(), 1);
-        assert_eq!(fifo.complete(1), Ok(Completed::Done { since_us: 10 }));
+        let done = Completed::Done {
+            since_us: 10,
+            answer: true,
+        };
+        assert_eq!(fifo.complete(1, opcode::CREATE), Ok(done));
+    }
+
+    #[test]
+    fn after_close_sessions_reply_nothing_queued_runs_and_nothing_arrives() {
+        let mut fifo: RequestFifo<i32> = RequestFifo::new(4);
+        for xid in [1, 2] {
+            assert_eq!(fifo.arrive(xid, Lane::Pipelined), Some(xid));
+            fifo.started(xid, 0);
+        }
+        assert_eq!(fifo.arrive(3, Lane::Alone), None);
+        assert!(matches!(
+            fifo.complete(1, opcode::CLOSE_SESSION),
+            Ok(Completed::Done { answer: true, .. })
+        ));
+        assert!(fifo.closed());
+        assert!(!fifo.accepting());
+        assert_eq!(fifo.next_ready(), None, "the read behind it never runs");
+        // A write pipelined behind closeSession still completes, and the
+        // queue stays closed.
+        assert!(fifo.complete(2, opcode::CREATE).is_ok());
+        assert!(fifo.closed());
+    }
+
+    #[test]
+    fn a_check_outside_a_multi_is_not_answered_as_zookeeper_3_8_does() {
+        let mut fifo: RequestFifo<i32> = RequestFifo::new(4);
+        assert_eq!(fifo.arrive(1, Lane::Pipelined), Some(1));
+        fifo.started(1, 0);
+        assert!(matches!(
+            fifo.complete(1, opcode::CHECK),
+            Ok(Completed::Done { answer: false, .. })
+        ));
+    }
+
+    #[test]
+    fn well_formed_writes_pipeline_and_sync_reads_and_garbage_fly_alone() {
+        let mut body = Vec::new();
+        Request::Delete(keel_jute::DeleteRequest {
+            path: "/a".into(),
+            version: -1,
+        })
+        .encode(&mut body);
+        assert_eq!(Lane::of(opcode::DELETE, &body), Lane::Pipelined);
+        assert_eq!(Lane::of(opcode::DELETE, &body[..3]), Lane::Alone);
+        assert_eq!(Lane::of(opcode::SYNC, b"\0\0\0\x01/"), Lane::Alone);
+        assert_eq!(Lane::of(opcode::GET_DATA, &body), Lane::Alone);
+        assert_eq!(Lane::of(opcode::AUTH, &[]), Lane::Alone);
     }
 
     #[test]
@@ -489,7 +596,7 @@ mod tests {
             fifo.started(xid, 0);
         }
         assert_eq!(
-            fifo.complete(2),
+            fifo.complete(2, opcode::CREATE),
             Err(OutOfOrder {
                 expected: 1,
                 got: 2

@@ -14,7 +14,7 @@ pub mod metrics;
 pub mod node;
 mod port;
 pub mod profile;
-mod reaper;
+pub mod reaper;
 mod shared;
 
 use std::future::Future;
@@ -22,7 +22,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use keel_tree::{Txn, TxnOp};
+use keel_tree::Txn;
 use tokio::net::TcpListener;
 
 pub use config::{ConfigError, ServerConfig};
@@ -436,10 +436,6 @@ async fn run_timers(shared: Arc<Shared>) {
             propose(&shared, &txn);
         }
     }
-}
-
-fn propose_internal(shared: &Shared, session_id: i64, op: TxnOp) {
-    propose(shared, &node::internal_txn(session_id, op, wall_clock_ms()));
 }
 
 fn propose(shared: &Shared, txn: &Txn) {

@@ -724,7 +724,7 @@ impl Sources {
                 out.duration_histogram("keel_request_latency_seconds", &labels, &latency);
             }
             let write = op.opcode().is_some_and(|code| {
-                crate::conn::is_write_op(code) && code != keel_jute::opcode::SYNC
+                crate::fifo::is_write_op(code) && code != keel_jute::opcode::SYNC
             });
             if write {
                 writes.merge(&latency);

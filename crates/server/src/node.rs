@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use keel_consensus::{Committed, MachineError, SnapshotJob, SnapshotWriter, StateMachine};
-use keel_jute::{opcode, ErrorCode, Id, Request, Response};
+use keel_jute::{opcode, AuthPacket, ErrorCode, Id, Record, Request, Response};
 use keel_session::SessionTracker;
 use keel_tree::watch::{WatchKind, WatchManager};
 use keel_tree::{Applied, DataTree, Event, Txn, TxnOp};
@@ -197,6 +197,67 @@ impl SyncContext {
             path: String::from_utf8(context[12..].to_vec()).ok()?,
         })
     }
+}
+
+/// What addauth did to a connection's identities.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuthAnswer {
+    /// The identities the credentials prove were added.
+    Added,
+    /// The provider refused the credentials: the connection closes.
+    Refused { code: ErrorCode, scheme: String },
+    /// The packet does not decode.
+    Malformed,
+}
+
+impl AuthAnswer {
+    /// The reply's zxid and result: ZooKeeper answers auth at zxid 0,
+    /// echoing the xid.
+    pub fn reply(&self, last_zxid: i64) -> (i64, Result<Response, ErrorCode>) {
+        match self {
+            AuthAnswer::Added => (0, Ok(Response::Empty)),
+            AuthAnswer::Refused { code, .. } => (0, Err(*code)),
+            AuthAnswer::Malformed => (last_zxid, Err(ErrorCode::MarshallingError)),
+        }
+    }
+}
+
+/// addauth on a connection holding `identities` (the body of an AUTH
+/// request): the identities its credentials prove are added, at most
+/// `AUTH_IDS_MAX` in all. The network shell and the simulator both call it.
+pub fn add_auth(identities: &mut Vec<Id>, body: &[u8], super_digest: Option<&str>) -> AuthAnswer {
+    let Ok(packet) = AuthPacket::from_bytes(body) else {
+        return AuthAnswer::Malformed;
+    };
+    let authenticated = if credentials_null(body, &packet) {
+        Err(ErrorCode::AuthFailed)
+    } else {
+        keel_tree::acl::authenticate(&packet.scheme, &packet.auth, super_digest)
+    };
+    match authenticated {
+        Ok(ids) => {
+            for id in ids {
+                if !identities.contains(&id) && identities.len() < keel_tree::txn::AUTH_IDS_MAX {
+                    identities.push(id);
+                }
+            }
+            AuthAnswer::Added
+        }
+        Err(code) => AuthAnswer::Refused {
+            code,
+            scheme: packet.scheme,
+        },
+    }
+}
+
+/// Credentials sent as a null buffer (length -1; kazoo sends "" so), which
+/// the record decodes as empty: ZooKeeper's digest provider fails on them
+/// (`new String(null)` throws) and answers AuthFailed, while a real empty
+/// buffer authenticates as the digest of "".
+fn credentials_null(body: &[u8], packet: &AuthPacket) -> bool {
+    // auth_type (i32), scheme (i32 length + bytes), then the credentials.
+    let at = 8 + packet.scheme.len();
+    body.get(at..at + 4) == Some(&keel_jute::codec::NULL_LENGTH.to_be_bytes()[..])
 }
 
 /// A transaction the node proposes itself: no reply goes to anyone.
@@ -492,6 +553,8 @@ fn tracker_for(tree: &DataTree, tick_ms: u64, now_ms: u64) -> SessionTracker {
 /// What the simulator (or a test) watches the apply step do; the server
 /// watches nothing (`()`).
 pub trait ApplyObserver: Send + 'static {
+    /// One transaction about to be applied at log `index` to `tree`.
+    fn applying(&mut self, _index: u64, _txn: &Txn, _tree: &DataTree) {}
     /// One transaction applied at log `index`.
     fn applied(&mut self, _index: u64, _txn: &Txn, _applied: &Applied) {}
     /// The tree after an entry was applied or skipped, or a snapshot
@@ -623,6 +686,7 @@ impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
                     continue;
                 }
             };
+            self.observer.applying(index, &txn, &state.tree);
             let applied = state.tree.apply(term, &txn);
             self.observer.applied(index, &txn, &applied);
             let asked_here = proposal.origin == self.node.server_id;
@@ -934,6 +998,34 @@ mod tests {
         assert_eq!(expired.len(), 1);
         assert_eq!(expired[0].0, 7);
         assert_eq!(expired[0].1.xid, INTERNAL_XID);
+    }
+
+    fn auth_packet(scheme: &str, auth: &[u8]) -> Vec<u8> {
+        AuthPacket {
+            auth_type: 0,
+            scheme: scheme.into(),
+            auth: auth.to_vec(),
+        }
+        .to_bytes()
+    }
+
+    #[test]
+    fn addauth_adds_what_the_credentials_prove_once_and_refuses_the_rest() {
+        let mut ids = Vec::new();
+        let digest = auth_packet("digest", b"alice:secret");
+        assert_eq!(add_auth(&mut ids, &digest, None), AuthAnswer::Added);
+        assert_eq!(add_auth(&mut ids, &digest, None), AuthAnswer::Added);
+        assert_eq!(ids.len(), 1, "the same identity once");
+        assert_eq!(ids[0].scheme, "digest");
+        let refused = add_auth(&mut ids, &auth_packet("nosuch", b"x"), None);
+        assert!(matches!(refused, AuthAnswer::Refused { .. }));
+        assert_eq!(refused.reply(5).0, 0, "auth is answered at zxid 0");
+        assert_eq!(add_auth(&mut ids, &[0, 1], None), AuthAnswer::Malformed);
+        assert_eq!(
+            AuthAnswer::Malformed.reply(5),
+            (5, Err(ErrorCode::MarshallingError))
+        );
+        assert_eq!(ids.len(), 1);
     }
 
     #[test]

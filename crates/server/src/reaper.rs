@@ -5,14 +5,18 @@
 //! modified within its TTL). A container emptied by a pass's deletion is a
 //! candidate of the next pass, as in ZooKeeper: a path nested N deep goes
 //! in about N intervals.
+//!
+//! `Reaper::pass` is the whole decision, without IO: the server's timer
+//! (`run`) and the simulator's tick call it and propose what it returns.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use keel_jute::Stat;
-use keel_tree::TxnOp;
+use keel_tree::{Txn, TxnOp};
 
+use crate::node::{internal_txn, Node, Outlet};
 use crate::shared::{wall_clock_ms, Shared};
 
 /// Most deletions one pass proposes; the candidates beyond it are proposed
@@ -105,6 +109,35 @@ impl Reaper {
     }
 }
 
+impl Reaper {
+    /// One pass on this node, the step the server's timer (`run`) and the
+    /// simulator's tick both take every `container_check_interval_ms`: on
+    /// the leader, the DeleteContainer transactions to propose now, made
+    /// at `time_ms` (the clock node times are kept in); elsewhere none,
+    /// and what this node proposed while leading is forgotten (the new
+    /// leader redoes it).
+    pub fn pass<O: Outlet>(&mut self, node: &Node<O>, leader: bool, time_ms: i64) -> Vec<Txn> {
+        if !leader {
+            self.forget();
+            return Vec::new();
+        }
+        let candidates: Vec<(String, NodeStamp)> = {
+            let tree = node.tree();
+            tree.reap_candidates(time_ms)
+                .into_iter()
+                .filter_map(|path| {
+                    let stamp = NodeStamp::of(&tree.node(&path)?.stat);
+                    Some((path, stamp))
+                })
+                .collect()
+        };
+        self.select(candidates, node.now_ms())
+            .into_iter()
+            .map(|path| internal_txn(0, TxnOp::DeleteContainer { path }, time_ms))
+            .collect()
+    }
+}
+
 /// One pass every `container_check_interval_ms` (tokio's timer has 1 ms
 /// resolution; a pass that overruns delays the next instead of bursting).
 pub async fn run(shared: Arc<Shared>) {
@@ -115,32 +148,14 @@ pub async fn run(shared: Arc<Shared>) {
     let mut reaper = Reaper::default();
     loop {
         passes.tick().await;
-        if !shared.raft().is_leader() {
-            reaper.forget();
-            continue;
+        let leader = shared.raft().is_leader();
+        let _op = leader.then(|| crate::profile::enter(crate::profile::Op::REAPER));
+        for txn in reaper.pass(&shared.node, leader, wall_clock_ms()) {
+            if let TxnOp::DeleteContainer { path } = &txn.op {
+                tracing::debug!(path, "reaping");
+            }
+            crate::propose(&shared, &txn);
         }
-        pass(&shared, &mut reaper);
-    }
-}
-
-fn pass(shared: &Shared, reaper: &mut Reaper) {
-    let _op = crate::profile::enter(crate::profile::Op::REAPER);
-    let candidates: Vec<(String, NodeStamp)> = {
-        let tree = shared.node.tree();
-        tree.reap_candidates(wall_clock_ms())
-            .into_iter()
-            .filter_map(|path| {
-                let stamp = NodeStamp::of(&tree.node(&path)?.stat);
-                Some((path, stamp))
-            })
-            .collect()
-    };
-    if candidates.is_empty() {
-        return reaper.forget();
-    }
-    for path in reaper.select(candidates, shared.now_ms()) {
-        tracing::debug!(path, "reaping");
-        crate::propose_internal(shared, 0, TxnOp::DeleteContainer { path });
     }
 }
 
@@ -194,6 +209,95 @@ mod tests {
         let second = reaper.select(many, 1);
         assert_eq!(second.len(), 10);
         assert!(second.iter().all(|path| !first.contains(path)));
+    }
+
+    struct FixedClock(u64);
+
+    impl crate::node::Clock for FixedClock {
+        fn now_ms(&self) -> u64 {
+            self.0
+        }
+    }
+
+    struct Nowhere;
+
+    impl Outlet for Nowhere {
+        fn send(&self, _: crate::node::Outbound) {}
+    }
+
+    const SESSION: i64 = 9;
+
+    fn apply(tree: &mut keel_tree::DataTree, time_ms: i64, request: keel_jute::Request) {
+        let mut body = Vec::new();
+        request.encode(&mut body);
+        let op = TxnOp::Request {
+            op_code: request.op_code(),
+            body,
+        };
+        let txn = Txn {
+            session_id: SESSION,
+            xid: 1,
+            time_ms,
+            auth: Vec::new(),
+            op,
+        };
+        tree.apply(1, &txn).result.expect("applies");
+    }
+
+    fn create(path: &str) -> keel_jute::CreateRequest {
+        keel_jute::CreateRequest {
+            path: path.into(),
+            data: None,
+            acl: keel_tree::acl::open_acl_unsafe(),
+            flags: 0,
+        }
+    }
+
+    #[test]
+    fn a_pass_on_the_leader_proposes_the_due_deletions_and_elsewhere_none() {
+        use keel_jute::Request;
+        let mut tree = keel_tree::DataTree::new();
+        let session = TxnOp::CreateSession { timeout_ms: 60_000 };
+        tree.apply(1, &internal_txn(SESSION, session, 1_000));
+        let container = keel_jute::CreateRequest {
+            flags: 4,
+            ..create("/c")
+        };
+        apply(&mut tree, 1_000, Request::CreateContainer(container));
+        apply(&mut tree, 1_000, Request::Create(create("/c/x")));
+        let delete = keel_jute::DeleteRequest {
+            path: "/c/x".into(),
+            version: -1,
+        };
+        apply(&mut tree, 1_000, Request::Delete(delete));
+        let ttl = keel_jute::CreateTtlRequest {
+            path: "/t".into(),
+            data: None,
+            acl: keel_tree::acl::open_acl_unsafe(),
+            flags: 5,
+            ttl: 500,
+        };
+        apply(&mut tree, 1_000, Request::CreateTtl(ttl));
+        let node: Node<Nowhere> = Node::new(tree, 1, 100, Arc::new(FixedClock(7)));
+        let mut reaper = Reaper::default();
+        assert!(reaper.pass(&node, false, 2_000).is_empty(), "not leading");
+        let paths = |txns: Vec<Txn>| -> Vec<String> {
+            txns.into_iter()
+                .map(|txn| {
+                    assert_eq!(txn.xid, crate::node::INTERNAL_XID);
+                    assert_eq!(txn.time_ms, 1_400);
+                    match txn.op {
+                        TxnOp::DeleteContainer { path } => path,
+                        other => panic!("{other:?}"),
+                    }
+                })
+                .collect()
+        };
+        // The TTL node is not due yet (500 ms after its mtime).
+        assert_eq!(paths(reaper.pass(&node, true, 1_400)), ["/c"]);
+        let due = reaper.pass(&node, true, 1_600);
+        assert_eq!(due.len(), 1, "/c is in flight; /t is due: {due:?}");
+        assert_eq!(due[0].time_ms, 1_600);
     }
 
     #[test]

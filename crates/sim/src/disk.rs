@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use keel_consensus::core::{Io, Outbound, SnapshotSource};
-use keel_consensus::ConsensusError;
-use keel_consensus::{Dedup, Envelope};
+use keel_consensus::snapfile::{self, SnapshotRefused};
+use keel_consensus::{ConsensusError, Dedup, SnapshotPosition};
 use keel_tree::DataTree;
 use raft::eraftpb::{ConfState, Entry, HardState};
 
@@ -61,22 +61,71 @@ impl SimDisk {
         }
     }
 
-    /// The newest snapshot whose envelope and tree decode and pass their
-    /// checks, as the server's restart does (`snapfile::load_newest`);
-    /// an empty tree if none.
-    pub fn load_tree(&self) -> (DataTree, Dedup) {
-        self.snapshots
-            .iter()
-            .rev()
-            .find_map(|(index, _, bytes)| {
-                let (envelope, state) = Envelope::split(bytes).ok()?;
-                keel_tree::snapshot::decode(state)
-                    .ok()
-                    .filter(|tree| tree.applied_index() == *index)
-                    .map(|tree| (tree, envelope.dedup))
-            })
-            .unwrap_or_default()
+    /// The newest snapshot that passes the server's own restart checks
+    /// (`snapfile::verify`, the tree decoded as `snapshot::load` does);
+    /// as the server's `snapfile::load_newest`, a refused one is set aside
+    /// (dropped here) and the previous one tried. An empty tree if none.
+    pub fn load_tree(&mut self) -> Loaded {
+        let mut refused = Vec::new();
+        while let Some((index, term, bytes)) = self.snapshots.last() {
+            match verify_snapshot(*index, *term, bytes) {
+                Ok((tree, position)) => {
+                    return Loaded {
+                        tree,
+                        dedup: position.dedup,
+                        refused,
+                    }
+                }
+                Err(error) => {
+                    refused.push((*index, error.to_string()));
+                    self.snapshots.pop();
+                }
+            }
+        }
+        Loaded {
+            tree: DataTree::default(),
+            dedup: Dedup::default(),
+            refused,
+        }
     }
+
+    /// Whether a restart could fall back to the snapshot before the
+    /// newest: there is one, and the log reaches back to just after it
+    /// (a snapshot installed from the leader drops the log before it).
+    pub fn fallback_usable(&self) -> bool {
+        let Some(len) = self.snapshots.len().checked_sub(2) else {
+            return false;
+        };
+        let previous = self.snapshots[len].0;
+        self.entries
+            .keys()
+            .next()
+            .is_some_and(|first| *first <= previous + 1)
+    }
+}
+
+/// What a restart loaded from the disk.
+pub struct Loaded {
+    pub tree: DataTree,
+    pub dedup: Dedup,
+    /// Snapshots refused (index, why), newest first; set aside.
+    pub refused: Vec<(u64, String)>,
+}
+
+/// A snapshot checked as the server's restart checks it (one loader
+/// thread: a run must not depend on thread scheduling).
+pub fn verify_snapshot(
+    index: u64,
+    term: u64,
+    bytes: &[u8],
+) -> Result<(DataTree, SnapshotPosition), SnapshotRefused> {
+    snapfile::verify(
+        index,
+        term,
+        bytes,
+        keel_tree::snapshot::decode,
+        DataTree::applied_index,
+    )
 }
 
 pub type SharedDisk = Rc<RefCell<SimDisk>>;
@@ -220,6 +269,34 @@ mod tests {
             disk.borrow().entries.keys().copied().collect::<Vec<_>>(),
             vec![2]
         );
+    }
+
+    fn snapshot_at(index: u64) -> Vec<u8> {
+        let mut tree = DataTree::new();
+        tree.set_applied(index, 1);
+        let mut bytes = Vec::new();
+        keel_consensus::Envelope::default().encode(&mut bytes);
+        bytes.extend_from_slice(&keel_tree::snapshot::encode_copy(&tree));
+        bytes
+    }
+
+    #[test]
+    fn a_restart_sets_a_corrupt_newest_snapshot_aside_and_loads_the_one_before() {
+        let mut disk = SimDisk::default();
+        disk.keep_snapshot(10, 1, snapshot_at(10));
+        disk.keep_snapshot(20, 1, snapshot_at(20));
+        assert!(!disk.fallback_usable(), "no log behind the older one");
+        disk.append(&[entry(11, 1), entry(12, 1)]);
+        assert!(disk.fallback_usable());
+        let newest = &mut disk.snapshots.last_mut().unwrap().2;
+        let middle = newest.len() / 2;
+        newest[middle] ^= 0x10;
+        let loaded = disk.load_tree();
+        assert_eq!(loaded.tree.applied_index(), 10);
+        assert_eq!(loaded.refused.len(), 1);
+        assert_eq!(loaded.refused[0].0, 20);
+        assert_eq!(disk.snapshots.len(), 1, "set aside, as the server does");
+        assert_eq!(disk.load_tree().refused.len(), 0, "and not refused again");
     }
 
     #[test]

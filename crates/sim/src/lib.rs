@@ -17,7 +17,10 @@
 //! - each session's responses never go back in zxid; its watch events
 //!   arrive exactly once, in zxid order, before any response at or after
 //!   the change that fired them;
-//! - ephemerals exist exactly while their session lives.
+//! - ephemerals exist exactly while their session lives;
+//! - the reaper deletes only what is due, and leaves nothing due;
+//! - every snapshot written loads with the replicas' digest, and a
+//!   restart refuses the one corrupted at its crash.
 //!
 //! `SIM_SEED=<n> cargo test -p sim --release replay -- --nocapture`
 //! replays one seed with its trace; see crates/sim/README.md.

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use keel_server::node::{ApplyObserver, Clock, Node, NodeMachine, Outbound, Outlet};
-use keel_tree::{Applied, DataTree, Event, Txn};
+use keel_tree::{owner_kind, Applied, DataTree, Event, OwnerKind, Txn, TxnOp};
 use parking_lot::Mutex;
 
 /// One message the node sent to one client connection.
@@ -54,25 +54,77 @@ pub struct AppliedTxn {
     pub zxid: i64,
     pub events: Vec<Event>,
     pub closed_session: Option<i64>,
+    /// The reaper deleted a node here.
+    pub reaped: Option<Reaped>,
+}
+
+/// A node the reaper deleted, as it was just before.
+#[derive(Debug, Clone)]
+pub struct Reaped {
+    pub path: String,
+    pub kind: OwnerKind,
+}
+
+/// The node a DeleteContainer is about to delete, as it is before.
+struct Reaping {
+    path: String,
+    time_ms: i64,
+    before: Option<keel_tree::Node>,
 }
 
 /// What the checkers need from each apply.
-#[derive(Default)]
 pub struct Recorder {
+    /// The simulator's clock (ms): no deletion may be dated later.
+    now_ms: Arc<AtomicU64>,
     /// (applied index, tree digest) after each entry, for the replica check.
     pub digests: Vec<(u64, u64)>,
     pub applied: Vec<AppliedTxn>,
     /// The first broken ephemeral contract seen, if any.
     pub ephemerals: Option<String>,
+    /// The first deletion by the reaper of a node that was not due.
+    pub reaper: Option<String>,
+    reaping: Option<Reaping>,
 }
 
 impl ApplyObserver for Recorder {
+    fn applying(&mut self, _index: u64, txn: &Txn, tree: &DataTree) {
+        self.reaping = match &txn.op {
+            TxnOp::DeleteContainer { path } => Some(Reaping {
+                path: path.clone(),
+                time_ms: txn.time_ms,
+                before: tree.node(path),
+            }),
+            _ => None,
+        };
+    }
+
     fn applied(&mut self, index: u64, _txn: &Txn, applied: &Applied) {
+        let reaping = self.reaping.take();
+        let reaped = match reaping {
+            Some(reaping) if applied.result.is_ok() => {
+                let now_ms = self.now_ms.load(Ordering::Relaxed) as i64;
+                let checked = if reaping.time_ms > now_ms {
+                    Err(format!(
+                        "reaped {} by a time {} ms ahead of the clock",
+                        reaping.path,
+                        reaping.time_ms - now_ms
+                    ))
+                } else {
+                    reap_due(&reaping)
+                };
+                if let (Err(problem), None) = (&checked, &self.reaper) {
+                    self.reaper = Some(format!("index {index}: {problem}"));
+                }
+                checked.ok()
+            }
+            _ => None,
+        };
         self.applied.push(AppliedTxn {
             index,
             zxid: applied.zxid,
             events: applied.events.clone(),
             closed_session: applied.session_closed,
+            reaped,
         });
     }
 
@@ -93,9 +145,57 @@ pub fn new_machine(
     tick_ms: u64,
     now_ms: Arc<AtomicU64>,
 ) -> SimMachine {
-    let node = Node::new(tree, node_id, tick_ms, Arc::new(SimClock(now_ms)));
+    let node = Node::new(tree, node_id, tick_ms, Arc::new(SimClock(now_ms.clone())));
+    let recorder = Recorder {
+        now_ms,
+        digests: Vec::new(),
+        applied: Vec::new(),
+        ephemerals: None,
+        reaper: None,
+        reaping: None,
+    };
     // One loader thread: a run must not depend on thread scheduling.
-    NodeMachine::new(node, Recorder::default(), 1)
+    NodeMachine::new(node, recorder, 1)
+}
+
+/// The reaper's contract, checked on the node as it was just before its
+/// deletion applied: a TTL node goes only once its TTL has passed since
+/// its last change (by the deletion's own time, the leader's clock when it
+/// proposed it), a container only when it has no children and once had
+/// one, and nothing else goes at all.
+fn reap_due(reaping: &Reaping) -> Result<Reaped, String> {
+    let path = &reaping.path;
+    let Some(node) = &reaping.before else {
+        return Err(format!("reaped {path}, which did not exist"));
+    };
+    if !node.children.is_empty() {
+        return Err(format!(
+            "reaped {path} with {} children",
+            node.children.len()
+        ));
+    }
+    let kind = owner_kind(node.stat.ephemeral_owner);
+    match kind {
+        OwnerKind::Container if node.stat.cversion <= 0 => {
+            Err(format!("reaped container {path}, which never had a child"))
+        }
+        OwnerKind::Container => Ok(()),
+        OwnerKind::Ttl(ttl_ms) => {
+            let age_ms = reaping.time_ms - node.stat.mtime;
+            if age_ms > ttl_ms {
+                Ok(())
+            } else {
+                Err(format!(
+                    "reaped TTL node {path} {age_ms} ms after its last change, its TTL is {ttl_ms} ms"
+                ))
+            }
+        }
+        other => Err(format!("reaped {path}, a {other:?} node")),
+    }?;
+    Ok(Reaped {
+        path: path.clone(),
+        kind,
+    })
 }
 
 /// Every ephemeral belongs to a live session and no closed session owns

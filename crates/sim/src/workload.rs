@@ -4,6 +4,7 @@
 //! translation between the checker's `Call`/`Ret` and the jute requests
 //! and responses the production code speaks.
 
+use keel_jute::Record;
 use keel_jute::{
     perms, Acl, CheckVersionRequest, CreateRequest, DeleteRequest, ErrorCode, Id, MultiOp,
     MultiResult, Request, Response, SetDataRequest,
@@ -39,6 +40,124 @@ pub enum Step {
     /// A request under `ACL_ROOT`, whose nodes only `ACL_USER` may use:
     /// checked against the client's identity, not recorded in the history.
     Acl(AclCall),
+    /// A write under `REAP_ROOT` (containers, TTL nodes, their children):
+    /// not recorded in the history; the reaper's deletions there are
+    /// checked as they apply and after the settle (`machine.rs`, world.rs).
+    Reap(ReapCall),
+}
+
+/// The subtree of container and TTL nodes, which the leader's reaper
+/// deletes (outside the linearizability checker's groups: its model
+/// knows no deletions that no client asked for).
+pub const REAP_ROOT: &str = "/reap";
+/// Containers (`/reap/c0`..) and TTL nodes (`/reap/t0`..) per run.
+const REAPED_PER_KIND: u64 = 3;
+/// Children a container or TTL node may have (`.../k0`, `.../k1`).
+const REAP_CHILDREN: u64 = 2;
+/// TTLs the clients give (ms): short, so that nodes expire within a run.
+pub const REAP_TTL_MIN_MS: u64 = 300;
+pub const REAP_TTL_MAX_MS: u64 = 1_500;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReapCall {
+    /// `REAP_ROOT` itself, a persistent node.
+    CreateRoot,
+    CreateContainer {
+        path: String,
+    },
+    CreateTtl {
+        path: String,
+        ttl_ms: i64,
+    },
+    /// Refreshes a TTL node's mtime (or changes a container's data).
+    SetData {
+        path: String,
+    },
+    CreateChild {
+        path: String,
+        ephemeral: bool,
+    },
+    /// A child, or (rarely) a container or TTL node, deleted by a client.
+    Delete {
+        path: String,
+    },
+}
+
+fn some_reaped(rng: &mut Rng, containers_per_million: u64) -> String {
+    let kind = if rng.chance(containers_per_million) {
+        'c'
+    } else {
+        't'
+    };
+    format!("{REAP_ROOT}/{kind}{}", rng.below(REAPED_PER_KIND))
+}
+
+fn some_reap_child(rng: &mut Rng) -> String {
+    let parent = some_reaped(rng, 800_000);
+    format!("{parent}/k{}", rng.below(REAP_CHILDREN))
+}
+
+fn some_reap_call(rng: &mut Rng) -> ReapCall {
+    match rng.below(100) {
+        0..=4 => ReapCall::CreateRoot,
+        5..=24 => ReapCall::CreateContainer {
+            path: format!("{REAP_ROOT}/c{}", rng.below(REAPED_PER_KIND)),
+        },
+        25..=44 => ReapCall::CreateTtl {
+            path: format!("{REAP_ROOT}/t{}", rng.below(REAPED_PER_KIND)),
+            ttl_ms: rng.between(REAP_TTL_MIN_MS, REAP_TTL_MAX_MS) as i64,
+        },
+        45..=54 => ReapCall::SetData {
+            path: some_reaped(rng, 200_000),
+        },
+        55..=79 => ReapCall::CreateChild {
+            path: some_reap_child(rng),
+            ephemeral: rng.chance(300_000),
+        },
+        80..=94 => ReapCall::Delete {
+            path: some_reap_child(rng),
+        },
+        _ => ReapCall::Delete {
+            path: some_reaped(rng, 500_000),
+        },
+    }
+}
+
+/// The jute request of a reap call; `data` is unique per write.
+pub fn reap_request(call: &ReapCall, data: &[u8]) -> Request {
+    let create = |path: &str, flags: i32| CreateRequest {
+        path: path.to_string(),
+        data: Some(data.to_vec()),
+        acl: open_acl(),
+        flags,
+    };
+    match call {
+        ReapCall::CreateRoot => Request::Create(create(REAP_ROOT, 0)),
+        // CreateMode CONTAINER is 4, PERSISTENT_WITH_TTL 5.
+        ReapCall::CreateContainer { path } => Request::CreateContainer(create(path, 4)),
+        ReapCall::CreateTtl { path, ttl_ms } => {
+            let request = create(path, 5);
+            Request::CreateTtl(keel_jute::CreateTtlRequest {
+                path: request.path,
+                data: request.data,
+                acl: request.acl,
+                flags: request.flags,
+                ttl: *ttl_ms,
+            })
+        }
+        ReapCall::SetData { path } => Request::SetData(SetDataRequest {
+            path: path.clone(),
+            data: Some(data.to_vec()),
+            version: -1,
+        }),
+        ReapCall::CreateChild { path, ephemeral } => {
+            Request::Create(create(path, i32::from(*ephemeral)))
+        }
+        ReapCall::Delete { path } => Request::Delete(DeleteRequest {
+            path: path.clone(),
+            version: -1,
+        }),
+    }
 }
 
 /// The subtree of ACL checks (outside the linearizability checker's groups).
@@ -64,6 +183,16 @@ fn some_acl_call(rng: &mut Rng) -> AclCall {
         1 => AclCall::SetData { path },
         _ => AclCall::GetData { path },
     }
+}
+
+/// The body of `addauth digest ACL_USER` (an AUTH request).
+pub fn acl_user_auth_packet() -> Vec<u8> {
+    keel_jute::AuthPacket {
+        auth_type: 0,
+        scheme: "digest".into(),
+        auth: ACL_USER.as_bytes().to_vec(),
+    }
+    .to_bytes()
 }
 
 /// The digest identity `ACL_USER` authenticates as.
@@ -192,6 +321,7 @@ pub fn next_step(rng: &mut Rng, data: Vec<u8>) -> Step {
             watch: rng.chance(500_000),
         },
         83..=86 => Step::Acl(some_acl_call(rng)),
+        87..=91 => Step::Reap(some_reap_call(rng)),
         80..=82 => Step::AddWatch {
             path: some_path(rng),
             recursive: rng.chance(500_000),

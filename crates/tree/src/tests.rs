@@ -466,6 +466,59 @@ fn containers_and_ttl_nodes_are_reaped_when_due() {
 }
 
 #[test]
+fn the_reaper_never_deletes_a_container_created_anew_after_it_chose_the_old_one() {
+    let mut h = Harness::new();
+    let container = || {
+        Request::CreateContainer(CreateRequest {
+            flags: 4,
+            ..create_request("/c", 4)
+        })
+    };
+    h.request(container()).result.unwrap();
+    h.create("/c/x", 0).unwrap();
+    let delete = |path: &str| {
+        Request::Delete(DeleteRequest {
+            path: path.into(),
+            version: -1,
+        })
+    };
+    h.request(delete("/c/x")).result.unwrap();
+    assert_eq!(h.tree.reap_candidates(h.time_ms), vec!["/c"]);
+    // The reaper's deletion is in flight while a client deletes the
+    // container and creates it again: the new one never had a child.
+    h.request(delete("/c")).result.unwrap();
+    h.request(container()).result.unwrap();
+    let reaped = h.txn(0, TxnOp::DeleteContainer { path: "/c".into() });
+    assert_eq!(reaped.result, Err(ErrorCode::BadVersion));
+    assert!(h.tree.node("/c").is_some());
+    // A client's own deleteContainer is checked as ZooKeeper checks it:
+    // only for children.
+    h.request(Request::DeleteContainer("/c".into()))
+        .result
+        .unwrap();
+    assert!(h.tree.node("/c").is_none());
+}
+
+#[test]
+fn a_planted_early_reaper_takes_what_is_not_due() {
+    let mut h = Harness::new();
+    let ttl = CreateTtlRequest {
+        path: "/t".into(),
+        data: None,
+        acl: open_acl_unsafe(),
+        flags: 5,
+        ttl: 10_000,
+    };
+    h.request(Request::CreateTtl(ttl)).result.unwrap();
+    assert!(h.tree.reap_candidates(h.time_ms).is_empty());
+    crate::planted::set_reap_early(true);
+    assert_eq!(h.tree.reap_candidates(h.time_ms), vec!["/t"]);
+    let reaped = h.txn(0, TxnOp::DeleteContainer { path: "/t".into() });
+    crate::planted::set_reap_early(false);
+    assert_eq!(reaped.result, Ok(Response::Empty));
+}
+
+#[test]
 fn snapshots_round_trip_and_reject_corruption() {
     let mut h = Harness::new();
     h.create("/a", 0).unwrap();

