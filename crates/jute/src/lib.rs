@@ -10,7 +10,9 @@
 //! - [`consts`]: op codes, xids, permissions, error codes and enums;
 //! - [`records`]: every record in `zookeeper.jute` used on the client port;
 //! - [`message`]: typed [`Request`] / [`Response`] bodies keyed by op code,
-//!   including the `multi` encoding.
+//!   including the `multi` encoding;
+//! - [`clickhouse`]: the request records ClickHouse Keeper adds (op codes
+//!   500–503) and its form of failed multiRead results.
 //!
 //! Decoding never panics and checks every length against the bytes actually
 //! present before allocating, so hostile input costs at most its own size.
@@ -20,6 +22,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod clickhouse;
 pub mod codec;
 pub mod consts;
 pub mod error;
@@ -41,5 +44,6 @@ pub use consts::{
 };
 pub use error::JuteError;
 pub use frame::{check_frame, write_frame, DEFAULT_MAX_FRAME_BYTES};
+pub use clickhouse::{FilteredListRequest, ListRequestType, RemoveRecursiveRequest};
 pub use message::{MultiOp, MultiResult, Request, Response};
 pub use records::*;
