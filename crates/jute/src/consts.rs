@@ -518,7 +518,10 @@ mod tests {
         assert_eq!(opcode::name(opcode::CREATE_TTL), Some("createTTL"));
         assert_eq!(opcode::name(opcode::CLOSE_SESSION), Some("closeSession"));
         assert_eq!(opcode::name(10), None);
-        assert_eq!(opcode::name(opcode::REMOVE_RECURSIVE), Some("removeRecursive"));
+        assert_eq!(
+            opcode::name(opcode::REMOVE_RECURSIVE),
+            Some("removeRecursive")
+        );
         assert_eq!(opcode::name(504), None);
         assert_eq!(perms::ALL, 31);
     }

@@ -36,6 +36,7 @@ pub mod records;
 #[cfg(test)]
 mod samples;
 
+pub use clickhouse::{FilteredListRequest, ListRequestType, RemoveRecursiveRequest};
 pub use codec::{
     write_bool, write_buffer, write_i32, write_i64, write_string, write_string_vec, Reader, Record,
 };
@@ -44,6 +45,5 @@ pub use consts::{
 };
 pub use error::JuteError;
 pub use frame::{check_frame, write_frame, DEFAULT_MAX_FRAME_BYTES};
-pub use clickhouse::{FilteredListRequest, ListRequestType, RemoveRecursiveRequest};
 pub use message::{MultiOp, MultiResult, Request, Response};
 pub use records::*;

@@ -591,7 +591,10 @@ impl MultiResult {
             Self::CreateIfNotExists(path) => write_path(out, path),
             Self::CheckNotExists | Self::RemoveRecursive => {}
             Self::Failed { op, err } => {
-                assert!(*op != opcode::ERROR && *err != 0, "not a ClickHouse failure");
+                assert!(
+                    *op != opcode::ERROR && *err != 0,
+                    "not a ClickHouse failure"
+                );
             }
         }
     }
@@ -629,9 +632,7 @@ impl MultiResult {
                 Self::GetChildren2(response.children, response.stat)
             }
             opcode::CHECK_NOT_EXISTS => Self::CheckNotExists,
-            opcode::CREATE_IF_NOT_EXISTS => {
-                Self::CreateIfNotExists(CreateResponse::read(r)?.path)
-            }
+            opcode::CREATE_IF_NOT_EXISTS => Self::CreateIfNotExists(CreateResponse::read(r)?.path),
             opcode::REMOVE_RECURSIVE => Self::RemoveRecursive,
             other => return Err(JuteError::UnknownOpCode(other)),
         })
@@ -990,7 +991,11 @@ mod tests {
             &[0, 0, 0, 4, 0, 0xff, 0xff, 0xff, 0x9b],
             "getData, !done, -101 and nothing more"
         );
-        assert_eq!(&body[9..13], &[0, 0, 0, 4], "the next result starts at once");
+        assert_eq!(
+            &body[9..13],
+            &[0, 0, 0, 4],
+            "the next result starts at once"
+        );
         assert_eq!(
             Response::decode(opcode::MULTI_READ, &body),
             Ok(Response::Multi(results))

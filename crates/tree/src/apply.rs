@@ -6,8 +6,8 @@
 use std::collections::VecDeque;
 
 use keel_jute::{
-    perms, Acl, CreateMode, CreateRequest, ErrorCode, EventType, Id, MultiOp, MultiResult,
-    Request, Response, Stat,
+    perms, Acl, CreateMode, CreateRequest, ErrorCode, EventType, Id, MultiOp, MultiResult, Request,
+    Response, Stat,
 };
 
 use crate::store::{NodeId, PackedStat};
@@ -440,7 +440,11 @@ impl DataTree {
             parent_path,
             path: &r.path,
             name,
-            ephemeral_owner: if mode.is_ephemeral() { ctx.session_id } else { 0 },
+            ephemeral_owner: if mode.is_ephemeral() {
+                ctx.session_id
+            } else {
+                0
+            },
             data: r.data.as_deref(),
             acl: &acl,
         };

@@ -481,8 +481,7 @@ impl World {
             .expect("a read request is served");
         let again = self.restored.read(&request, session_id, &auth);
         assert_eq!(Some(&outcome), again.as_ref());
-        if let (Request::MultiRead(ops), Ok(Response::Multi(results))) =
-            (&request, &outcome.result)
+        if let (Request::MultiRead(ops), Ok(Response::Multi(results))) = (&request, &outcome.result)
         {
             assert_eq!(ops.len(), results.len());
         }
@@ -852,7 +851,10 @@ fn check_request_outcome(tree: &DataTree, request: &Request, applied: &Applied) 
         (Request::Check(_), Response::Stat(_)) | (Request::CloseSession, Response::Empty) => {}
         (Request::CreateIfNotExists(r), Response::Create(path)) => {
             assert_eq!(&r.path, path, "createIfNotExists answers the path asked");
-            assert!(tree.node(path).is_some() || path == "/", "{path} is missing");
+            assert!(
+                tree.node(path).is_some() || path == "/",
+                "{path} is missing"
+            );
         }
         (Request::RemoveRecursive(r), Response::Empty) => {
             assert!(tree.node(&r.path).is_none(), "{} is still there", r.path);

@@ -35,4 +35,6 @@ pub use tree::{
 pub use txn::{Txn, TxnOp};
 
 #[cfg(test)]
+mod clickhouse_tests;
+#[cfg(test)]
 mod tests;

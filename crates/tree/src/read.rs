@@ -260,7 +260,12 @@ impl DataTree {
 
     /// checkNotExists against the tree: NodeExists if the node is there at
     /// `version` (any version for -1); NoAuth if it is there unreadable.
-    pub(crate) fn node_absent(&self, path: &str, version: i32, auth: &[Id]) -> Result<(), ErrorCode> {
+    pub(crate) fn node_absent(
+        &self,
+        path: &str,
+        version: i32,
+        auth: &[Id],
+    ) -> Result<(), ErrorCode> {
         let Some(id) = self.resolve(path) else {
             return Ok(());
         };
