@@ -109,6 +109,9 @@ struct Connection {
     closing: Option<Closed>,
     /// This connection's row in `cons` (set once the session is open).
     info: Option<Arc<ConnectionInfo>>,
+    /// The client read ClickHouse Keeper's feature flags (or API version):
+    /// it is ClickHouse's, and gets failed multiRead ops in its form.
+    clickhouse: bool,
 }
 
 /// Serves one accepted socket until it closes. Never panics on input.
@@ -164,6 +167,7 @@ pub async fn serve(port: &ClientPort, stream: TcpStream, peer: SocketAddr) {
         out: Vec::with_capacity(READ_CHUNK_BYTES),
         closing: None,
         info: None,
+        clickhouse: false,
     };
     let payload = buf[4..first].to_vec();
     buf.drain(..first);
@@ -525,7 +529,16 @@ impl Connection {
                 for event in &read.fired {
                     self.event(event);
                 }
-                (read.result, read.zxid)
+                let mut result = read.result;
+                if keel_tree::keeper::is_extension_probe(&request, &result) {
+                    self.clickhouse = true;
+                }
+                if let (true, Request::MultiRead(ops), Ok(Response::Multi(results))) =
+                    (self.clickhouse, &request, &mut result)
+                {
+                    keel_jute::clickhouse::to_clickhouse_failures(ops, results);
+                }
+                (result, read.zxid)
             }
         };
         self.send_events_up_to(zxid);
@@ -762,5 +775,7 @@ fn is_write_op(op: i32) -> bool {
             | opcode::MULTI
             | opcode::SYNC
             | opcode::CLOSE_SESSION
+            | opcode::CREATE_IF_NOT_EXISTS
+            | opcode::REMOVE_RECURSIVE
     )
 }

@@ -13,7 +13,7 @@
 //! ordinary data and the virtual nodes are absent (a ClickHouse client
 //! then finds no feature flags and speaks plain ZooKeeper).
 
-use keel_jute::{perms, Acl, ErrorCode, Id, Stat};
+use keel_jute::{perms, Acl, ErrorCode, Id, Request, Response, Stat};
 
 use crate::tree::DataTree;
 
@@ -78,6 +78,19 @@ pub fn is_keeper_path(path: &str) -> bool {
         || path
             .strip_prefix(KEEPER_PATH)
             .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// Whether a read and its answer are ClickHouse's client learning the
+/// server's extensions: a successful getData of `feature_flags` (or of
+/// `api_version`, read by clients older than feature flags). ClickHouse's
+/// client does that right after connecting, before any multiRead; no
+/// ZooKeeper client reads these paths (ZooKeeper has no `/keeper`).
+pub fn is_extension_probe(request: &Request, answer: &Result<Response, ErrorCode>) -> bool {
+    matches!(
+        (request, answer),
+        (Request::GetData(r), Ok(Response::GetData(..)))
+            if r.path == FEATURE_FLAGS_PATH || r.path == API_VERSION_PATH
+    )
 }
 
 /// One of the virtual system nodes.
@@ -190,6 +203,24 @@ mod tests {
         for no in ["/", "/keeperx", "/kee", "/zookeeper", "keeper", "/a/keeper"] {
             assert!(!is_keeper_path(no), "{no}");
         }
+    }
+
+    #[test]
+    fn only_a_successful_read_of_the_flags_or_version_is_a_probe() {
+        let get = |path: &str| {
+            Request::GetData(keel_jute::GetDataRequest {
+                path: path.into(),
+                watch: false,
+            })
+        };
+        let found = Ok(Response::GetData(Some(vec![]), Stat::default()));
+        assert!(is_extension_probe(&get(FEATURE_FLAGS_PATH), &found));
+        assert!(is_extension_probe(&get(API_VERSION_PATH), &found));
+        assert!(!is_extension_probe(&get(KEEPER_PATH), &found));
+        assert!(!is_extension_probe(
+            &get(FEATURE_FLAGS_PATH),
+            &Err(ErrorCode::NoNode)
+        ));
     }
 
     #[test]
