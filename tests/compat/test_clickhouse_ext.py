@@ -321,12 +321,21 @@ def test_multi_with_clickhouse_ops(keel):
 
 
 def test_clickhouse_reads_are_unknown_inside_a_write_multi(keel):
+    """As ZooKeeper answers an op it does not know inside a multi: the multi
+    does not deserialize (MarshallingError) and the session goes on."""
     with session(keel) as c:
-        ops = [(P.FILTERED_LIST, P.filtered_list_body("/"))]
-        hdr, _ = c.request(P.MULTI, P.multi_body(ops))
+        for op, body in ((P.FILTERED_LIST, P.filtered_list_body("/")),
+                         (P.EXISTS, P.path_watch_body("/")),
+                         (504, P.check_body("/"))):
+            hdr, _ = c.request(P.MULTI, P.multi_body([(op, body)]))
+            assert hdr["err"] == MARSHALLINGERROR, op
+        assert c.ping()["err"] == OK
+        # Outside a multi, an op code Keel does not know closes the
+        # connection after Unimplemented, as ZooKeeper does.
+        hdr, _ = c.request(504, P.check_body("/"))
         assert hdr["err"] == UNIMPLEMENTED
         closed, _ = c.wait_closed(5)
-        assert closed, "as for any unknown op code, the connection closes"
+        assert closed
 
 
 # ---------------------------------------------------------------- multiRead
