@@ -542,7 +542,16 @@ impl Connection {
             }
         };
         self.send_events_up_to(zxid);
-        self.reply(request_xid, zxid, result);
+        match (&request, result) {
+            // ZooKeeper fails a multiRead of writes after it made its (still
+            // empty) MultiResponse, and sends that after the error header.
+            (Request::MultiRead(ops), Err(ErrorCode::MarshallingError)) if !ops.is_empty() => {
+                self.reply_with_body(request_xid, zxid, ErrorCode::MarshallingError.code(), {
+                    Some(Response::Multi(Vec::new()))
+                });
+            }
+            (_, result) => self.reply(request_xid, zxid, result),
+        }
         self.shared
             .stats
             .record_latency_us(started.elapsed().as_micros() as u64);
@@ -678,6 +687,12 @@ impl Connection {
             Ok(response) => (0, Some(response)),
             Err(code) => (code.code(), None),
         };
+        self.reply_with_body(reply_xid, zxid, err, response);
+    }
+
+    /// A reply header and, if given, a body (after an error too: ZooKeeper
+    /// sends whatever response it had made when the error came).
+    fn reply_with_body(&mut self, reply_xid: i32, zxid: i64, err: i32, response: Option<Response>) {
         let header = ReplyHeader {
             xid: reply_xid,
             zxid,
