@@ -1196,6 +1196,15 @@ pub fn seeds() -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
             acl: vec![acl(perms::ALL, "auth", "")],
             version: -1,
         }))),
+        // ClickHouse Keeper's: an existing node, a new ephemeral, a subtree.
+        txn(request(Request::CreateIfNotExists(create("/a", 0)))),
+        txn(request(Request::CreateIfNotExists(create("/i", 1)))),
+        txn(request(Request::Create(create("/r", 0)))),
+        txn(request(Request::Create(create("/r/x", 0)))),
+        txn(request(Request::RemoveRecursive(RemoveRecursiveRequest {
+            path: "/r".into(),
+            remove_nodes_limit: 2,
+        }))),
         txn(TxnOp::DeleteContainer { path: "/c".into() }),
         txn(TxnOp::Sync { path: "/".into() }),
         txn(TxnOp::CloseSession),
