@@ -10,6 +10,9 @@ What ZooKeeper 3.8 does (recorded by these probes):
   * unknown opcode after the handshake: a reply header {xid, zxid=-1,
     err=UNIMPLEMENTED(-6)} and then the connection is closed;
   * malformed request body: reply with MARSHALLINGERROR(-5) (see probe);
+    so is a multi holding an op it cannot carry (exists, an unknown op
+    code) or a multiRead of writes (which also carries the empty multi
+    response ZooKeeper had made); the session goes on;
   * invalid paths in create: BADARGUMENTS(-8) or NONODE(-101) depending on
     whether the parent exists (parent lookup happens before validation);
   * a four-letter word not in the whitelist: "<cmd> is not executed because it
@@ -339,6 +342,35 @@ def probe_multi_read_mixed_with_write(port):
         return res
 
 
+def probe_multi_with_unknown_ops(port):
+    """opcode 14 (multi) holding an op a multi cannot carry (exists) and an
+    op code nobody knows: the record does not deserialize."""
+    res = {}
+    for name, op, body in (("exists", P.EXISTS, P.path_watch_body("/")),
+                           ("op999", 999, P.delete_body("/nope"))):
+        with P.RawConnection(port) as c:
+            c.handshake()
+            c.send_frame(P.i32(11) + P.i32(P.MULTI) + P.multi_body([(op, body)]))
+            closed, data = c.wait_closed(3)
+            res[name] = {"closed": closed, "reply": decode_frames(data)}
+            if not closed:
+                res[name]["open_after"] = still_open(c)
+    return res
+
+
+def probe_multi_read_of_writes(port):
+    """opcode 22 (multiRead) holding only a create: not mixed, so it
+    deserializes, and fails as the first op is no read."""
+    with P.RawConnection(port) as c:
+        c.handshake()
+        c.send_frame(P.i32(12) + P.i32(P.MULTI_READ) + P.multi_body([(P.CREATE, P.create_body("/mrw"))]))
+        closed, data = c.wait_closed(3)
+        res = {"closed": closed, "reply": decode_frames(data)}
+        if not closed:
+            res["open_after"] = still_open(c)
+        return res
+
+
 def probe_non_ascii_4lw(port):
     return {"answer": four_letter_word(port, b"\xff\xfe\xfd\xfc").decode("latin-1")}
 
@@ -353,7 +385,8 @@ PROBES = [
     probe_header_only_4_bytes, probe_malformed_create_body, probe_create_path_length_past_frame,
     probe_invalid_paths_in_create, probe_pipelined_requests, probe_request_in_one_byte_writes,
     probe_close_session_twice, probe_request_after_close_session, probe_connect_twice,
-    probe_check_outside_multi, probe_multi_read_mixed_with_write, probe_non_ascii_4lw,
+    probe_check_outside_multi, probe_multi_read_mixed_with_write, probe_multi_with_unknown_ops,
+    probe_multi_read_of_writes, probe_non_ascii_4lw,
 ]
 
 

@@ -42,6 +42,16 @@ ADD_WATCH = 106
 WHO_AM_I = 107
 CREATE_SESSION = -10
 CLOSE_SESSION = -11
+# ClickHouse Keeper's extensions (src/Common/ZooKeeper/ZooKeeperConstants.h)
+FILTERED_LIST = 500
+CHECK_NOT_EXISTS = 501
+CREATE_IF_NOT_EXISTS = 502
+REMOVE_RECURSIVE = 503
+MULTI_ERROR = -1
+
+LIST_ALL = 0
+LIST_PERSISTENT_ONLY = 1
+LIST_EPHEMERAL_ONLY = 2
 
 XID_NOTIFICATION = -1
 XID_PING = -2
@@ -146,6 +156,30 @@ def add_watch_body(path, mode):
 
 def remove_watches_body(path, wtype):
     return ustr(path) + i32(wtype)
+
+
+def check_body(path, version=-1):
+    """check (13) and ClickHouse's checkNotExists (501)."""
+    return ustr(path) + i32(version)
+
+
+def filtered_list_body(path, list_type=LIST_ALL, watch=False):
+    """ClickHouse's filteredList (500): getChildren's body and a type byte."""
+    return ustr(path) + boolean(watch) + bytes([list_type])
+
+
+def remove_recursive_body(path, limit):
+    """ClickHouse's removeRecursive (503): path and an unsigned 32-bit limit."""
+    return ustr(path) + struct.pack(">I", limit)
+
+
+def multi_header(op, done=False, err=-1):
+    return i32(op) + boolean(done) + i32(err)
+
+
+def multi_body(ops):
+    """multi (14) / multiRead (22): (opcode, body) pairs, then the terminator."""
+    return b"".join(multi_header(op) + body for op, body in ops) + multi_header(-1, True, -1)
 
 
 # ---------------------------------------------------------------- decoding

@@ -71,6 +71,15 @@ pub mod opcode {
     pub const CLOSE_SESSION: i32 = -11;
     /// Marks a failed sub-result inside a multi response.
     pub const ERROR: i32 = -1;
+    /// ClickHouse Keeper: list children filtered by kind (persistent,
+    /// ephemeral); the reply is a `getChildren2` reply.
+    pub const FILTERED_LIST: i32 = 500;
+    /// ClickHouse Keeper: assert that a znode (of a version) does not exist.
+    pub const CHECK_NOT_EXISTS: i32 = 501;
+    /// ClickHouse Keeper: create unless the znode exists (then succeed, no change).
+    pub const CREATE_IF_NOT_EXISTS: i32 = 502;
+    /// ClickHouse Keeper: delete a znode and its subtree, up to a node limit.
+    pub const REMOVE_RECURSIVE: i32 = 503;
 
     /// ZooKeeper's camelCase name for an op code, for logs and diagnostics.
     pub fn name(op: i32) -> Option<&'static str> {
@@ -108,6 +117,10 @@ pub mod opcode {
             CREATE_SESSION => "createSession",
             CLOSE_SESSION => "closeSession",
             ERROR => "error",
+            FILTERED_LIST => "filteredList",
+            CHECK_NOT_EXISTS => "checkNotExists",
+            CREATE_IF_NOT_EXISTS => "createIfNotExists",
+            REMOVE_RECURSIVE => "removeRecursive",
             _ => return None,
         })
     }
@@ -505,6 +518,11 @@ mod tests {
         assert_eq!(opcode::name(opcode::CREATE_TTL), Some("createTTL"));
         assert_eq!(opcode::name(opcode::CLOSE_SESSION), Some("closeSession"));
         assert_eq!(opcode::name(10), None);
+        assert_eq!(
+            opcode::name(opcode::REMOVE_RECURSIVE),
+            Some("removeRecursive")
+        );
+        assert_eq!(opcode::name(504), None);
         assert_eq!(perms::ALL, 31);
     }
 }

@@ -19,6 +19,11 @@ pub const OP_CODES: [i32; 38] = [
     23, 99, 100, 101, 102, 103, 104, 105, 106, 107, 108, 1000,
 ];
 
+/// ClickHouse Keeper's op codes and an unknown neighbour: a list of their
+/// own, so that picks from [`OP_CODES`] keep meaning what they meant in
+/// recorded inputs.
+pub const CLICKHOUSE_OP_CODES: [i32; 5] = [500, 501, 502, 503, 504];
+
 /// The packet inside `data`: the payload of its first frame when `data`
 /// starts with a complete frame, else `data` itself (so the fuzzer does not
 /// have to get the length prefix right to reach the decoders).
@@ -111,7 +116,7 @@ pub fn jute_request(data: &[u8]) {
     let body = r.read_rest();
     check_request(header.op_type, body);
     check_response(header.op_type, body);
-    for op in OP_CODES {
+    for op in OP_CODES.into_iter().chain(CLICKHOUSE_OP_CODES) {
         check_request(op, body);
         check_response(op, body);
     }

@@ -10,7 +10,9 @@
 //! - [`consts`]: op codes, xids, permissions, error codes and enums;
 //! - [`records`]: every record in `zookeeper.jute` used on the client port;
 //! - [`message`]: typed [`Request`] / [`Response`] bodies keyed by op code,
-//!   including the `multi` encoding.
+//!   including the `multi` encoding;
+//! - [`clickhouse`]: the request records ClickHouse Keeper adds (op codes
+//!   500–503) and its form of failed multiRead results.
 //!
 //! Decoding never panics and checks every length against the bytes actually
 //! present before allocating, so hostile input costs at most its own size.
@@ -20,6 +22,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod clickhouse;
 pub mod codec;
 pub mod consts;
 pub mod error;
@@ -33,6 +36,7 @@ pub mod records;
 #[cfg(test)]
 mod samples;
 
+pub use clickhouse::{FilteredListRequest, ListRequestType, RemoveRecursiveRequest};
 pub use codec::{
     write_bool, write_buffer, write_i32, write_i64, write_string, write_string_vec, Reader, Record,
 };

@@ -5,6 +5,7 @@
 //! only in requests, so replies are decoded with the op code of the request
 //! they answer. These types cover the *body*; headers are plain records.
 
+use crate::clickhouse::{FilteredListRequest, RemoveRecursiveRequest};
 use crate::codec::{
     write_buffer, write_i32, write_string, write_string_vec, write_vec, Reader, Record,
 };
@@ -37,6 +38,9 @@ const MULTI_TERMINATOR: MultiHeader = MultiHeader {
 /// The variant is the op code from the op's `MultiHeader`, preserved as sent.
 /// (ZooKeeper's server re-derives container/TTL from the create flags; a
 /// server built on this crate should look at `flags` the same way.)
+/// Besides ZooKeeper's ops, a `multi` may carry ClickHouse Keeper's
+/// checkNotExists, createIfNotExists and removeRecursive, and a `multiRead`
+/// its exists, getChildren2 and filteredList.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MultiOp {
     /// `create` (op 1): the result carries only the path.
@@ -57,6 +61,18 @@ pub enum MultiOp {
     GetChildren(GetChildrenRequest),
     /// `getData` (op 4), only in `multiRead`.
     GetData(GetDataRequest),
+    /// `exists` (op 3), only in `multiRead` (ClickHouse Keeper).
+    Exists(ExistsRequest),
+    /// `getChildren2` (op 12), only in `multiRead` (ClickHouse Keeper).
+    GetChildren2(GetChildren2Request),
+    /// `filteredList` (op 500), only in `multiRead` (ClickHouse Keeper).
+    FilteredList(FilteredListRequest),
+    /// `checkNotExists` (op 501, ClickHouse Keeper).
+    CheckNotExists(CheckVersionRequest),
+    /// `createIfNotExists` (op 502, ClickHouse Keeper).
+    CreateIfNotExists(CreateRequest),
+    /// `removeRecursive` (op 503, ClickHouse Keeper).
+    RemoveRecursive(RemoveRecursiveRequest),
 }
 
 impl MultiOp {
@@ -72,6 +88,12 @@ impl MultiOp {
             Self::Check(_) => opcode::CHECK,
             Self::GetChildren(_) => opcode::GET_CHILDREN,
             Self::GetData(_) => opcode::GET_DATA,
+            Self::Exists(_) => opcode::EXISTS,
+            Self::GetChildren2(_) => opcode::GET_CHILDREN2,
+            Self::FilteredList(_) => opcode::FILTERED_LIST,
+            Self::CheckNotExists(_) => opcode::CHECK_NOT_EXISTS,
+            Self::CreateIfNotExists(_) => opcode::CREATE_IF_NOT_EXISTS,
+            Self::RemoveRecursive(_) => opcode::REMOVE_RECURSIVE,
         }
     }
 
@@ -85,12 +107,26 @@ impl MultiOp {
             Self::Check(r) => &r.path,
             Self::GetChildren(r) => &r.path,
             Self::GetData(r) => &r.path,
+            Self::Exists(r) => &r.path,
+            Self::GetChildren2(r) => &r.path,
+            Self::FilteredList(r) => &r.path,
+            Self::CheckNotExists(r) => &r.path,
+            Self::CreateIfNotExists(r) => &r.path,
+            Self::RemoveRecursive(r) => &r.path,
         }
     }
 
-    /// Whether this is a read op (allowed only in `multiRead`).
+    /// Whether this is a read op (allowed only in `multiRead`). Checks are
+    /// not: ZooKeeper and ClickHouse Keeper both count them as writes.
     pub fn is_read(&self) -> bool {
-        matches!(self, Self::GetChildren(_) | Self::GetData(_))
+        matches!(
+            self,
+            Self::GetChildren(_)
+                | Self::GetData(_)
+                | Self::Exists(_)
+                | Self::GetChildren2(_)
+                | Self::FilteredList(_)
+        )
     }
 
     fn write_body(&self, out: &mut Vec<u8>) {
@@ -102,10 +138,19 @@ impl MultiOp {
             Self::Check(r) => r.write(out),
             Self::GetChildren(r) => r.write(out),
             Self::GetData(r) => r.write(out),
+            Self::Exists(r) => r.write(out),
+            Self::GetChildren2(r) => r.write(out),
+            Self::FilteredList(r) => r.write(out),
+            Self::CheckNotExists(r) => r.write(out),
+            Self::CreateIfNotExists(r) => r.write(out),
+            Self::RemoveRecursive(r) => r.write(out),
         }
     }
 
-    fn read_body(op_type: i32, r: &mut Reader<'_>) -> Result<Self> {
+    /// Reads an op's body. The read ops only ClickHouse Keeper accepts
+    /// (exists, getChildren2, filteredList) are known in a `multiRead`
+    /// only: in a `multi` they stay unknown op codes, as in ZooKeeper.
+    fn read_body(op_type: i32, multi_read: bool, r: &mut Reader<'_>) -> Result<Self> {
         Ok(match op_type {
             opcode::CREATE => Self::Create(read_multi_create(r)?),
             opcode::CREATE2 => Self::Create2(read_multi_create(r)?),
@@ -116,6 +161,17 @@ impl MultiOp {
             opcode::CHECK => Self::Check(CheckVersionRequest::read(r)?),
             opcode::GET_CHILDREN => Self::GetChildren(GetChildrenRequest::read(r)?),
             opcode::GET_DATA => Self::GetData(GetDataRequest::read(r)?),
+            opcode::EXISTS if multi_read => Self::Exists(ExistsRequest::read(r)?),
+            opcode::GET_CHILDREN2 if multi_read => {
+                Self::GetChildren2(GetChildren2Request::read(r)?)
+            }
+            opcode::FILTERED_LIST if multi_read => {
+                Self::FilteredList(FilteredListRequest::read(r)?)
+            }
+            opcode::CHECK_NOT_EXISTS => Self::CheckNotExists(CheckVersionRequest::read(r)?),
+            // ClickHouse reads the flags as they are; a bad mode fails the op.
+            opcode::CREATE_IF_NOT_EXISTS => Self::CreateIfNotExists(CreateRequest::read(r)?),
+            opcode::REMOVE_RECURSIVE => Self::RemoveRecursive(RemoveRecursiveRequest::read(r)?),
             other => return Err(JuteError::UnknownOpCode(other)),
         })
     }
@@ -147,15 +203,21 @@ fn write_multi_ops(out: &mut Vec<u8>, ops: &[MultiOp]) {
 
 /// Reads ops until the `done` header. Each op consumes at least one header,
 /// so the loop is bounded by the input length. Like ZooKeeper, a request that
-/// mixes read and write ops is rejected.
-fn read_multi_ops(r: &mut Reader<'_>) -> Result<Vec<MultiOp>> {
+/// mixes read and write ops is rejected, and so is one holding an op it does
+/// not know: that is a malformed request (ZooKeeper's MultiOperationRecord
+/// fails to deserialize it: MarshallingError), not an unknown request.
+fn read_multi_ops(r: &mut Reader<'_>, multi_read: bool) -> Result<Vec<MultiOp>> {
     let mut ops: Vec<MultiOp> = Vec::new();
     loop {
         let header = MultiHeader::read(r)?;
         if header.done {
             return Ok(ops);
         }
-        let op = MultiOp::read_body(header.op_type, r)?;
+        let op =
+            MultiOp::read_body(header.op_type, multi_read, r).map_err(|error| match error {
+                JuteError::UnknownOpCode(_) => JuteError::Malformed("unknown op in multi"),
+                other => other,
+            })?;
         if ops
             .first()
             .is_some_and(|first| first.is_read() != op.is_read())
@@ -232,6 +294,14 @@ pub enum Request {
     Sasl(GetSaslRequest),
     /// `reconfig` (16).
     Reconfig(ReconfigRequest),
+    /// `filteredList` (500, ClickHouse Keeper): getChildren2 of one kind of child.
+    FilteredList(FilteredListRequest),
+    /// `checkNotExists` (501, ClickHouse Keeper): a read outside a multi.
+    CheckNotExists(CheckVersionRequest),
+    /// `createIfNotExists` (502, ClickHouse Keeper).
+    CreateIfNotExists(CreateRequest),
+    /// `removeRecursive` (503, ClickHouse Keeper).
+    RemoveRecursive(RemoveRecursiveRequest),
 }
 
 impl Request {
@@ -258,8 +328,8 @@ impl Request {
             opcode::GET_EPHEMERALS => Self::GetEphemerals(GetEphemeralsRequest::read(r)?),
             opcode::SYNC => Self::Sync(SyncRequest::read(r)?),
             opcode::CHECK => Self::Check(CheckVersionRequest::read(r)?),
-            opcode::MULTI => Self::Multi(read_multi_ops(r)?),
-            opcode::MULTI_READ => Self::MultiRead(read_multi_ops(r)?),
+            opcode::MULTI => Self::Multi(read_multi_ops(r, false)?),
+            opcode::MULTI_READ => Self::MultiRead(read_multi_ops(r, true)?),
             opcode::PING => Self::Ping,
             opcode::AUTH => Self::Auth(AuthPacket::read(r)?),
             opcode::SET_WATCHES => Self::SetWatches(SetWatches::read(r)?),
@@ -271,6 +341,10 @@ impl Request {
             opcode::CLOSE_SESSION => Self::CloseSession,
             opcode::SASL => Self::Sasl(GetSaslRequest::read(r)?),
             opcode::RECONFIG => Self::Reconfig(ReconfigRequest::read(r)?),
+            opcode::FILTERED_LIST => Self::FilteredList(FilteredListRequest::read(r)?),
+            opcode::CHECK_NOT_EXISTS => Self::CheckNotExists(CheckVersionRequest::read(r)?),
+            opcode::CREATE_IF_NOT_EXISTS => Self::CreateIfNotExists(CreateRequest::read(r)?),
+            opcode::REMOVE_RECURSIVE => Self::RemoveRecursive(RemoveRecursiveRequest::read(r)?),
             other => return Err(JuteError::UnknownOpCode(other)),
         })
     }
@@ -303,6 +377,10 @@ impl Request {
             Self::CheckWatches(r) => r.write(out),
             Self::Sasl(r) => r.write(out),
             Self::Reconfig(r) => r.write(out),
+            Self::FilteredList(r) => r.write(out),
+            Self::CheckNotExists(r) => r.write(out),
+            Self::CreateIfNotExists(r) => r.write(out),
+            Self::RemoveRecursive(r) => r.write(out),
         }
     }
 
@@ -339,13 +417,19 @@ impl Request {
             Self::CloseSession => opcode::CLOSE_SESSION,
             Self::Sasl(_) => opcode::SASL,
             Self::Reconfig(_) => opcode::RECONFIG,
+            Self::FilteredList(_) => opcode::FILTERED_LIST,
+            Self::CheckNotExists(_) => opcode::CHECK_NOT_EXISTS,
+            Self::CreateIfNotExists(_) => opcode::CREATE_IF_NOT_EXISTS,
+            Self::RemoveRecursive(_) => opcode::REMOVE_RECURSIVE,
         }
     }
 
     /// Whether the request changes the tree or session table, i.e. must go
     /// through the replicated log: create*, delete*, setData, setACL, check,
     /// multi, closeSession and reconfig (which rewrites `/zookeeper/config`)
-    /// — the same set ZooKeeper turns into transactions.
+    /// — the same set ZooKeeper turns into transactions — plus ClickHouse
+    /// Keeper's createIfNotExists and removeRecursive. (Its checkNotExists
+    /// outside a multi is a read, as in ClickHouse Keeper.)
     pub fn is_write(&self) -> bool {
         matches!(
             self,
@@ -361,6 +445,8 @@ impl Request {
                 | Self::Multi(_)
                 | Self::CloseSession
                 | Self::Reconfig(_)
+                | Self::CreateIfNotExists(_)
+                | Self::RemoveRecursive(_)
         )
     }
 
@@ -387,6 +473,10 @@ impl Request {
             Self::AddWatch(r) => &r.path,
             Self::RemoveWatches(r) => &r.path,
             Self::CheckWatches(r) => &r.path,
+            Self::FilteredList(r) => &r.path,
+            Self::CheckNotExists(r) => &r.path,
+            Self::CreateIfNotExists(r) => &r.path,
+            Self::RemoveRecursive(r) => &r.path,
             Self::Multi(_)
             | Self::MultiRead(_)
             | Self::Ping
@@ -432,6 +522,27 @@ pub enum MultiResult {
     /// ops before the failing one as `Error(0)` and those after it as
     /// `Error(-2)` (runtime inconsistency).
     Error(i32),
+    /// Result of `exists` in a multiRead: header type 3, `Stat`.
+    Exists(Stat),
+    /// Result of `getChildren2` and `filteredList` in a multiRead: header
+    /// type 12, `GetChildren2Response`.
+    GetChildren2(Vec<String>, Stat),
+    /// Result of `checkNotExists`: header type 501, no body.
+    CheckNotExists,
+    /// Result of `createIfNotExists`: header type 502, the path.
+    CreateIfNotExists(String),
+    /// Result of `removeRecursive`: header type 503, no body.
+    RemoveRecursive,
+    /// A failed multiRead op as ClickHouse Keeper reports it: the header
+    /// keeps the op's own reply type and carries the code, and no body
+    /// follows. (ClickHouse's client requires this form; ZooKeeper's
+    /// clients read [`MultiResult::Error`].) `op` is never -1, `err` never 0.
+    Failed {
+        /// The reply type, as [`crate::clickhouse::multi_read_reply_op`].
+        op: i32,
+        /// The error code.
+        err: i32,
+    },
 }
 
 impl MultiResult {
@@ -446,13 +557,19 @@ impl MultiResult {
             Self::GetData(..) => opcode::GET_DATA,
             Self::GetChildren(_) => opcode::GET_CHILDREN,
             Self::Error(_) => opcode::ERROR,
+            Self::Exists(_) => opcode::EXISTS,
+            Self::GetChildren2(..) => opcode::GET_CHILDREN2,
+            Self::CheckNotExists => opcode::CHECK_NOT_EXISTS,
+            Self::CreateIfNotExists(_) => opcode::CREATE_IF_NOT_EXISTS,
+            Self::RemoveRecursive => opcode::REMOVE_RECURSIVE,
+            Self::Failed { op, .. } => *op,
         }
     }
 
     /// The `err` written in this result's `MultiHeader`.
     fn header_err(&self) -> i32 {
         match self {
-            Self::Error(err) => *err,
+            Self::Error(err) | Self::Failed { err, .. } => *err,
             _ => 0,
         }
     }
@@ -472,12 +589,34 @@ impl MultiResult {
             Self::GetData(data, stat) => write_data_and_stat(out, data, stat),
             Self::GetChildren(children) => write_children(out, children),
             Self::Error(err) => ErrorResponse { err: *err }.write(out),
+            Self::Exists(stat) => stat.write(out),
+            Self::GetChildren2(children, stat) => {
+                write_children(out, children);
+                stat.write(out);
+            }
+            Self::CreateIfNotExists(path) => write_path(out, path),
+            Self::CheckNotExists | Self::RemoveRecursive => {}
+            Self::Failed { op, err } => {
+                assert!(
+                    *op != opcode::ERROR && *err != 0,
+                    "not a ClickHouse failure"
+                );
+            }
         }
     }
 
     /// Reads one result body given its header. For errors the body's code
-    /// wins over the header's, as in ZooKeeper's `MultiResponse`.
+    /// wins over the header's, as in ZooKeeper's `MultiResponse`. A header
+    /// with a code and an op type other than -1 is ClickHouse Keeper's
+    /// failed op, which has no body (its client reads one only when the
+    /// code is 0 or the type -1).
     fn read_body(header: &MultiHeader, r: &mut Reader<'_>) -> Result<Self> {
+        if header.err != 0 && header.op_type != opcode::ERROR {
+            return Ok(Self::Failed {
+                op: header.op_type,
+                err: header.err,
+            });
+        }
         Ok(match header.op_type {
             opcode::CREATE => Self::Create(CreateResponse::read(r)?.path),
             opcode::CREATE2 => {
@@ -493,6 +632,14 @@ impl MultiResult {
             }
             opcode::GET_CHILDREN => Self::GetChildren(GetChildrenResponse::read(r)?.children),
             opcode::ERROR => Self::Error(ErrorResponse::read(r)?.err),
+            opcode::EXISTS => Self::Exists(Stat::read(r)?),
+            opcode::GET_CHILDREN2 => {
+                let response = GetChildren2Response::read(r)?;
+                Self::GetChildren2(response.children, response.stat)
+            }
+            opcode::CHECK_NOT_EXISTS => Self::CheckNotExists,
+            opcode::CREATE_IF_NOT_EXISTS => Self::CreateIfNotExists(CreateResponse::read(r)?.path),
+            opcode::REMOVE_RECURSIVE => Self::RemoveRecursive,
             other => return Err(JuteError::UnknownOpCode(other)),
         })
     }
@@ -522,9 +669,10 @@ fn read_multi_results(r: &mut Reader<'_>) -> Result<Vec<MultiResult>> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Response {
     /// No body: delete, setWatches*, removeWatches, checkWatches, ping,
-    /// auth, closeSession, and every reply whose header `err` is non-zero.
+    /// auth, closeSession, checkNotExists, removeRecursive, and every reply
+    /// whose header `err` is non-zero.
     Empty,
-    /// `create`: the created path.
+    /// `create` and `createIfNotExists`: the created (or existing) path.
     Create(String),
     /// `create2`, `createContainer`, `createTTL`: path and stat.
     Create2(String, Stat),
@@ -537,7 +685,7 @@ pub enum Response {
     GetAcl(Vec<Acl>, Stat),
     /// `getChildren`.
     GetChildren(Vec<String>),
-    /// `getChildren2`: children and the parent's stat.
+    /// `getChildren2` and `filteredList`: children and the parent's stat.
     GetChildren2(Vec<String>, Stat),
     /// `getAllChildrenNumber`.
     GetAllChildrenNumber(i32),
@@ -607,7 +755,7 @@ impl Response {
                 Self::GetAcl(response.acl, response.stat)
             }
             opcode::GET_CHILDREN => Self::GetChildren(GetChildrenResponse::read(r)?.children),
-            opcode::GET_CHILDREN2 => {
+            opcode::GET_CHILDREN2 | opcode::FILTERED_LIST => {
                 let response = GetChildren2Response::read(r)?;
                 Self::GetChildren2(response.children, response.stat)
             }
@@ -622,8 +770,11 @@ impl Response {
             opcode::WHO_AM_I => Self::WhoAmI(WhoAmIResponse::read(r)?.client_info),
             opcode::ADD_WATCH => Self::ErrorResponse(ErrorResponse::read(r)?.err),
             opcode::SASL => Self::Sasl(SetSaslResponse::read(r)?.token),
+            opcode::CREATE_IF_NOT_EXISTS => Self::Create(CreateResponse::read(r)?.path),
             opcode::DELETE
             | opcode::DELETE_CONTAINER
+            | opcode::CHECK_NOT_EXISTS
+            | opcode::REMOVE_RECURSIVE
             | opcode::PING
             | opcode::AUTH
             | opcode::SET_WATCHES
@@ -686,15 +837,15 @@ mod tests {
     }
 
     /// Every op code a client may send, plus the internal and unknown ones.
-    const ALL_OP_CODES: [i32; 36] = [
+    const ALL_OP_CODES: [i32; 41] = [
         -11, -10, -1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
-        22, 23, 100, 101, 102, 103, 104, 105, 106, 107, 108,
+        22, 23, 100, 101, 102, 103, 104, 105, 106, 107, 108, 500, 501, 502, 503, 504,
     ];
 
     #[test]
     fn every_request_variant_round_trips() {
         let requests = samples::requests();
-        assert_eq!(requests.len(), 31);
+        assert_eq!(requests.len(), 37);
         for request in requests {
             let body = encode_request(&request);
             let decoded = Request::decode(request.op_code(), &body);
@@ -773,7 +924,17 @@ mod tests {
             .iter()
             .map(MultiResult::op_code)
             .collect();
-        assert_eq!(codes, [1, 15, 2, 5, 13, 4, 4, 8, -1, -1, -1]);
+        assert_eq!(
+            codes,
+            [1, 15, 2, 5, 13, 4, 4, 8, -1, -1, -1, 3, 12, 501, 502, 503, 4, 12]
+        );
+        let codes: Vec<i32> = samples::clickhouse_write_ops()
+            .iter()
+            .map(MultiOp::op_code)
+            .collect();
+        assert_eq!(codes, [501, 502, 503]);
+        assert!(!samples::clickhouse_write_ops().iter().any(MultiOp::is_read));
+        assert!(samples::clickhouse_read_ops().iter().all(MultiOp::is_read));
     }
 
     #[test]
@@ -784,6 +945,84 @@ mod tests {
         assert_eq!(
             Request::decode(opcode::MULTI, &body),
             Err(JuteError::Malformed("multi mixes read and write ops"))
+        );
+    }
+
+    #[test]
+    fn clickhouse_read_ops_are_known_in_multi_read_only() {
+        let body = encode_request(&Request::MultiRead(samples::clickhouse_read_ops()));
+        assert_eq!(
+            Request::decode(opcode::MULTI_READ, &body),
+            Ok(Request::MultiRead(samples::clickhouse_read_ops()))
+        );
+        // In a multi they stay unknown, as ZooKeeper has them.
+        for op in [opcode::EXISTS, opcode::GET_CHILDREN2, opcode::FILTERED_LIST] {
+            let body = encode_request(&Request::Multi(
+                samples::clickhouse_read_ops()
+                    .into_iter()
+                    .filter(|o| o.op_code() == op)
+                    .collect(),
+            ));
+            assert_eq!(
+                Request::decode(opcode::MULTI, &body),
+                Err(JuteError::Malformed("unknown op in multi")),
+                "op {op}"
+            );
+        }
+        // ClickHouse's writes join ZooKeeper's in a multi; never a multiRead's reads.
+        let mut ops = samples::write_ops();
+        ops.extend(samples::clickhouse_write_ops());
+        let body = encode_request(&Request::Multi(ops.clone()));
+        assert_eq!(
+            Request::decode(opcode::MULTI, &body),
+            Ok(Request::Multi(ops))
+        );
+        let mut mixed = samples::clickhouse_read_ops();
+        mixed.extend(samples::clickhouse_write_ops());
+        let body = encode_request(&Request::MultiRead(mixed));
+        assert_eq!(
+            Request::decode(opcode::MULTI_READ, &body),
+            Err(JuteError::Malformed("multi mixes read and write ops"))
+        );
+    }
+
+    #[test]
+    fn clickhouse_failed_results_have_no_body() {
+        let results = vec![
+            MultiResult::Failed { op: 4, err: -101 },
+            MultiResult::GetData(Some(b"x".to_vec()), samples::stat()),
+        ];
+        let body = encode_response(&Response::Multi(results.clone()));
+        assert_eq!(
+            &body[..9],
+            &[0, 0, 0, 4, 0, 0xff, 0xff, 0xff, 0x9b],
+            "getData, !done, -101 and nothing more"
+        );
+        assert_eq!(
+            &body[9..13],
+            &[0, 0, 0, 4],
+            "the next result starts at once"
+        );
+        assert_eq!(
+            Response::decode(opcode::MULTI_READ, &body),
+            Ok(Response::Multi(results))
+        );
+        let ops = samples::clickhouse_read_ops();
+        let mut failed = vec![
+            MultiResult::Error(-101),
+            MultiResult::Error(-102),
+            MultiResult::Error(-101),
+            MultiResult::GetData(None, samples::stat()),
+        ];
+        crate::clickhouse::to_clickhouse_failures(&ops, &mut failed);
+        assert_eq!(
+            failed,
+            [
+                MultiResult::Failed { op: 3, err: -101 },
+                MultiResult::Failed { op: 12, err: -102 },
+                MultiResult::Failed { op: 12, err: -101 },
+                MultiResult::GetData(None, samples::stat()),
+            ]
         );
     }
 
@@ -814,7 +1053,7 @@ mod tests {
         body.extend_from_slice(&[0; 16]);
         assert_eq!(
             Request::decode(opcode::MULTI, &body),
-            Err(JuteError::UnknownOpCode(opcode::EXISTS))
+            Err(JuteError::Malformed("unknown op in multi"))
         );
         let mut body = Vec::new();
         MultiHeader {
@@ -831,7 +1070,7 @@ mod tests {
 
     #[test]
     fn unknown_op_codes_are_rejected() {
-        for op in [-10, -1, 0, 10, 23, 99, 108, i32::MIN, i32::MAX] {
+        for op in [-10, -1, 0, 10, 23, 99, 108, 499, 504, i32::MIN, i32::MAX] {
             assert_eq!(Request::decode(op, &[]), Err(JuteError::UnknownOpCode(op)));
             assert_eq!(Response::decode(op, &[]), Err(JuteError::UnknownOpCode(op)));
         }
@@ -858,7 +1097,10 @@ mod tests {
             .filter(|r| r.is_write())
             .map(Request::op_code)
             .collect();
-        assert_eq!(writes, [1, 15, 19, 21, 2, 20, 5, 7, 13, 14, 14, -11, 16]);
+        assert_eq!(
+            writes,
+            [1, 15, 19, 21, 2, 20, 5, 7, 13, 14, 14, -11, 16, 502, 503, 14]
+        );
     }
 
     #[test]
@@ -889,7 +1131,11 @@ mod tests {
                 "/o",
                 "/p",
                 "/q",
-                "/r"
+                "/r",
+                "/s",
+                "/t",
+                "/u",
+                "/v"
             ]
         );
     }

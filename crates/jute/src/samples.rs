@@ -1,6 +1,7 @@
 //! Non-default sample values shared by the unit tests, chosen so that every
 //! field is distinguishable (a swapped or dropped field changes the bytes).
 
+use crate::clickhouse::{FilteredListRequest, ListRequestType, RemoveRecursiveRequest};
 use crate::consts::{opcode, perms, CreateMode};
 use crate::message::{MultiOp, MultiResult, Request, Response};
 use crate::records::*;
@@ -94,6 +95,44 @@ pub fn read_ops() -> Vec<MultiOp> {
         MultiOp::GetData(GetDataRequest {
             path: "/r/x".into(),
             watch: true,
+        }),
+    ]
+}
+
+/// ClickHouse Keeper's write ops, as a multi carries them.
+pub fn clickhouse_write_ops() -> Vec<MultiOp> {
+    vec![
+        MultiOp::CheckNotExists(CheckVersionRequest {
+            path: "/ch/a".into(),
+            version: -1,
+        }),
+        MultiOp::CreateIfNotExists(create("/ch/b", 1)),
+        MultiOp::RemoveRecursive(RemoveRecursiveRequest {
+            path: "/ch/c".into(),
+            remove_nodes_limit: 100,
+        }),
+    ]
+}
+
+/// ClickHouse Keeper's read ops, as a multiRead carries them.
+pub fn clickhouse_read_ops() -> Vec<MultiOp> {
+    vec![
+        MultiOp::Exists(ExistsRequest {
+            path: "/ch/d".into(),
+            watch: true,
+        }),
+        MultiOp::GetChildren2(GetChildren2Request {
+            path: "/ch/e".into(),
+            watch: false,
+        }),
+        MultiOp::FilteredList(FilteredListRequest {
+            path: "/ch/f".into(),
+            watch: true,
+            list_type: ListRequestType::PersistentOnly,
+        }),
+        MultiOp::GetData(GetDataRequest {
+            path: "/ch/g".into(),
+            watch: false,
         }),
     ]
 }
@@ -196,6 +235,22 @@ pub fn requests() -> Vec<Request> {
             new_members: String::new(),
             cur_config_id: -1,
         }),
+        Request::FilteredList(FilteredListRequest {
+            path: "/s".into(),
+            watch: true,
+            list_type: ListRequestType::EphemeralOnly,
+        }),
+        Request::CheckNotExists(CheckVersionRequest {
+            path: "/t".into(),
+            version: 3,
+        }),
+        Request::CreateIfNotExists(create("/u", 0)),
+        Request::RemoveRecursive(RemoveRecursiveRequest {
+            path: "/v".into(),
+            remove_nodes_limit: 1000,
+        }),
+        Request::Multi(clickhouse_write_ops()),
+        Request::MultiRead(clickhouse_read_ops()),
     ]
 }
 
@@ -213,6 +268,13 @@ pub fn multi_results() -> Vec<MultiResult> {
         MultiResult::Error(0),
         MultiResult::Error(-101),
         MultiResult::Error(-2),
+        MultiResult::Exists(stat()),
+        MultiResult::GetChildren2(strings(&["c"]), stat()),
+        MultiResult::CheckNotExists,
+        MultiResult::CreateIfNotExists("/ch/b".into()),
+        MultiResult::RemoveRecursive,
+        MultiResult::Failed { op: 4, err: -101 },
+        MultiResult::Failed { op: 12, err: -102 },
     ]
 }
 
@@ -276,5 +338,12 @@ pub fn responses() -> Vec<(i32, Response)> {
         ),
         (opcode::ADD_WATCH, Response::ErrorResponse(0)),
         (opcode::SASL, Response::Sasl(vec![9, 8, 7])),
+        (
+            opcode::FILTERED_LIST,
+            Response::GetChildren2(strings(&["p"]), stat()),
+        ),
+        (opcode::CHECK_NOT_EXISTS, Response::Empty),
+        (opcode::CREATE_IF_NOT_EXISTS, Response::Create("/q".into())),
+        (opcode::REMOVE_RECURSIVE, Response::Empty),
     ]
 }

@@ -107,6 +107,7 @@ impl Default for ServerConfig {
                 "wchs".into(),
                 "dump".into(),
                 "lcks".into(),
+                "ftfl".into(),
             ],
             container_check_interval_ms: DEFAULT_CONTAINER_CHECK_INTERVAL_MS,
             snapshot_every_entries: DEFAULT_SNAPSHOT_EVERY_ENTRIES,

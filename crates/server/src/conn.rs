@@ -111,6 +111,9 @@ struct Connection {
     closing: Option<Closed>,
     /// This connection's row in `cons` (set once the session is open).
     info: Option<Arc<ConnectionInfo>>,
+    /// The client read ClickHouse Keeper's feature flags (or API version):
+    /// it is ClickHouse's, and gets failed multiRead ops in its form.
+    clickhouse: bool,
 }
 
 /// Serves one accepted socket until it closes. Never panics on input.
@@ -169,6 +172,7 @@ pub async fn serve(port: &ClientPort, stream: TcpStream, peer: SocketAddr) {
         out: Vec::with_capacity(READ_CHUNK_BYTES),
         closing: None,
         info: None,
+        clickhouse: false,
     };
     let payload = buf[4..first].to_vec();
     buf.drain(..first);
@@ -533,11 +537,29 @@ impl Connection {
                 for event in &read.fired {
                     self.event(event);
                 }
-                (read.result, read.zxid)
+                let mut result = read.result;
+                if keel_tree::keeper::is_extension_probe(&request, &result) {
+                    self.clickhouse = true;
+                }
+                if let (true, Request::MultiRead(ops), Ok(Response::Multi(results))) =
+                    (self.clickhouse, &request, &mut result)
+                {
+                    keel_jute::clickhouse::to_clickhouse_failures(ops, results);
+                }
+                (result, read.zxid)
             }
         };
         self.send_events_up_to(zxid);
-        self.reply(request_xid, zxid, result);
+        match (&request, result) {
+            // ZooKeeper fails a multiRead of writes after it made its (still
+            // empty) MultiResponse, and sends that after the error header.
+            (Request::MultiRead(ops), Err(ErrorCode::MarshallingError)) if !ops.is_empty() => {
+                self.reply_with_body(request_xid, zxid, ErrorCode::MarshallingError.code(), {
+                    Some(Response::Multi(Vec::new()))
+                });
+            }
+            (_, result) => self.reply(request_xid, zxid, result),
+        }
         self.shared
             .stats
             .record_request(op_code, started.elapsed().as_micros() as u64);
@@ -647,6 +669,12 @@ impl Connection {
             Ok(response) => (0, Some(response)),
             Err(code) => (code.code(), None),
         };
+        self.reply_with_body(reply_xid, zxid, err, response);
+    }
+
+    /// A reply header and, if given, a body (after an error too: ZooKeeper
+    /// sends whatever response it had made when the error came).
+    fn reply_with_body(&mut self, reply_xid: i32, zxid: i64, err: i32, response: Option<Response>) {
         let header = ReplyHeader {
             xid: reply_xid,
             zxid,

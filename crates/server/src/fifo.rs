@@ -73,6 +73,8 @@ pub fn is_write_op(op_code: i32) -> bool {
             | opcode::MULTI
             | opcode::SYNC
             | opcode::CLOSE_SESSION
+            | opcode::CREATE_IF_NOT_EXISTS
+            | opcode::REMOVE_RECURSIVE
     )
 }
 

@@ -9,10 +9,11 @@ use keel_jute::{ClientInfo, Id};
 use crate::config::ServerConfig;
 use crate::shared::Shared;
 
-/// Every word Keel knows (FourLetterCommands.java's set).
-pub const COMMANDS: [&str; 18] = [
+/// Every word Keel knows (FourLetterCommands.java's set, Keel's `lcks`
+/// and ClickHouse Keeper's `ftfl`).
+pub const COMMANDS: [&str; 19] = [
     "ruok", "srvr", "stat", "mntr", "conf", "cons", "envi", "wchs", "wchc", "wchp", "dirs", "dump",
-    "crst", "srst", "isro", "gtmk", "stmk", "lcks",
+    "crst", "srst", "isro", "gtmk", "stmk", "lcks", "ftfl",
 ];
 /// The ZooKeeper version Keel reports: kazoo and the Go harness parse it.
 pub const ZOOKEEPER_VERSION: &str = "3.8.0-keel-0.1.0";
@@ -33,6 +34,9 @@ pub fn answer(config: &ServerConfig, shared: Option<&Shared>, word: &str) -> Str
         // answer whether or not the server runs.
         ("ruok", _) => "imok".into(),
         ("envi", _) => envi(config),
+        // ClickHouse Keeper's feature flags, one `name<TAB>0|1` line each:
+        // fixed by the build, so known while the data still loads.
+        ("ftfl", _) => keel_tree::keeper::ftfl(),
         ("gtmk" | "stmk", _) => "0\n".into(),
         // IsroCommand prints "null" for a server that is not running.
         ("isro", None) => "null".into(),

@@ -71,7 +71,7 @@ pub struct Op(u8);
 
 /// (opcode, name) of the requests the profiler tells apart; any other
 /// opcode is charged to `other`.
-const REQUESTS: [(i32, &str); 30] = [
+const REQUESTS: [(i32, &str); 34] = [
     (1, "create"),
     (2, "delete"),
     (3, "exists"),
@@ -102,6 +102,10 @@ const REQUESTS: [(i32, &str); 30] = [
     (106, "addWatch"),
     (107, "whoAmI"),
     (-11, "closeSession"),
+    (500, "filteredList"),
+    (501, "checkNotExists"),
+    (502, "createIfNotExists"),
+    (503, "removeRecursive"),
 ];
 /// The server's own work, after the requests.
 const INTERNAL: [&str; 8] = [

@@ -3,14 +3,22 @@
 //! Validation happens here, at apply time, against the tree every replica
 //! holds at this log position; the result is therefore identical everywhere.
 
+use std::collections::VecDeque;
+
 use keel_jute::{
-    perms, Acl, CreateMode, ErrorCode, EventType, Id, MultiOp, MultiResult, Request, Response, Stat,
+    perms, Acl, CreateMode, CreateRequest, ErrorCode, EventType, Id, MultiOp, MultiResult, Request,
+    Response, Stat,
 };
 
 use crate::store::{NodeId, PackedStat};
 use crate::tree::{event, owner_kind, ttl_owner, DataTree, Event, OwnerKind, SYSTEM_PATHS};
 use crate::txn::{Txn, TxnOp};
 use crate::{acl, path};
+
+/// Most znodes one removeRecursive deletes, whatever limit its client
+/// asks for: a larger subtree is refused (NotEmpty, as over the client's
+/// limit) rather than stalling the apply step on one request.
+pub const REMOVE_RECURSIVE_NODES_MAX: usize = 1_000_000;
 
 /// What applying one transaction produced.
 #[derive(Debug, Clone, PartialEq)]
@@ -181,6 +189,12 @@ impl DataTree {
             Request::Check(r) => self
                 .check_version(&r.path, r.version, ctx)
                 .map(|()| Response::Stat(Stat::default())),
+            Request::CreateIfNotExists(r) => self
+                .create_if_not_exists(r, ctx, events)
+                .map(Response::Create),
+            Request::RemoveRecursive(r) => self
+                .remove_recursive(&r.path, r.remove_nodes_limit, ctx, events)
+                .map(|()| Response::Empty),
             _ => Err(ErrorCode::Unimplemented),
         }
     }
@@ -255,8 +269,21 @@ impl DataTree {
             MultiOp::Check(r) => self
                 .check_version(&r.path, r.version, ctx)
                 .map(|()| MultiResult::Check),
+            MultiOp::CheckNotExists(r) => self
+                .check_not_exists(&r.path, r.version, ctx)
+                .map(|()| MultiResult::CheckNotExists),
+            MultiOp::CreateIfNotExists(r) => self
+                .create_if_not_exists(r, ctx, events)
+                .map(MultiResult::CreateIfNotExists),
+            MultiOp::RemoveRecursive(r) => self
+                .remove_recursive(&r.path, r.remove_nodes_limit, ctx, events)
+                .map(|()| MultiResult::RemoveRecursive),
             // Reads inside a write multi: ZooKeeper's prep has no txn for them.
-            MultiOp::GetChildren(_) | MultiOp::GetData(_) => Err(ErrorCode::Unimplemented),
+            MultiOp::GetChildren(_)
+            | MultiOp::GetData(_)
+            | MultiOp::Exists(_)
+            | MultiOp::GetChildren2(_)
+            | MultiOp::FilteredList(_) => Err(ErrorCode::Unimplemented),
         }
     }
 
@@ -275,6 +302,10 @@ impl DataTree {
         }
         let acl = acl::fixup(args.acl, ctx.auth)?;
         let parent_path = path::parent_key(parent_path);
+        // ClickHouse Keeper's /keeper exists and takes no children.
+        if self.system_node(parent_path).is_some() {
+            return Err(ErrorCode::BadArguments);
+        }
         let parent = self.resolve(parent_path).ok_or(ErrorCode::NoNode)?;
         acl::check(self.acl_of(parent), perms::CREATE, ctx.auth)?;
         let parent_stat = self.slot(parent).stat;
@@ -282,6 +313,7 @@ impl DataTree {
         if mode.is_sequential() {
             node_path.push_str(&format!("{:010}", parent_stat.cversion));
         }
+        self.refuse_keeper_write(&node_path)?;
         if !path::validate(&node_path) {
             return Err(ErrorCode::BadArguments);
         }
@@ -307,6 +339,36 @@ impl DataTree {
             CreateOp::Create | CreateOp::Create2 if mode.is_ephemeral() => ctx.session_id,
             CreateOp::Create | CreateOp::Create2 => 0,
         };
+        let child = NewChild {
+            parent,
+            parent_path,
+            path: &node_path,
+            name,
+            ephemeral_owner,
+            data: args.data.as_deref(),
+            acl: &acl,
+        };
+        let stat = self.create_child(&child, ctx, events);
+        Ok((node_path, stat))
+    }
+
+    /// Links a checked new node under its parent (DataTree.createNode):
+    /// the parent's cversion and pzxid move, quotas are charged.
+    fn create_child(
+        &mut self,
+        child: &NewChild<'_>,
+        ctx: &Context<'_>,
+        events: &mut Vec<Event>,
+    ) -> Stat {
+        let NewChild {
+            parent,
+            parent_path,
+            path: node_path,
+            name,
+            ephemeral_owner,
+            data,
+            acl,
+        } = *child;
         let stat = PackedStat {
             czxid: ctx.zxid,
             mzxid: ctx.zxid,
@@ -326,15 +388,145 @@ impl DataTree {
             None,
             None,
         );
-        let acl = self.acls.intern(&acl);
-        let id = self.link(parent, name, stat, args.data.as_deref(), acl);
+        let acl = self.acls.intern(acl);
+        let id = self.link(parent, name, stat, data, acl);
         let bytes = self.slot(id).blob.data_len() as i64;
         self.quota_node_created(parent_path, name);
-        self.charge_quota(&node_path, bytes, 1);
-        let stat = self.client_stat(id);
-        events.push(event(&node_path, EventType::NodeCreated));
+        self.charge_quota(node_path, bytes, 1);
+        events.push(event(node_path, EventType::NodeCreated));
         events.push(event(parent_path, EventType::NodeChildrenChanged));
-        Ok((node_path, stat))
+        self.client_stat(id)
+    }
+
+    /// ClickHouse Keeper's createIfNotExists, its checks in its order: a
+    /// node already there is success with no change; a sequential one is
+    /// refused (BadArguments), as are container and TTL modes, which it
+    /// has no way to ask for. The reply carries the path as sent.
+    fn create_if_not_exists(
+        &mut self,
+        r: &CreateRequest,
+        ctx: &Context<'_>,
+        events: &mut Vec<Event>,
+    ) -> Result<String, ErrorCode> {
+        let mode = CreateMode::from_flags(r.flags).ok_or(ErrorCode::BadArguments)?;
+        if mode.is_container() || mode.is_ttl() {
+            return Err(ErrorCode::BadArguments);
+        }
+        // A sequential request is refused below, where ClickHouse does:
+        // its path may end in a slash.
+        if !mode.is_sequential() && !path::validate(&r.path) {
+            return Err(ErrorCode::BadArguments);
+        }
+        let (parent_path, name) = path::split(&r.path).ok_or(ErrorCode::BadArguments)?;
+        let parent_path = path::parent_key(parent_path);
+        if self.system_node(parent_path).is_some() {
+            return Err(ErrorCode::BadArguments);
+        }
+        let parent = self.resolve(parent_path).ok_or(ErrorCode::NoNode)?;
+        acl::check(self.acl_of(parent), perms::CREATE, ctx.auth)?;
+        if matches!(
+            owner_kind(self.slot(parent).stat.ephemeral_owner),
+            OwnerKind::Ephemeral(_)
+        ) {
+            return Err(ErrorCode::NoChildrenForEphemerals);
+        }
+        if mode.is_sequential() {
+            return Err(ErrorCode::BadArguments);
+        }
+        self.refuse_keeper_write(&r.path)?;
+        // After validation only "/" has an empty last name, and it exists.
+        if name.is_empty()
+            || self
+                .index
+                .find(&self.arena, parent, name.as_bytes())
+                .is_some()
+        {
+            return Ok(r.path.clone());
+        }
+        let acl = acl::fixup(&r.acl, ctx.auth)?;
+        let child = NewChild {
+            parent,
+            parent_path,
+            path: &r.path,
+            name,
+            ephemeral_owner: if mode.is_ephemeral() {
+                ctx.session_id
+            } else {
+                0
+            },
+            data: r.data.as_deref(),
+            acl: &acl,
+        };
+        self.create_child(&child, ctx, events);
+        Ok(r.path.clone())
+    }
+
+    /// ClickHouse Keeper's removeRecursive: the node and its whole subtree
+    /// go as one change, children before parents (each delete fires what a
+    /// delete fires), or nothing goes. A missing node (or parent) is
+    /// success. Refused: `/`, ZooKeeper's system nodes and `/keeper`
+    /// (BadArguments); DELETE missing on the parent or on any node of the
+    /// subtree (NoAuth); a subtree of more than `limit` nodes (NotEmpty).
+    fn remove_recursive(
+        &mut self,
+        path: &str,
+        limit: u32,
+        ctx: &Context<'_>,
+        events: &mut Vec<Event>,
+    ) -> Result<(), ErrorCode> {
+        self.refuse_keeper_write(path)?;
+        if !path::validate(path) || SYSTEM_PATHS.contains(&path) {
+            return Err(ErrorCode::BadArguments);
+        }
+        let (parent_path, name) = path::split(path).expect("a valid path has a slash");
+        let Some(parent) = self.resolve(path::parent_key(parent_path)) else {
+            return Ok(());
+        };
+        acl::check(self.acl_of(parent), perms::DELETE, ctx.auth)?;
+        let Some(root) = self.index.find(&self.arena, parent, name.as_bytes()) else {
+            return Ok(());
+        };
+        let doomed = self.subtree_to_remove(root, limit, ctx.auth)?;
+        // Breadth-first order lists every node after its parent: backwards,
+        // each node is childless when its turn comes.
+        for id in doomed.into_iter().rev() {
+            let node_path = self.path_of(id);
+            self.remove(id, &node_path, ctx.zxid, events);
+        }
+        Ok(())
+    }
+
+    /// The subtree under `root`, breadth first, as ClickHouse Keeper walks
+    /// it: a node's children are counted when the node is reached, and the
+    /// walk stops with NotEmpty as soon as the count (the root included)
+    /// passes `limit` (at most [`REMOVE_RECURSIVE_NODES_MAX`]), or with
+    /// NoAuth at the first node whose ACL denies DELETE.
+    fn subtree_to_remove(
+        &self,
+        root: NodeId,
+        limit: u32,
+        auth: &[Id],
+    ) -> Result<Vec<NodeId>, ErrorCode> {
+        let limit = (limit as usize).min(REMOVE_RECURSIVE_NODES_MAX);
+        let mut counted = 1 + self.slot(root).children.len();
+        if counted > limit {
+            return Err(ErrorCode::NotEmpty);
+        }
+        let mut doomed = Vec::with_capacity(counted);
+        let mut queue = VecDeque::from([root]);
+        while let Some(id) = queue.pop_front() {
+            acl::check(self.acl_of(id), perms::DELETE, auth)?;
+            doomed.push(id);
+            for &child in self.slot(id).children.iter() {
+                counted += self.slot(child).children.len();
+                if counted > limit {
+                    return Err(ErrorCode::NotEmpty);
+                }
+                queue.push_back(child);
+            }
+        }
+        assert_eq!(doomed.len(), counted, "every counted node is visited");
+        Ok(doomed)
     }
 
     /// ZooKeeper's delete: parent ACL DELETE, version, NotEmpty.
@@ -345,6 +537,7 @@ impl DataTree {
         ctx: &Context<'_>,
         events: &mut Vec<Event>,
     ) -> Result<(), ErrorCode> {
+        self.refuse_keeper_write(path)?;
         let parent_path = deletable_parent(path)?;
         let parent = self.resolve(parent_path).ok_or(ErrorCode::NoNode)?;
         acl::check(self.acl_of(parent), perms::DELETE, ctx.auth)?;
@@ -428,6 +621,7 @@ impl DataTree {
         ctx: &Context<'_>,
         events: &mut Vec<Event>,
     ) -> Result<Stat, ErrorCode> {
+        self.refuse_keeper_write(path)?;
         if !path::validate(path) {
             return Err(ErrorCode::BadArguments);
         }
@@ -459,6 +653,7 @@ impl DataTree {
         version: i32,
         ctx: &Context<'_>,
     ) -> Result<Stat, ErrorCode> {
+        self.refuse_keeper_write(path)?;
         if !path::validate(path) {
             return Err(ErrorCode::BadArguments);
         }
@@ -472,12 +667,31 @@ impl DataTree {
     }
 
     fn check_version(&self, path: &str, version: i32, ctx: &Context<'_>) -> Result<(), ErrorCode> {
+        // ClickHouse Keeper refuses checks of its system nodes in a multi:
+        // their content may differ between its versions.
+        self.refuse_keeper_write(path)?;
         if !path::validate(path) {
             return Err(ErrorCode::BadArguments);
         }
         let id = self.resolve(path).ok_or(ErrorCode::NoNode)?;
         acl::check(self.acl_of(id), perms::READ, ctx.auth)?;
         check_version(self.slot(id).stat.version, version).map(|_| ())
+    }
+
+    /// ClickHouse Keeper's checkNotExists in a multi: NodeExists if the node
+    /// is there (at `version`, unless -1); a node that is there and
+    /// unreadable is NoAuth, so no version leaks.
+    fn check_not_exists(
+        &self,
+        path: &str,
+        version: i32,
+        ctx: &Context<'_>,
+    ) -> Result<(), ErrorCode> {
+        self.refuse_keeper_write(path)?;
+        if !path::validate(path) {
+            return Err(ErrorCode::BadArguments);
+        }
+        self.node_absent(path, version, ctx.auth)
     }
 
     /// Ends a session: its ephemerals go (sorted order), then the session.
@@ -528,6 +742,18 @@ fn java_hash_spread(text: &str) -> u32 {
         .encode_utf16()
         .fold(0i32, |h, unit| h.wrapping_mul(31).wrapping_add(unit as i32)) as u32;
     hash ^ (hash >> 16)
+}
+
+/// A new node, checked and ready to link.
+#[derive(Clone, Copy)]
+struct NewChild<'a> {
+    parent: NodeId,
+    parent_path: &'a str,
+    path: &'a str,
+    name: &'a str,
+    ephemeral_owner: i64,
+    data: Option<&'a [u8]>,
+    acl: &'a [Acl],
 }
 
 fn ttl_args(r: &keel_jute::CreateTtlRequest) -> CreateArgs<'_> {

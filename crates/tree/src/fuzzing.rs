@@ -9,7 +9,9 @@
 //!   `arbitrary::Unstructured` work-alike) as a sequence of steps: sessions,
 //!   creates of every mode, deletes, setData, setACL, check, multi,
 //!   deleteContainer, sync, raw request bodies, reads, reaps, term changes
-//!   and snapshot reloads, over a small path alphabet so
+//!   and snapshot reloads, ClickHouse Keeper's extensions (createIfNotExists,
+//!   removeRecursive, checkNotExists, filteredList, their multis and
+//!   multiReads, `/keeper`), over a small path alphabet so
 //!   that they collide. After every transaction it checks the tree's
 //!   invariants ([`check_invariants`]); a second tree that is reloaded from
 //!   a snapshot at every `Snapshot` step must answer every transaction the
@@ -25,8 +27,9 @@ use std::collections::BTreeSet;
 
 use keel_jute::{
     opcode, perms, Acl, CheckVersionRequest, CreateRequest, CreateTtlRequest, DeleteRequest,
-    EventType, GetAclRequest, GetAllChildrenNumberRequest, GetChildren2Request, GetChildrenRequest,
-    GetDataRequest, GetEphemeralsRequest, Id, MultiOp, MultiResult, Request, Response,
+    EventType, ExistsRequest, FilteredListRequest, GetAclRequest, GetAllChildrenNumberRequest,
+    GetChildren2Request, GetChildrenRequest, GetDataRequest, GetEphemeralsRequest, Id,
+    ListRequestType, MultiOp, MultiResult, RemoveRecursiveRequest, Request, Response,
     SetAclRequest, SetDataRequest,
 };
 
@@ -128,6 +131,21 @@ const PATHS: &[&str] = &[
     "/zookeeper/quotax",
     "/zookeeper/quotax/zookeeper_stats",
 ];
+
+/// ClickHouse Keeper's system paths and neighbours (a list of their own,
+/// so that picks from `PATHS` keep meaning what they meant in recorded
+/// inputs).
+const KEEPER_PATHS: &[&str] = &[
+    "/keeper",
+    "/keeper/api_version",
+    "/keeper/feature_flags",
+    "/keeper/x",
+    "/keeper/",
+    "/keeperx",
+];
+
+/// removeRecursive limits: none, tight, loose, the whole range.
+const REMOVE_LIMITS: &[u32] = &[0, 1, 2, 3, 5, 100, u32::MAX];
 
 /// Child names appended to existing paths.
 const NAMES: &[&str] = &[
@@ -351,8 +369,121 @@ impl World {
                     _ => self.time_ms.saturating_add(src.below(200_000) as i64),
                 }
             }
-            // Formerly "resend the last proposal": dedup is consensus's.
+            23 => self.clickhouse_step(src),
             _ => {}
+        }
+    }
+
+    /// One of ClickHouse Keeper's requests (slot 23 was a no-op before
+    /// them, so recorded inputs keep their meaning).
+    fn clickhouse_step(&mut self, src: &mut ByteSource<'_>) {
+        match src.below(8) {
+            0 | 1 => {
+                let Request::Create(create) = self.gen_create_kind(src, 0) else {
+                    unreachable!("kind 0 is a plain create");
+                };
+                let request = Request::CreateIfNotExists(CreateRequest {
+                    path: self.gen_clickhouse_path(src),
+                    ..create
+                });
+                self.request(src, request);
+            }
+            2 | 3 => {
+                let request = Request::RemoveRecursive(RemoveRecursiveRequest {
+                    path: self.gen_clickhouse_path(src),
+                    remove_nodes_limit: src.pick(REMOVE_LIMITS),
+                });
+                self.request(src, request);
+            }
+            4 => {
+                let count = src.below(5);
+                let ops = (0..count).map(|_| self.gen_clickhouse_op(src)).collect();
+                self.request(src, Request::Multi(ops));
+            }
+            5 => {
+                let op_code = src.pick(&keel_jute::fuzzing::CLICKHOUSE_OP_CODES);
+                let body = src.bytes(48);
+                self.txn(src, TxnOp::Request { op_code, body });
+            }
+            _ => self.clickhouse_read(src),
+        }
+    }
+
+    /// A path of the usual alphabet, or one at or near `/keeper`.
+    fn gen_clickhouse_path(&self, src: &mut ByteSource<'_>) -> String {
+        if src.below(4) == 0 {
+            return src.pick(KEEPER_PATHS).to_string();
+        }
+        self.gen_path(src)
+    }
+
+    /// A multi op: one of ClickHouse's writes, or any of ZooKeeper's.
+    fn gen_clickhouse_op(&self, src: &mut ByteSource<'_>) -> MultiOp {
+        match src.below(4) {
+            0 => MultiOp::CheckNotExists(CheckVersionRequest {
+                path: self.gen_clickhouse_path(src),
+                version: src.pick(VERSIONS),
+            }),
+            1 => match self.gen_create_kind(src, 0) {
+                Request::Create(create) => MultiOp::CreateIfNotExists(CreateRequest {
+                    path: self.gen_clickhouse_path(src),
+                    ..create
+                }),
+                other => unreachable!("kind 0 made {other:?}"),
+            },
+            2 => MultiOp::RemoveRecursive(RemoveRecursiveRequest {
+                path: self.gen_clickhouse_path(src),
+                remove_nodes_limit: src.pick(REMOVE_LIMITS),
+            }),
+            _ => self.gen_multi_op(src),
+        }
+    }
+
+    /// filteredList, checkNotExists or a multiRead of ClickHouse's reads,
+    /// answered alike by the tree and its snapshot-restored twin.
+    fn clickhouse_read(&mut self, src: &mut ByteSource<'_>) {
+        let types = [
+            ListRequestType::All,
+            ListRequestType::PersistentOnly,
+            ListRequestType::EphemeralOnly,
+        ];
+        let path = self.gen_clickhouse_path(src);
+        let watch = src.below(2) == 1;
+        let list = FilteredListRequest {
+            path: path.clone(),
+            watch,
+            list_type: src.pick(&types),
+        };
+        let request = match src.below(3) {
+            0 => Request::FilteredList(list),
+            1 => Request::CheckNotExists(CheckVersionRequest {
+                path,
+                version: src.pick(VERSIONS),
+            }),
+            _ => Request::MultiRead(vec![
+                MultiOp::Exists(ExistsRequest {
+                    path: path.clone(),
+                    watch,
+                }),
+                MultiOp::GetChildren2(GetChildren2Request {
+                    path: path.clone(),
+                    watch,
+                }),
+                MultiOp::FilteredList(list),
+                MultiOp::GetData(GetDataRequest { path, watch }),
+            ]),
+        };
+        let session_id = self.gen_session(src);
+        let auth = src.pick(&auth_choices());
+        let outcome = self
+            .tree
+            .read(&request, session_id, &auth)
+            .expect("a read request is served");
+        let again = self.restored.read(&request, session_id, &auth);
+        assert_eq!(Some(&outcome), again.as_ref());
+        if let (Request::MultiRead(ops), Ok(Response::Multi(results))) = (&request, &outcome.result)
+        {
+            assert_eq!(ops.len(), results.len());
         }
     }
 
@@ -386,6 +517,11 @@ impl World {
     /// ttl), so that trees grow; sometimes anything from the alphabets.
     fn gen_create(&self, src: &mut ByteSource<'_>) -> Request {
         let kind = src.below(4);
+        self.gen_create_kind(src, kind)
+    }
+
+    /// `gen_create` of one kind: 0 create, 1 create2, 2 container, 3 TTL.
+    fn gen_create_kind(&self, src: &mut ByteSource<'_>, kind: usize) -> Request {
         let wild = src.below(4) == 0;
         let flags = if wild {
             src.pick(FLAGS)
@@ -680,7 +816,7 @@ fn check_applied(before: &DataTree, after: &DataTree, txn: &Txn, applied: &Appli
 }
 
 fn is_error(result: &MultiResult) -> bool {
-    matches!(result, MultiResult::Error(_))
+    matches!(result, MultiResult::Error(_) | MultiResult::Failed { .. })
 }
 
 /// The reply matches the request's kind and the tree agrees with it.
@@ -713,6 +849,16 @@ fn check_request_outcome(tree: &DataTree, request: &Request, applied: &Applied) 
             assert!(tree.node(path).is_none(), "deleted {path} is still there");
         }
         (Request::Check(_), Response::Stat(_)) | (Request::CloseSession, Response::Empty) => {}
+        (Request::CreateIfNotExists(r), Response::Create(path)) => {
+            assert_eq!(&r.path, path, "createIfNotExists answers the path asked");
+            assert!(
+                tree.node(path).is_some() || path == "/",
+                "{path} is missing"
+            );
+        }
+        (Request::RemoveRecursive(r), Response::Empty) => {
+            assert!(tree.node(&r.path).is_none(), "{} is still there", r.path);
+        }
         (Request::Multi(ops), Response::Multi(results)) => {
             assert_eq!(ops.len(), results.len());
         }
@@ -1049,6 +1195,15 @@ pub fn seeds() -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
             path: "/a".into(),
             acl: vec![acl(perms::ALL, "auth", "")],
             version: -1,
+        }))),
+        // ClickHouse Keeper's: an existing node, a new ephemeral, a subtree.
+        txn(request(Request::CreateIfNotExists(create("/a", 0)))),
+        txn(request(Request::CreateIfNotExists(create("/i", 1)))),
+        txn(request(Request::Create(create("/r", 0)))),
+        txn(request(Request::Create(create("/r/x", 0)))),
+        txn(request(Request::RemoveRecursive(RemoveRecursiveRequest {
+            path: "/r".into(),
+            remove_nodes_limit: 2,
         }))),
         txn(TxnOp::DeleteContainer { path: "/c".into() }),
         txn(TxnOp::Sync { path: "/".into() }),

@@ -7,6 +7,8 @@
 //! - [`snapshot`]: chunked, checksummed snapshots written without stopping
 //!   the apply side (per-node copy-on-write) and loaded on every core.
 //! - [`store`]: the compact storage (arena, path index, interned ACLs).
+//! - [`keeper`]: ClickHouse Keeper's `/keeper` system nodes (virtual,
+//!   read-only) and the feature flags Keel advertises there.
 //!
 //! No IO, no clock, no randomness: time arrives inside each transaction.
 
@@ -14,6 +16,7 @@ pub mod acl;
 mod apply;
 #[cfg(any(test, feature = "testing"))]
 pub mod fuzzing;
+pub mod keeper;
 pub mod path;
 pub mod planted;
 mod quota;
@@ -31,5 +34,7 @@ pub use tree::{
 };
 pub use txn::{Txn, TxnOp};
 
+#[cfg(test)]
+mod clickhouse_tests;
 #[cfg(test)]
 mod tests;

@@ -2,11 +2,14 @@
 //! The caller holds the tree steady (a read lock) and registers the watches
 //! returned here before any later change can be applied.
 
-use keel_jute::{perms, ErrorCode, EventType, Id, MultiOp, MultiResult, Request, Response, Stat};
+use keel_jute::{
+    perms, ErrorCode, EventType, FilteredListRequest, Id, ListRequestType, MultiOp, MultiResult,
+    Request, Response, Stat,
+};
 
 use crate::acl;
 use crate::store::NodeId;
-use crate::tree::DataTree;
+use crate::tree::{owner_kind, DataTree, OwnerKind};
 use crate::watch::WatchKind;
 
 /// Most children one getChildren reply may list; a frame bounds it anyway
@@ -46,6 +49,10 @@ impl DataTree {
                 self.ephemerals_under(session_id, &r.prefix_path),
             ))),
             Request::MultiRead(ops) => self.multi_read(ops, auth),
+            Request::FilteredList(r) => self.filtered_list(r, auth),
+            Request::CheckNotExists(r) => {
+                ReadOutcome::plain(self.check_not_exists_read(&r.path, r.version, auth))
+            }
             _ => return None,
         };
         Some(outcome)
@@ -54,6 +61,12 @@ impl DataTree {
     fn exists(&self, path: &str, watch: bool) -> ReadOutcome {
         if path.contains('\0') {
             return ReadOutcome::plain(Err(ErrorCode::BadArguments));
+        }
+        if let Some(node) = self.system_node(path) {
+            return ReadOutcome {
+                result: Ok(Response::Stat(node.stat())),
+                watches: watch_if(watch, path, WatchKind::Data),
+            };
         }
         // ZooKeeper 3.8.0 checks no ACL on exists (later 3.8 releases check
         // READ); Keel matches the 3.8.0 server its tests compare against.
@@ -77,6 +90,12 @@ impl DataTree {
     }
 
     fn get_data(&self, path: &str, watch: bool, auth: &[Id]) -> ReadOutcome {
+        if let Some(node) = self.system_node(path) {
+            return ReadOutcome {
+                result: Ok(Response::GetData(Some(node.data()), node.stat())),
+                watches: watch_if(watch, path, WatchKind::Data),
+            };
+        }
         match self.readable(path, auth) {
             Ok(id) => ReadOutcome {
                 result: Ok(Response::GetData(
@@ -90,6 +109,18 @@ impl DataTree {
     }
 
     fn get_children(&self, path: &str, watch: bool, with_stat: bool, auth: &[Id]) -> ReadOutcome {
+        if let Some(node) = self.system_node(path) {
+            let children = node.children().iter().map(|c| c.to_string()).collect();
+            let result = if with_stat {
+                Response::GetChildren2(children, node.stat())
+            } else {
+                Response::GetChildren(children)
+            };
+            return ReadOutcome {
+                result: Ok(result),
+                watches: watch_if(watch, path, WatchKind::Child),
+            };
+        }
         let id = match self.readable(path, auth) {
             Ok(id) => id,
             Err(code) => return ReadOutcome::plain(Err(code)),
@@ -116,6 +147,9 @@ impl DataTree {
 
     /// getACL needs READ or ADMIN; without ADMIN, digests are redacted.
     fn get_acl(&self, path: &str, auth: &[Id]) -> Result<Response, ErrorCode> {
+        if let Some(node) = self.system_node(path) {
+            return Ok(Response::GetAcl(node.acl(), node.stat()));
+        }
         let id = self.resolve(path).ok_or(ErrorCode::NoNode)?;
         let node_acl = self.acl_of(id);
         acl::check(node_acl, perms::READ | perms::ADMIN, auth)?;
@@ -127,6 +161,9 @@ impl DataTree {
     }
 
     fn all_children_number(&self, path: &str, auth: &[Id]) -> Result<Response, ErrorCode> {
+        if let Some(node) = self.system_node(path) {
+            return Ok(Response::GetAllChildrenNumber(node.children().len() as i32));
+        }
         let id = self.readable(path, auth)?;
         if path == "/" {
             return Ok(Response::GetAllChildrenNumber(
@@ -155,20 +192,119 @@ impl DataTree {
         all.into_iter().filter(|p| p.starts_with(prefix)).collect()
     }
 
-    /// multiRead: each op answers on its own; a failed op never fails the rest.
+    /// ClickHouse Keeper's filteredList: getChildren2 listing all children,
+    /// or only the persistent (containers and TTL nodes included) or only
+    /// the ephemeral ones. Telling them apart reveals a child's owner, so
+    /// a filtered list needs READ on every child, or is NoAuth.
+    fn filtered_list(&self, r: &FilteredListRequest, auth: &[Id]) -> ReadOutcome {
+        let outcome = self.get_children(&r.path, r.watch, true, auth);
+        let Ok(Response::GetChildren2(children, stat)) = outcome.result else {
+            return outcome;
+        };
+        let children = match (r.list_type, self.resolve(&r.path)) {
+            (ListRequestType::All, _) => children,
+            // The virtual system nodes are persistent and readable.
+            (ListRequestType::EphemeralOnly, None) => Vec::new(),
+            (ListRequestType::PersistentOnly, None) => children,
+            (wanted, Some(id)) => match self.children_of_kind(id, wanted, auth) {
+                Ok(children) => children,
+                Err(code) => return ReadOutcome::plain(Err(code)),
+            },
+        };
+        ReadOutcome {
+            result: Ok(Response::GetChildren2(children, stat)),
+            ..outcome
+        }
+    }
+
+    /// The names of `id`'s ephemeral (or persistent) children; NoAuth if
+    /// any child denies READ.
+    fn children_of_kind(
+        &self,
+        id: NodeId,
+        wanted: ListRequestType,
+        auth: &[Id],
+    ) -> Result<Vec<String>, ErrorCode> {
+        let mut children = Vec::new();
+        for &child in self.slot(id).children.iter() {
+            acl::check(self.acl_of(child), perms::READ, auth)?;
+            let slot = self.slot(child);
+            let ephemeral = matches!(
+                owner_kind(slot.stat.ephemeral_owner),
+                OwnerKind::Ephemeral(_)
+            );
+            if ephemeral == (wanted == ListRequestType::EphemeralOnly) {
+                children.push(slot.blob.name().to_string());
+            }
+        }
+        Ok(children)
+    }
+
+    /// checkNotExists outside a multi, a read in ClickHouse Keeper too
+    /// (there the system nodes exist, and are not refused).
+    fn check_not_exists_read(
+        &self,
+        path: &str,
+        version: i32,
+        auth: &[Id],
+    ) -> Result<Response, ErrorCode> {
+        if self.system_node(path).is_some() {
+            return match version {
+                -1 | 0 => Err(ErrorCode::NodeExists),
+                _ => Ok(Response::Empty),
+            };
+        }
+        self.node_absent(path, version, auth)
+            .map(|()| Response::Empty)
+    }
+
+    /// checkNotExists against the tree: NodeExists if the node is there at
+    /// `version` (any version for -1); NoAuth if it is there unreadable.
+    pub(crate) fn node_absent(
+        &self,
+        path: &str,
+        version: i32,
+        auth: &[Id],
+    ) -> Result<(), ErrorCode> {
+        let Some(id) = self.resolve(path) else {
+            return Ok(());
+        };
+        acl::check(self.acl_of(id), perms::READ, auth)?;
+        if version == -1 || version == self.slot(id).stat.version {
+            return Err(ErrorCode::NodeExists);
+        }
+        Ok(())
+    }
+
+    /// multiRead: each op answers on its own; a failed op never fails the
+    /// rest. Besides ZooKeeper's getData and getChildren it takes ClickHouse
+    /// Keeper's reads (exists, getChildren2, filteredList). Write ops (a
+    /// multiRead of writes alone; mixed ones do not decode) fail the whole
+    /// request with MarshallingError, as ZooKeeper's "invalid type of
+    /// readOp" does.
     fn multi_read(&self, ops: &[MultiOp], auth: &[Id]) -> ReadOutcome {
+        if !ops.iter().all(MultiOp::is_read) {
+            return ReadOutcome::plain(Err(ErrorCode::MarshallingError));
+        }
         let mut results = Vec::with_capacity(ops.len());
         let mut watches = Vec::new();
         for op in ops {
             let outcome = match op {
                 MultiOp::GetData(r) => self.get_data(&r.path, r.watch, auth),
                 MultiOp::GetChildren(r) => self.get_children(&r.path, r.watch, false, auth),
-                _ => ReadOutcome::plain(Err(ErrorCode::MarshallingError)),
+                MultiOp::Exists(r) => self.exists(&r.path, r.watch),
+                MultiOp::GetChildren2(r) => self.get_children(&r.path, r.watch, true, auth),
+                MultiOp::FilteredList(r) => self.filtered_list(r, auth),
+                _ => unreachable!("only reads get here"),
             };
             watches.extend(outcome.watches);
             results.push(match outcome.result {
                 Ok(Response::GetData(data, stat)) => MultiResult::GetData(data, stat),
                 Ok(Response::GetChildren(children)) => MultiResult::GetChildren(children),
+                Ok(Response::Stat(stat)) => MultiResult::Exists(stat),
+                Ok(Response::GetChildren2(children, stat)) => {
+                    MultiResult::GetChildren2(children, stat)
+                }
                 Ok(_) => MultiResult::Error(ErrorCode::SystemError.code()),
                 Err(code) => MultiResult::Error(code.code()),
             });
@@ -201,7 +337,7 @@ impl DataTree {
         for path in data {
             match self.lookup_slot(path) {
                 None => fired.push((path.clone(), EventType::NodeDeleted)),
-                Some(node) if node.stat.mzxid > relative_zxid => {
+                Some(node) if node.mzxid > relative_zxid => {
                     fired.push((path.clone(), EventType::NodeDataChanged))
                 }
                 Some(_) => watches.push((path.clone(), WatchKind::Data)),
@@ -216,7 +352,7 @@ impl DataTree {
         for path in child {
             match self.lookup_slot(path) {
                 None => fired.push((path.clone(), EventType::NodeDeleted)),
-                Some(node) if node.stat.pzxid > relative_zxid => {
+                Some(node) if node.pzxid > relative_zxid => {
                     fired.push((path.clone(), EventType::NodeChildrenChanged))
                 }
                 Some(_) => watches.push((path.clone(), WatchKind::Child)),
@@ -230,10 +366,20 @@ impl DataTree {
         self.resolve_exact(path).map(|id| self.client_stat(id))
     }
 
-    /// The slot at exactly `path` ("" is not the root here, as the old
-    /// node map's keys).
-    fn lookup_slot(&self, path: &str) -> Option<&crate::store::Slot> {
-        self.resolve_exact(path).map(|id| self.slot(id))
+    /// The (mzxid, pzxid) of the node at exactly `path` ("" is not the
+    /// root here, as the old node map's keys); the virtual system nodes
+    /// have zeros.
+    fn lookup_slot(&self, path: &str) -> Option<WatchedStat> {
+        if self.system_node(path).is_some() {
+            return Some(WatchedStat { mzxid: 0, pzxid: 0 });
+        }
+        self.resolve_exact(path).map(|id| {
+            let stat = &self.slot(id).stat;
+            WatchedStat {
+                mzxid: stat.mzxid,
+                pzxid: stat.pzxid,
+            }
+        })
     }
 
     fn resolve_exact(&self, path: &str) -> Option<NodeId> {
@@ -242,6 +388,12 @@ impl DataTree {
         }
         self.resolve(path)
     }
+}
+
+/// What setWatches compares with a client's last zxid.
+struct WatchedStat {
+    mzxid: i64,
+    pzxid: i64,
 }
 
 /// setWatches' outcome: events to fire now, watches to register again.
