@@ -90,6 +90,28 @@ struct ServerArgs {
     /// Turn on the lock × operation profiler (four-letter word `lcks`).
     #[arg(long)]
     profile_locks: bool,
+    /// TLS client port beside --client-port (0 = off; --client-port 0 turns
+    /// the plain port off).
+    #[arg(long)]
+    secure_client_port: Option<u16>,
+    /// PEM certificate chain of the TLS port (reread on SIGHUP).
+    #[arg(long)]
+    tls_cert_file: Option<PathBuf>,
+    /// PEM private key of --tls-cert-file.
+    #[arg(long)]
+    tls_key_file: Option<PathBuf>,
+    /// PEM CA certificates client certificates must chain to.
+    #[arg(long)]
+    tls_ca_file: Option<PathBuf>,
+    /// none | want | need (default need, as ZooKeeper's ssl.clientAuth).
+    #[arg(long)]
+    tls_client_auth: Option<keel_server::tls::ClientAuth>,
+    /// JAAS file whose Server section lists SASL DIGEST-MD5 users.
+    #[arg(long)]
+    sasl_users_file: Option<PathBuf>,
+    /// Close connections that send a request before authenticating with SASL.
+    #[arg(long)]
+    require_sasl: bool,
 }
 
 #[derive(Args)]
@@ -179,10 +201,25 @@ fn server_config(args: ServerArgs) -> anyhow::Result<ServerConfig> {
         peers,
         cluster_name,
         preferred_leader,
-        observers
+        observers,
+        secure_client_port,
+        tls_client_auth
     );
     if args.profile_locks {
         config.profile_locks = true;
+    }
+    if args.require_sasl {
+        config.require_sasl = true;
+    }
+    for (flag, value) in [
+        (&mut config.tls_cert_file, args.tls_cert_file),
+        (&mut config.tls_key_file, args.tls_key_file),
+        (&mut config.tls_ca_file, args.tls_ca_file),
+        (&mut config.sasl_users_file, args.sasl_users_file),
+    ] {
+        if value.is_some() {
+            *flag = value;
+        }
     }
     if let Some(digest) = args.super_digest {
         config.super_digest = Some(digest);
@@ -211,15 +248,50 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let address = format!("{}:{}", config.client_address, config.client_port);
-        let listener = tokio::net::TcpListener::bind(&address)
-            .await
-            .with_context(|| format!("cannot listen on {address}"))?;
-        tracing::info!(%address, data_dir = %config.data_dir.display(), "starting keel");
-        keel_server::run(listener, config, shutdown_signal())
+        let plain = match config.client_port {
+            0 => None,
+            port => Some(listen(&config.client_address, port).await?),
+        };
+        let secure = match config.secure_client_port {
+            0 => None,
+            port => {
+                let listener = listen(&config.client_address, port).await?;
+                let secure = keel_server::SecureListener::load(listener, &config)?;
+                tokio::spawn(reload_on_sighup(secure.tls.clone()));
+                Some(secure)
+            }
+        };
+        tracing::info!(client_port = config.client_port, secure_client_port = config.secure_client_port, data_dir = %config.data_dir.display(), "starting keel");
+        let listeners = keel_server::ClientListeners { plain, secure };
+        keel_server::run_with(listeners, config, shutdown_signal())
             .await
             .context("keel server failed")
     })
+}
+
+async fn listen(host: &str, port: u16) -> anyhow::Result<tokio::net::TcpListener> {
+    let address = format!("{host}:{port}");
+    tokio::net::TcpListener::bind(&address)
+        .await
+        .with_context(|| format!("cannot listen on {address}"))
+}
+
+/// SIGHUP rereads the TLS certificate, key and CA files: handshakes from
+/// then on use them, open connections keep theirs. A file that does not
+/// load leaves the previous certificates in use.
+async fn reload_on_sighup(tls: std::sync::Arc<keel_server::tls::ReloadableServerConfig>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangup = signal(SignalKind::hangup()).expect("SIGHUP handler");
+    while hangup.recv().await.is_some() {
+        match tls.reload() {
+            Ok(()) => {
+                tracing::info!(cert = %tls.files().cert_file.display(), "SIGHUP: TLS certificates reloaded")
+            }
+            Err(error) => {
+                tracing::error!(%error, "SIGHUP: TLS certificates not reloaded; the previous ones stay in use")
+            }
+        }
+    }
 }
 
 async fn shutdown_signal() {

@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use crate::config::{ServerConfig, CLIENT_CONNECTIONS_MAX};
+use crate::sasl::SaslUsers;
 use crate::shared::Shared;
 
 /// `None` while loading, the serving state once caught up (never unset).
@@ -19,14 +20,21 @@ pub type Serving = watch::Receiver<Option<Arc<Shared>>>;
 
 pub struct ClientPort {
     pub config: ServerConfig,
+    /// The DIGEST-MD5 users (`sasl_users_file`); None = SASL not configured.
+    pub sasl_users: Option<Arc<SaslUsers>>,
     serving: Serving,
     per_ip: Mutex<HashMap<IpAddr, usize>>,
 }
 
 impl ClientPort {
-    pub fn new(config: ServerConfig, serving: Serving) -> ClientPort {
+    pub fn new(
+        config: ServerConfig,
+        serving: Serving,
+        sasl_users: Option<Arc<SaslUsers>>,
+    ) -> ClientPort {
         ClientPort {
             config,
+            sasl_users,
             serving,
             per_ip: Mutex::new(HashMap::new()),
         }
