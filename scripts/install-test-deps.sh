@@ -5,7 +5,8 @@
 #   * Debian packages zookeeper + zookeeper-bin (Apache ZooKeeper 3.8 jars in
 #     /usr/share/java, zkCli.sh, the C client cli_mt). Runs `apt-get update`
 #     only when a package is missing.
-#   * A Python venv at ./.venv (repo root) with kazoo, pytest, pytest-timeout.
+#   * A Python venv at ./.venv (repo root) with kazoo, pytest, pytest-timeout,
+#     and pure-sasl (kazoo's SASL DIGEST-MD5, tests/security).
 #
 # Works as root without sudo; uses sudo only when not root and it exists.
 set -euo pipefail
@@ -15,7 +16,7 @@ cd "$ROOT"
 
 PYTHON="${PYTHON:-python3}"
 VENV="${KEEL_VENV:-$ROOT/.venv}"
-PY_PKGS=("kazoo==2.11.0" "pytest" "pytest-timeout")
+PY_PKGS=("kazoo==2.11.0" "pytest" "pytest-timeout" "pure-sasl")
 APT_PKGS=(zookeeper zookeeper-bin)
 
 log() { printf '[test-deps] %s\n' "$*" >&2; }
@@ -68,7 +69,7 @@ fi
 if "$VENV/bin/python" - <<'PY' >/dev/null 2>&1
 import importlib.metadata as m, sys
 need = {"kazoo": "2.11.0"}
-for name in ("kazoo", "pytest", "pytest-timeout"):
+for name in ("kazoo", "pytest", "pytest-timeout", "pure-sasl"):
     v = m.version(name)
     if name in need and v != need[name]:
         sys.exit(1)
