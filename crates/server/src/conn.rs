@@ -490,11 +490,6 @@ impl<W: AsyncWrite + Unpin> Connection<W> {
     /// Runs a request whose turn has come: writes go to the log, the rest
     /// is answered now.
     fn execute(&mut self, header: RequestHeader, body: Vec<u8>) -> Result<(), Closed> {
-        if header.op_type == opcode::PING {
-            let zxid = self.last_zxid();
-            self.reply(xid::PING, zxid, Ok(Response::Empty));
-            return Ok(());
-        }
         if header.op_type == opcode::AUTH {
             return self.authenticate(header.xid, &body);
         }
@@ -510,6 +505,11 @@ impl<W: AsyncWrite + Unpin> Connection<W> {
             tracing::info!(peer = %self.peer, session = format_args!("{:#x}", self.session_id), op = header.op_type, "request before SASL authentication; closing (require_sasl)");
             self.reply(header.xid, 0, Err(ErrorCode::SessionClosedRequireSaslAuth));
             self.closing = Some(Closed::SaslRequired);
+            return Ok(());
+        }
+        if header.op_type == opcode::PING {
+            let zxid = self.last_zxid();
+            self.reply(xid::PING, zxid, Ok(Response::Empty));
             return Ok(());
         }
         let request = match Request::decode(header.op_type, &body) {
