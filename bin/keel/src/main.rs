@@ -166,6 +166,29 @@ struct BenchArgs {
     /// profile during it (servers started with --profile-locks).
     #[arg(long)]
     profile: bool,
+    /// Connect over TLS (--servers are secure client ports), trusting the
+    /// CA certificates of this PEM file.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// PEM client certificate for servers that require one (with --tls-key).
+    #[arg(long, value_name = "FILE", requires = "tls_ca")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+}
+
+/// The bench's TLS configuration, if --tls-ca is given.
+fn bench_tls(args: &BenchArgs) -> anyhow::Result<Option<keel_client::ClientTls>> {
+    let Some(ca_file) = &args.tls_ca else {
+        return Ok(None);
+    };
+    let options = keel_client::TlsOptions {
+        ca_file: ca_file.clone(),
+        cert_file: args.tls_cert.clone(),
+        key_file: args.tls_key.clone(),
+    };
+    Ok(Some(keel_client::ClientTls::load(&options)?))
 }
 
 fn main() -> anyhow::Result<()> {
@@ -344,6 +367,10 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     )?;
     config.value_size = args.value_size;
     config.in_flight = args.in_flight.unwrap_or(1);
+    config.tls = bench_tls(&args)?;
+    if args.profile && config.tls.is_some() {
+        anyhow::bail!("--profile reads `lcks` over the plain client port: not with --tls-ca");
+    }
     config.validate()?;
     let servers = config.servers.clone();
     let before = if args.profile {
@@ -399,6 +426,7 @@ fn populate(args: BenchArgs) -> anyhow::Result<()> {
     config.in_flight = args
         .in_flight
         .unwrap_or(keel_bench::DEFAULT_POPULATE_IN_FLIGHT);
+    config.tls = bench_tls(&args)?;
     let report = keel_bench::populate(config, |line| eprintln!("{line}"))?;
     eprintln!(
         "{} multis; getAllChildrenNumber({}) = {}; last znode {}",

@@ -33,6 +33,9 @@ pub enum ClientError {
     /// The connect string could not be parsed.
     #[error("invalid connect string: {0}")]
     InvalidAddress(String),
+    /// TLS files that do not load, or a host name a certificate cannot name.
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 impl ClientError {

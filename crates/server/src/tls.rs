@@ -299,6 +299,124 @@ mod tests {
         }
     }
 
+    fn fixture(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/tls")
+            .join(name)
+    }
+
+    fn fixture_files() -> TlsFiles {
+        TlsFiles {
+            cert_file: fixture("server.pem"),
+            key_file: fixture("server.key"),
+            ca_file: Some(fixture("ca.pem")),
+        }
+    }
+
+    fn client_files(name: &str) -> TlsFiles {
+        TlsFiles {
+            cert_file: fixture(&format!("{name}.pem")),
+            key_file: fixture(&format!("{name}.key")),
+            ca_file: Some(fixture("ca.pem")),
+        }
+    }
+
+    /// A TLS handshake in memory plus one byte each way; Err if either
+    /// side fails (a refused client certificate fails the client's read).
+    async fn handshake(
+        server: Arc<rustls::ServerConfig>,
+        client: Arc<rustls::ClientConfig>,
+    ) -> Result<(), std::io::Error> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        let accept = async move {
+            let mut stream = tokio_rustls::TlsAcceptor::from(server)
+                .accept(server_io)
+                .await?;
+            stream.write_all(b"s").await?;
+            stream.flush().await?;
+            let mut byte = [0u8; 1];
+            stream.read_exact(&mut byte).await?;
+            Ok::<_, std::io::Error>(())
+        };
+        let connect = async move {
+            let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+            let mut stream = tokio_rustls::TlsConnector::from(client)
+                .connect(name, client_io)
+                .await?;
+            let mut byte = [0u8; 1];
+            stream.read_exact(&mut byte).await?;
+            stream.write_all(b"c").await?;
+            stream.flush().await?;
+            Ok::<_, std::io::Error>(())
+        };
+        let (accepted, connected) = tokio::join!(accept, connect);
+        accepted.and(connected)
+    }
+
+    fn no_client_certificate() -> Arc<rustls::ClientConfig> {
+        let roots = load_ca_roots(&fixture("ca.pem")).unwrap();
+        Arc::new(
+            rustls::ClientConfig::builder_with_provider(crypto_provider())
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth(),
+        )
+    }
+
+    #[tokio::test]
+    async fn mutual_tls_needs_a_client_certificate_of_the_ca() {
+        let server = server_config(&fixture_files(), ClientAuth::Need).unwrap();
+        let client = mutual_client_config(&client_files("client")).unwrap();
+        handshake(server.clone(), client).await.unwrap();
+        let intruder = mutual_client_config(&TlsFiles {
+            ca_file: Some(fixture("ca.pem")),
+            ..client_files("intruder")
+        })
+        .unwrap();
+        assert!(handshake(server.clone(), intruder).await.is_err());
+        assert!(handshake(server, no_client_certificate()).await.is_err());
+        let want = server_config(&fixture_files(), ClientAuth::Want).unwrap();
+        handshake(want, no_client_certificate()).await.unwrap();
+        let none = server_config(&fixture_files(), ClientAuth::None).unwrap();
+        handshake(none, no_client_certificate()).await.unwrap();
+    }
+
+    #[test]
+    fn a_key_of_another_certificate_is_refused() {
+        let files = TlsFiles {
+            key_file: fixture("client.key"),
+            ..fixture_files()
+        };
+        let error = server_config(&files, ClientAuth::Need).unwrap_err();
+        assert!(matches!(error, TlsError::Identity { .. }), "{error}");
+    }
+
+    #[test]
+    fn reload_swaps_the_config_and_a_failed_reload_keeps_the_old_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let copy =
+            |from: &str, to: &str| std::fs::copy(fixture(from), dir.path().join(to)).unwrap();
+        copy("server.pem", "cert.pem");
+        copy("server.key", "key.pem");
+        let files = TlsFiles {
+            cert_file: dir.path().join("cert.pem"),
+            key_file: dir.path().join("key.pem"),
+            ca_file: Some(fixture("ca.pem")),
+        };
+        let reloadable = ReloadableServerConfig::load(files, ClientAuth::Need).unwrap();
+        let first = reloadable.current();
+        copy("client.pem", "cert.pem");
+        copy("client.key", "key.pem");
+        reloadable.reload().unwrap();
+        let second = reloadable.current();
+        assert!(!Arc::ptr_eq(&first, &second));
+        std::fs::write(dir.path().join("key.pem"), "garbage").unwrap();
+        assert!(reloadable.reload().is_err());
+        assert!(Arc::ptr_eq(&second, &reloadable.current()));
+    }
+
     #[test]
     fn client_auth_parses_zookeepers_spellings() {
         assert_eq!("NEED".parse::<ClientAuth>().unwrap(), ClientAuth::Need);
