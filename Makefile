@@ -21,7 +21,7 @@ PY          := $(VENV)/bin/python
 KEEL        := target/release/keel
 PYTEST      := $(PY) -m pytest
 PYTEST_ARGS ?=
-SUITES      := tests/compat tests/badinput tests/crash tests/cluster
+SUITES      := tests/compat tests/badinput tests/crash tests/cluster tests/security
 # suites that compare against ZooKeeper (the cluster suite is Keel-only)
 SELFCHECK_SUITES := tests/compat tests/badinput tests/crash
 

@@ -8,6 +8,7 @@ left waiting; certificate reload on SIGHUP (Keel)."""
 
 import os
 import signal
+import subprocess
 import socket
 import ssl
 import time
@@ -215,3 +216,22 @@ def test_a_tls_session_serves_the_raw_protocol_like_the_plain_port(kind, pki, se
         hdr, body = conn.request(P.GET_DATA, P.path_watch_body("/raw-tls"))
         assert hdr["err"] == 0 and body.buf() == b"r"
         assert conn.close_session() == 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_keel_bench_connects_over_tls(kind, pki, secure_server):
+    """Not a measurement (that is `make compare`'s): the bench's TLS flags
+    work against both servers, so TLS rows can be measured."""
+    from harness import KEEL_BIN, keel_available
+    if not keel_available():
+        pytest.skip("no keel binary for `keel bench`")
+    server = secure_server(kind, tls=pki, client_auth="need")
+    command = [KEEL_BIN, "bench", "--servers", "127.0.0.1:%d" % server.secure_port, "--workload", "mix",
+               "--clients", "2", "--duration", "1", "--tls-ca", pki.path("ca"),
+               "--tls-cert", pki.path("client"), "--tls-key", pki.path("client", ".key")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "TPS" in done.stdout and "errors" in done.stdout, done.stdout
+    # Without a client certificate the bench cannot connect, and says so.
+    done = subprocess.run(command[:-4], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "127.0.0.1:%d" % server.secure_port in done.stderr, done.stderr
