@@ -10,7 +10,8 @@
 #     moves a server's wall clock). Runs `apt-get update` only when a package
 #     is missing.
 #   * A Python venv at ./.venv (repo root) with kazoo, pytest, pytest-timeout
-#     and prometheus-client (its text-format parser).
+#     prometheus-client (its text-format parser) and pure-sasl (kazoo's SASL
+#     DIGEST-MD5, tests/security).
 #
 # Works as root without sudo; uses sudo only when not root and it exists.
 set -euo pipefail
@@ -20,7 +21,7 @@ cd "$ROOT"
 
 PYTHON="${PYTHON:-python3}"
 VENV="${KEEL_VENV:-$ROOT/.venv}"
-PY_PKGS=("kazoo==2.11.0" "pytest" "pytest-timeout" "prometheus-client")
+PY_PKGS=("kazoo==2.11.0" "pytest" "pytest-timeout" "prometheus-client" "pure-sasl")
 APT_PKGS=(zookeeper zookeeper-bin prometheus openssl faketime)
 
 log() { printf '[test-deps] %s\n' "$*" >&2; }
@@ -74,7 +75,7 @@ fi
 if "$VENV/bin/python" - <<'PY' >/dev/null 2>&1
 import importlib.metadata as m, sys
 need = {"kazoo": "2.11.0"}
-for name in ("kazoo", "pytest", "pytest-timeout", "prometheus-client"):
+for name in ("kazoo", "pytest", "pytest-timeout", "prometheus-client", "pure-sasl"):
     v = m.version(name)
     if name in need and v != need[name]:
         sys.exit(1)

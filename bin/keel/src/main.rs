@@ -90,15 +90,29 @@ struct ServerArgs {
     /// Turn on the lock × operation profiler (four-letter word `lcks`).
     #[arg(long)]
     profile_locks: bool,
-    /// PEM certificate chain of this node (peer_tls: DNS SAN keel-member-<id>).
+    /// TLS client port beside --client-port (0 = off; --client-port 0 turns
+    /// the plain port off).
+    #[arg(long)]
+    secure_client_port: Option<u16>,
+    /// PEM certificate chain of the TLS port (reread on SIGHUP); with
+    /// --peer-tls also the member's (DNS SAN keel-member-<id>).
     #[arg(long)]
     tls_cert_file: Option<PathBuf>,
     /// PEM private key of --tls-cert-file.
     #[arg(long)]
     tls_key_file: Option<PathBuf>,
-    /// PEM bundle of trusted CAs.
+    /// PEM bundle of trusted CAs (client certificates; peer_tls: both sides).
     #[arg(long)]
     tls_ca_file: Option<PathBuf>,
+    /// none | want | need (default need, as ZooKeeper's ssl.clientAuth).
+    #[arg(long)]
+    tls_client_auth: Option<keel_server::tls::ClientAuth>,
+    /// JAAS file whose Server section lists SASL DIGEST-MD5 users.
+    #[arg(long)]
+    sasl_users_file: Option<PathBuf>,
+    /// Close connections that send a request before authenticating with SASL.
+    #[arg(long)]
+    require_sasl: bool,
     /// Peer connections are mutual TLS 1.3 (needs the three --tls-*-file).
     #[arg(long)]
     peer_tls: bool,
@@ -165,6 +179,29 @@ struct BenchArgs {
     /// profile during it (servers started with --profile-locks).
     #[arg(long)]
     profile: bool,
+    /// Connect over TLS (--servers are secure client ports), trusting the
+    /// CA certificates of this PEM file.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// PEM client certificate for servers that require one (with --tls-key).
+    #[arg(long, value_name = "FILE", requires = "tls_ca")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+}
+
+/// The bench's TLS configuration, if --tls-ca is given.
+fn bench_tls(args: &BenchArgs) -> anyhow::Result<Option<keel_client::ClientTls>> {
+    let Some(ca_file) = &args.tls_ca else {
+        return Ok(None);
+    };
+    let options = keel_client::TlsOptions {
+        ca_file: ca_file.clone(),
+        cert_file: args.tls_cert.clone(),
+        key_file: args.tls_key.clone(),
+    };
+    Ok(Some(keel_client::ClientTls::load(&options)?))
 }
 
 fn main() -> anyhow::Result<()> {
@@ -202,7 +239,9 @@ fn server_config(args: ServerArgs) -> anyhow::Result<ServerConfig> {
         preferred_leader,
         observers,
         metrics_port,
-        metrics_address
+        metrics_address,
+        secure_client_port,
+        tls_client_auth
     );
     if args.profile_locks {
         config.profile_locks = true;
@@ -210,14 +249,18 @@ fn server_config(args: ServerArgs) -> anyhow::Result<ServerConfig> {
     if args.peer_tls {
         config.peer_tls = true;
     }
-    for (flag, key) in [
-        (args.tls_cert_file, &mut config.tls_cert_file),
-        (args.tls_key_file, &mut config.tls_key_file),
-        (args.tls_ca_file, &mut config.tls_ca_file),
-        (args.peer_secret_file, &mut config.peer_secret_file),
+    if args.require_sasl {
+        config.require_sasl = true;
+    }
+    for (flag, value) in [
+        (&mut config.tls_cert_file, args.tls_cert_file),
+        (&mut config.tls_key_file, args.tls_key_file),
+        (&mut config.tls_ca_file, args.tls_ca_file),
+        (&mut config.sasl_users_file, args.sasl_users_file),
+        (&mut config.peer_secret_file, args.peer_secret_file),
     ] {
-        if flag.is_some() {
-            *key = flag;
+        if value.is_some() {
+            *flag = value;
         }
     }
     if let Some(digest) = args.super_digest {
@@ -247,15 +290,50 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let address = format!("{}:{}", config.client_address, config.client_port);
-        let listener = tokio::net::TcpListener::bind(&address)
-            .await
-            .with_context(|| format!("cannot listen on {address}"))?;
-        tracing::info!(%address, data_dir = %config.data_dir.display(), "starting keel");
-        keel_server::run(listener, config, shutdown_signal())
+        let plain = match config.client_port {
+            0 => None,
+            port => Some(listen(&config.client_address, port).await?),
+        };
+        let secure = match config.secure_client_port {
+            0 => None,
+            port => {
+                let listener = listen(&config.client_address, port).await?;
+                let secure = keel_server::SecureListener::load(listener, &config)?;
+                tokio::spawn(reload_on_sighup(secure.tls.clone()));
+                Some(secure)
+            }
+        };
+        tracing::info!(client_port = config.client_port, secure_client_port = config.secure_client_port, data_dir = %config.data_dir.display(), "starting keel");
+        let listeners = keel_server::ClientListeners { plain, secure };
+        keel_server::run_with(listeners, config, shutdown_signal())
             .await
             .context("keel server failed")
     })
+}
+
+async fn listen(host: &str, port: u16) -> anyhow::Result<tokio::net::TcpListener> {
+    let address = format!("{host}:{port}");
+    tokio::net::TcpListener::bind(&address)
+        .await
+        .with_context(|| format!("cannot listen on {address}"))
+}
+
+/// SIGHUP rereads the TLS certificate, key and CA files: handshakes from
+/// then on use them, open connections keep theirs. A file that does not
+/// load leaves the previous certificates in use.
+async fn reload_on_sighup(tls: std::sync::Arc<keel_server::tls::ReloadableServerConfig>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangup = signal(SignalKind::hangup()).expect("SIGHUP handler");
+    while hangup.recv().await.is_some() {
+        match tls.reload() {
+            Ok(()) => {
+                tracing::info!(cert = %tls.files().cert_file.display(), "SIGHUP: TLS certificates reloaded")
+            }
+            Err(error) => {
+                tracing::error!(%error, "SIGHUP: TLS certificates not reloaded; the previous ones stay in use")
+            }
+        }
+    }
 }
 
 async fn shutdown_signal() {
@@ -308,6 +386,10 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     )?;
     config.value_size = args.value_size;
     config.in_flight = args.in_flight.unwrap_or(1);
+    config.tls = bench_tls(&args)?;
+    if args.profile && config.tls.is_some() {
+        anyhow::bail!("--profile reads `lcks` over the plain client port: not with --tls-ca");
+    }
     config.validate()?;
     let servers = config.servers.clone();
     let before = if args.profile {
@@ -363,6 +445,7 @@ fn populate(args: BenchArgs) -> anyhow::Result<()> {
     config.in_flight = args
         .in_flight
         .unwrap_or(keel_bench::DEFAULT_POPULATE_IN_FLIGHT);
+    config.tls = bench_tls(&args)?;
     let report = keel_bench::populate(config, |line| eprintln!("{line}"))?;
     eprintln!(
         "{} multis; getAllChildrenNumber({}) = {}; last znode {}",

@@ -162,6 +162,8 @@ pub struct BenchConfig {
     /// The bench root; `None` = `/keel-bench-<time>-<pid>`. It must not
     /// exist (the run refuses to touch a tree it did not make).
     pub root: Option<String>,
+    /// Connect over TLS (every server is a secure client port).
+    pub tls: Option<keel_client::ClientTls>,
 }
 
 impl BenchConfig {
@@ -182,6 +184,7 @@ impl BenchConfig {
             in_flight: 1,
             seed: DEFAULT_SEED,
             root: None,
+            tls: None,
         })
     }
 
@@ -392,7 +395,7 @@ pub async fn run_async(
     };
 
     // 1. Sessions.
-    let admin = connect(&config.servers[0]).await?;
+    let admin = connect(&config.servers[0], config.tls.as_ref()).await?;
     let sessions = ticking(connect_all(&config, &connected), |e| {
         progress(&setup_line(e))
     })
@@ -539,13 +542,15 @@ async fn ticking<T>(fut: impl Future<Output = T>, mut tick: impl FnMut(Duration)
     }
 }
 
-/// Opens one session on `server` within [`CONNECT_TIMEOUT`].
-async fn connect(server: &str) -> Result<Client, BenchError> {
+/// Opens one session on `server` (over TLS when `tls` is given) within
+/// [`CONNECT_TIMEOUT`].
+async fn connect(server: &str, tls: Option<&keel_client::ClientTls>) -> Result<Client, BenchError> {
     let fail = |reason: String| BenchError::Connect {
         server: server.to_string(),
         reason,
     };
-    match tokio::time::timeout(CONNECT_TIMEOUT, Client::connect(server, SESSION_TIMEOUT_MS)).await {
+    let attempt = Client::connect_with(server, SESSION_TIMEOUT_MS, tls);
+    match tokio::time::timeout(CONNECT_TIMEOUT, attempt).await {
         Ok(Ok(client)) => Ok(client),
         Ok(Err(ClientError::Io(e))) if e.raw_os_error() == Some(24) => Err(fail(format!(
             "{e} (each client needs a socket: raise the open-file limit, ulimit -n)"
@@ -568,8 +573,9 @@ async fn connect_all(
         .collect();
     let mut clients = tree::parallel(targets, SETUP_CONCURRENCY, |(i, server)| {
         let connected = connected.clone();
+        let tls = config.tls.clone();
         async move {
-            let c = connect(&server).await?;
+            let c = connect(&server, tls.as_ref()).await?;
             connected.fetch_add(1, Ordering::Relaxed);
             Ok::<_, BenchError>((i, c))
         }

@@ -83,6 +83,8 @@ pub struct PopulateConfig {
     pub sessions: usize,
     /// Multis each session keeps in flight.
     pub in_flight: usize,
+    /// Connect over TLS (every server is a secure client port).
+    pub tls: Option<keel_client::ClientTls>,
 }
 
 impl PopulateConfig {
@@ -96,6 +98,7 @@ impl PopulateConfig {
             fanout: DEFAULT_FANOUT,
             sessions: DEFAULT_POPULATE_SESSIONS,
             in_flight: DEFAULT_POPULATE_IN_FLIGHT,
+            tls: None,
         })
     }
 
@@ -281,14 +284,19 @@ pub async fn populate_async(
 ) -> Result<PopulateReport, BenchError> {
     config.validate()?;
     let started = Instant::now();
-    let admin = connect(&config.servers[0]).await?;
+    let admin = connect(&config.servers[0], config.tls.as_ref()).await?;
     let created_root = create_root(&admin).await;
     let _ = admin.close().await;
     created_root?;
     let result = async {
         let mut sessions = Vec::with_capacity(config.sessions);
         for i in 0..config.sessions {
-            match connect(&config.servers[i % config.servers.len()]).await {
+            match connect(
+                &config.servers[i % config.servers.len()],
+                config.tls.as_ref(),
+            )
+            .await
+            {
                 Ok(c) => sessions.push(c),
                 Err(e) => {
                     close_all(sessions).await;
@@ -316,7 +324,7 @@ pub async fn populate_async(
         let elapsed = started.elapsed();
         // A fresh session counts: one left idle through a long load would
         // only test its pings.
-        let checker = connect(&config.servers[0]).await?;
+        let checker = connect(&config.servers[0], config.tls.as_ref()).await?;
         let counted = count(&checker).await;
         let _ = checker.close().await;
         let counted = counted?;

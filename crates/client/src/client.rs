@@ -23,8 +23,8 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
@@ -313,14 +313,42 @@ pub(crate) fn parse_connect_string(addrs: &str) -> Result<Vec<String>, ClientErr
     Ok(out)
 }
 
-/// Opens the socket and runs the ConnectRequest/ConnectResponse handshake.
-/// Returns the stream, the response and any bytes read past it.
+/// A connection to a server: plain TCP, or TLS over it.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+/// Opens the socket (and TLS over it when `tls` is given) and runs the
+/// ConnectRequest/ConnectResponse handshake. Returns the stream, the
+/// response and any bytes read past it.
 async fn handshake(
     addr: &str,
     session_timeout_ms: u32,
-) -> Result<(TcpStream, ConnectResponse, Vec<u8>), ClientError> {
-    let mut stream = TcpStream::connect(addr).await?;
+    tls: Option<&crate::tls::ClientTls>,
+) -> Result<(Stream, ConnectResponse, Vec<u8>), ClientError> {
+    let stream = TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
+    match tls {
+        None => {
+            let mut stream = stream;
+            let (response, rest) = exchange(&mut stream, session_timeout_ms).await?;
+            Ok((Stream::Plain(stream), response, rest))
+        }
+        Some(tls) => {
+            let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+            let mut stream = tls.connect(host, stream).await?;
+            let (response, rest) = exchange(&mut stream, session_timeout_ms).await?;
+            Ok((Stream::Tls(Box::new(stream)), response, rest))
+        }
+    }
+}
+
+/// The session handshake on an open stream.
+async fn exchange(
+    stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
+    session_timeout_ms: u32,
+) -> Result<(ConnectResponse, Vec<u8>), ClientError> {
     let req = ConnectRequest {
         protocol_version: PROTOCOL_VERSION,
         last_zxid_seen: 0,
@@ -332,6 +360,7 @@ async fn handshake(
     let mut buf = Vec::with_capacity(64);
     write_frame(&mut buf, |b| req.write(b));
     stream.write_all(&buf).await?;
+    stream.flush().await?;
 
     let mut rbuf: Vec<u8> = Vec::with_capacity(256);
     loop {
@@ -341,7 +370,7 @@ async fn handshake(
                 return Err(ClientError::SessionExpired);
             }
             let rest = rbuf[n..].to_vec();
-            return Ok((stream, resp, rest));
+            return Ok((resp, rest));
         }
         if stream.read_buf(&mut rbuf).await? == 0 {
             return Err(ClientError::ConnectionLoss);
@@ -383,11 +412,21 @@ impl Client {
     /// Connects to the first server in `addrs` ("host:port[,host:port...]")
     /// that accepts a new session, trying them in order.
     pub async fn connect(addrs: &str, session_timeout_ms: u32) -> Result<Client, ClientError> {
+        Client::connect_with(addrs, session_timeout_ms, None).await
+    }
+
+    /// `connect`, over TLS when `tls` is given (a server's secure client
+    /// port: every address of `addrs` must be one).
+    pub async fn connect_with(
+        addrs: &str,
+        session_timeout_ms: u32,
+        tls: Option<&crate::tls::ClientTls>,
+    ) -> Result<Client, ClientError> {
         let list = parse_connect_string(addrs)?;
         let mut last = ClientError::ConnectionLoss;
         for addr in list {
-            match tokio::time::timeout(CONNECT_TIMEOUT, handshake(&addr, session_timeout_ms)).await
-            {
+            let attempt = handshake(&addr, session_timeout_ms, tls);
+            match tokio::time::timeout(CONNECT_TIMEOUT, attempt).await {
                 Ok(Ok((stream, resp, rest))) => return Ok(Client::start(addr, stream, resp, rest)),
                 Ok(Err(e)) => {
                     tracing::debug!(%addr, error = %e, "connect failed");
@@ -402,7 +441,7 @@ impl Client {
         Err(last)
     }
 
-    fn start(server: String, stream: TcpStream, resp: ConnectResponse, rest: Vec<u8>) -> Client {
+    fn start(server: String, stream: Stream, resp: ConnectResponse, rest: Vec<u8>) -> Client {
         let timeout_ms = u32::try_from(resp.time_out).unwrap_or(1).max(1);
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (shutdown, _) = watch::channel(false);
@@ -415,12 +454,21 @@ impl Client {
             shutdown,
         });
         let (tx, rx) = mpsc::channel(REQUEST_QUEUE_CAPACITY);
-        let (rd, wr) = stream.into_split();
         let session = Duration::from_millis(u64::from(timeout_ms));
         let ping_every = (session / 3).max(Duration::from_millis(10));
         let read_timeout = (session * 2 / 3).max(Duration::from_millis(20));
-        tokio::spawn(writer_task(wr, rx, shared.clone(), ping_every));
-        tokio::spawn(reader_task(rd, rest, shared.clone(), read_timeout));
+        match stream {
+            Stream::Plain(stream) => {
+                let (rd, wr) = stream.into_split();
+                tokio::spawn(writer_task(wr, rx, shared.clone(), ping_every));
+                tokio::spawn(reader_task(rd, rest, shared.clone(), read_timeout));
+            }
+            Stream::Tls(stream) => {
+                let (rd, wr) = tokio::io::split(*stream);
+                tokio::spawn(writer_task(wr, rx, shared.clone(), ping_every));
+                tokio::spawn(reader_task(rd, rest, shared.clone(), read_timeout));
+            }
+        }
         tracing::debug!(%server, session_id = resp.session_id, timeout_ms, "session established");
         Client {
             inner: Arc::new(Inner {
@@ -883,7 +931,7 @@ pub fn multi_error(results: &[MultiResult]) -> Option<i32> {
 }
 
 async fn writer_task(
-    mut wr: OwnedWriteHalf,
+    mut wr: impl AsyncWrite + Unpin,
     mut rx: mpsc::Receiver<Outgoing>,
     shared: Arc<Shared>,
     ping_every: Duration,
@@ -949,7 +997,12 @@ async fn writer_task(
         if buf.is_empty() {
             continue;
         }
-        if let Err(e) = wr.write_all(&buf).await {
+        // flush: TLS may hold back the records of the last write (a no-op on TCP).
+        let written = async {
+            wr.write_all(&buf).await?;
+            wr.flush().await
+        };
+        if let Err(e) = written.await {
             tracing::debug!(error = %e, "write failed");
             shared.fail_all(Broken::ConnectionLoss);
             break;
@@ -964,7 +1017,7 @@ async fn writer_task(
 }
 
 async fn reader_task(
-    mut rd: OwnedReadHalf,
+    mut rd: impl AsyncRead + Unpin,
     mut buf: Vec<u8>,
     shared: Arc<Shared>,
     read_timeout: Duration,

@@ -33,6 +33,16 @@ pub enum ClientError {
     /// The connect string could not be parsed.
     #[error("invalid connect string: {0}")]
     InvalidAddress(String),
+    /// TLS files that do not load, or a host name a certificate cannot name
+    /// (boxed: it is large and rare).
+    #[error("TLS: {0}")]
+    Tls(Box<crate::tls::TlsError>),
+}
+
+impl From<crate::tls::TlsError> for ClientError {
+    fn from(error: crate::tls::TlsError) -> ClientError {
+        ClientError::Tls(Box::new(error))
+    }
 }
 
 impl ClientError {

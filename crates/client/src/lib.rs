@@ -16,6 +16,7 @@ pub mod cli;
 mod client;
 mod error;
 mod proto;
+pub mod tls;
 
 pub use client::{
     multi_error, Client, WatchedEvent, AUTH_TIMEOUT, CLOSE_TIMEOUT, CONNECT_TIMEOUT, DEFAULT_PORT,
@@ -29,6 +30,7 @@ pub use proto::{
     perms, Acl, AddWatchMode, ClientInfo, CreateMode, ErrorCode, EventType, Id, KeeperState,
     MultiOp, MultiResult, ReplyHeader, Request, Response, Stat, WatcherType,
 };
+pub use tls::{ClientTls, TlsOptions};
 
 use base64::Engine as _;
 use sha1::{Digest as _, Sha1};

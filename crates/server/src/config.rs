@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+pub use crate::tls::ClientAuth;
+
 /// ZooKeeper's default tickTime.
 pub const DEFAULT_TICK_TIME_MS: u32 = 2_000;
 pub const DEFAULT_CLIENT_PORT: u16 = 2181;
@@ -64,13 +66,25 @@ pub struct ServerConfig {
     pub observers: Vec<u64>,
     /// The lock × operation profiler (`lcks`; `profile.rs`). Off by default.
     pub profile_locks: bool,
-    /// PEM certificate chain of this node (its certificate first). With
-    /// `peer_tls` it must name the member: DNS SAN `keel-member-<id>`.
+    /// ZooKeeper's secureClientPort: a TLS client port beside the plain
+    /// `client_port` (0 = off, the default). `client_port = 0` turns the
+    /// plain port off; one of the two must be on.
+    pub secure_client_port: u16,
+    /// PEM certificate chain (leaf first) the TLS port presents; also the
+    /// peers' identity when peer TLS is on.
     pub tls_cert_file: Option<PathBuf>,
-    /// PEM private key of `tls_cert_file`'s certificate.
+    /// PEM private key of `tls_cert_file`.
     pub tls_key_file: Option<PathBuf>,
-    /// PEM bundle of the CAs whose certificates are trusted.
+    /// PEM CA certificates client (and peer) certificates must chain to.
     pub tls_ca_file: Option<PathBuf>,
+    /// none | want | need (ZooKeeper's ssl.clientAuth; default need).
+    pub tls_client_auth: ClientAuth,
+    /// JAAS file whose `Server` section lists the SASL DIGEST-MD5 users
+    /// (`user_<name>="<password>"`); unset = SASL not configured.
+    pub sasl_users_file: Option<PathBuf>,
+    /// Close every session's connection at its first request until it has
+    /// authenticated with SASL (ZooKeeper's sessionRequireClientSASLAuth).
+    pub require_sasl: bool,
     /// Every peer connection is TLS 1.3 with certificates checked against
     /// `tls_ca_file` on both sides (needs the three `tls_*_file`s).
     pub peer_tls: bool,
@@ -120,9 +134,13 @@ impl Default for ServerConfig {
             preferred_leader: 0,
             observers: Vec::new(),
             profile_locks: false,
+            secure_client_port: 0,
             tls_cert_file: None,
             tls_key_file: None,
             tls_ca_file: None,
+            tls_client_auth: ClientAuth::default(),
+            sasl_users_file: None,
+            require_sasl: false,
             peer_tls: false,
             peer_secret_file: None,
             metrics_port: 0,
@@ -249,6 +267,7 @@ impl ServerConfig {
                 ));
             }
         }
+        self.validate_security()?;
         for word in &self.four_letter_words {
             if word != "*" && !crate::fourlw::COMMANDS.contains(&word.as_str()) {
                 return invalid(format!("four_letter_words: unknown command {word:?}"));
@@ -287,6 +306,51 @@ impl ServerConfig {
             None
         };
         Ok(keel_consensus::PeerAuth { secret, tls })
+    }
+
+    /// The client ports and their TLS and SASL keys (the files themselves
+    /// are read at start: `tls::ReloadableServerConfig`, `sasl::SaslUsers`).
+    fn validate_security(&self) -> Result<(), ConfigError> {
+        let invalid = |message: String| Err(ConfigError::Invalid(message));
+        if self.client_port == 0 && self.secure_client_port == 0 {
+            return invalid(
+                "client_port and secure_client_port are both 0 (off): no client could connect"
+                    .into(),
+            );
+        }
+        if self.client_port != 0 && self.client_port == self.secure_client_port {
+            return invalid(format!(
+                "client_port and secure_client_port are both {}",
+                self.client_port
+            ));
+        }
+        if self.secure_client_port != 0 {
+            if self.tls_cert_file.is_none() || self.tls_key_file.is_none() {
+                return invalid("secure_client_port needs tls_cert_file and tls_key_file".into());
+            }
+            if self.tls_client_auth != ClientAuth::None && self.tls_ca_file.is_none() {
+                return invalid(format!(
+                    "tls_client_auth = \"{}\" needs tls_ca_file (or set tls_client_auth = \"none\")",
+                    self.tls_client_auth
+                ));
+            }
+        }
+        if self.require_sasl && self.sasl_users_file.is_none() {
+            return invalid("require_sasl needs sasl_users_file".into());
+        }
+        Ok(())
+    }
+
+    /// The TLS files of the client port, when it is on.
+    pub fn client_tls_files(&self) -> Option<crate::tls::TlsFiles> {
+        if self.secure_client_port == 0 {
+            return None;
+        }
+        Some(crate::tls::TlsFiles {
+            cert_file: self.tls_cert_file.clone()?,
+            key_file: self.tls_key_file.clone()?,
+            ca_file: self.tls_ca_file.clone(),
+        })
     }
 
     /// The parsed `peers` list, sorted by id.
@@ -434,5 +498,33 @@ mod tests {
             let error = config.validate().unwrap_err().to_string();
             assert!(error.contains(wanted), "{error}");
         }
+    }
+
+    #[test]
+    fn tls_and_sasl_keys_are_checked_together() {
+        let error = |text: &str| {
+            toml::from_str::<ServerConfig>(text)
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(error("client_port = 0").contains("both 0"));
+        assert!(error("secure_client_port = 2181").contains("both 2181"));
+        assert!(error("secure_client_port = 2281").contains("needs tls_cert_file"));
+        let tls = "secure_client_port = 2281\ntls_cert_file = \"c.pem\"\ntls_key_file = \"k.pem\"";
+        assert!(
+            error(tls).contains("needs tls_ca_file"),
+            "need is the default"
+        );
+        let config: ServerConfig = toml::from_str(&format!(
+            "{tls}\ntls_client_auth = \"none\"\nclient_port = 0"
+        ))
+        .unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.client_tls_files().unwrap().ca_file, None);
+        assert!(toml::from_str::<ServerConfig>("tls_client_auth = \"maybe\"").is_err());
+        assert!(error("require_sasl = true").contains("sasl_users_file"));
+        assert_eq!(ServerConfig::default().client_tls_files(), None);
     }
 }

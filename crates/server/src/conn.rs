@@ -18,8 +18,7 @@ use keel_jute::{
     ReplyHeader, Request, RequestHeader, Response, WatcherEvent,
 };
 use keel_tree::{Event, Txn, TxnOp};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
@@ -29,6 +28,7 @@ use crate::node::{
 };
 use crate::port::ClientPort;
 use crate::profile;
+use crate::sasl::{DigestMd5Server, DigestMd5Step, SaslUsers};
 use crate::shared::{
     wall_clock_ms, ConnectionInfo, ConnectionOutlet, Shared, CONNECTION_OUTBOUND_MAX,
 };
@@ -74,6 +74,8 @@ pub enum Closed {
     UnexpectedDuringCreate,
     #[error("authentication failed")]
     AuthFailed,
+    #[error("SASL authentication required (require_sasl)")]
+    SaslRequired,
     #[error("internal: reply out of order")]
     ReplyOutOfOrder,
     #[error("session closed by client")]
@@ -90,13 +92,23 @@ pub enum Closed {
     Server(CloseReason),
 }
 
-struct Connection {
+/// A connection of either client port: `W` is the socket's write half
+/// (a TcpStream's own half on the plain port, so that path is as before;
+/// a TLS stream's half on the secure port).
+struct Connection<W> {
     shared: Arc<Shared>,
     id: u64,
     peer: SocketAddr,
     session_id: i64,
+    /// The identities ACLs see: `ip:<address>`, then digest and sasl ids as
+    /// the client authenticates (`authenticate`, `authenticate_sasl`);
+    /// reads use them, writes carry them in their Txn.
     auth: Vec<keel_jute::Id>,
-    writer: OwnedWriteHalf,
+    /// The DIGEST-MD5 users, when SASL is configured.
+    sasl_users: Option<Arc<SaslUsers>>,
+    /// This connection's SASL exchange, from its first `sasl` request.
+    sasl: Option<DigestMd5Server>,
+    writer: W,
     inbox: mpsc::Receiver<Outbound>,
     /// Signalled by the apply side when `inbox` is full.
     overflow: Arc<tokio::sync::Notify>,
@@ -116,13 +128,71 @@ struct Connection {
     clickhouse: bool,
 }
 
-/// Serves one accepted socket until it closes. Never panics on input.
+/// Serves one socket of the plain client port until it closes.
+pub async fn serve_plain(port: &ClientPort, stream: TcpStream, peer: SocketAddr) {
+    let _ = stream.set_nodelay(true);
+    let (reader, writer) = stream.into_split();
+    serve(port, reader, writer, peer).await;
+}
+
+/// The first byte a TLS client sends: the record type of its ClientHello
+/// (a handshake record). ZooKeeper's port unification tells TLS from plain
+/// text by it; here anything else is closed at once, unanswered, so a
+/// plain-text client on the TLS port sees its connection end instead of
+/// waiting.
+const TLS_HANDSHAKE_RECORD_TYPE: u8 = 0x16;
+
+/// Serves one socket of the TLS client port: the TLS handshake (bounded by
+/// TLS_HANDSHAKE_TIMEOUT_MS, with the certificates current now), then the
+/// same protocol as the plain port, four-letter words included (ZooKeeper's
+/// Netty secure port answers them inside TLS too).
+pub async fn serve_tls(
+    port: &ClientPort,
+    stream: TcpStream,
+    peer: SocketAddr,
+    tls: &crate::tls::ReloadableServerConfig,
+) {
+    let _ = stream.set_nodelay(true);
+    let handshake = async {
+        let mut first = [0u8; 1];
+        match stream.peek(&mut first).await? {
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            _ if first[0] != TLS_HANDSHAKE_RECORD_TYPE => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!(
+                        "first byte {:#04x} does not start a TLS handshake",
+                        first[0]
+                    ),
+                ))
+            }
+            _ => {}
+        }
+        tokio_rustls::TlsAcceptor::from(tls.current())
+            .accept(stream)
+            .await
+    };
+    let timeout = Duration::from_millis(crate::TLS_HANDSHAKE_TIMEOUT_MS);
+    let stream = match tokio::time::timeout(timeout, handshake).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) => return tracing::info!(%peer, %error, "TLS handshake failed; closed"),
+        Err(_) => {
+            return tracing::info!(%peer, timeout_ms = crate::TLS_HANDSHAKE_TIMEOUT_MS, "TLS handshake timed out; closed")
+        }
+    };
+    let (reader, writer) = tokio::io::split(stream);
+    serve(port, reader, writer, peer).await;
+}
+
+/// Serves one connection until it closes. Never panics on input.
 /// While the node loads its data (`port.serving()` is None) a four-letter
 /// word gets ZooKeeper's not-running answer and a session request is
 /// closed unanswered, as ZooKeeper's "ZooKeeperServer not running" does.
-pub async fn serve(port: &ClientPort, stream: TcpStream, peer: SocketAddr) {
-    let _ = stream.set_nodelay(true);
-    let (mut reader, writer) = stream.into_split();
+async fn serve<R, W>(port: &ClientPort, mut reader: R, writer: W, peer: SocketAddr)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let mut buf = Vec::with_capacity(READ_CHUNK_BYTES);
     let first = tokio::time::timeout(
         Duration::from_millis(HANDSHAKE_TIMEOUT_MS),
@@ -163,6 +233,8 @@ pub async fn serve(port: &ClientPort, stream: TcpStream, peer: SocketAddr) {
             scheme: "ip".into(),
             id: peer.ip().to_string(),
         }],
+        sasl_users: port.sasl_users.clone(),
+        sasl: None,
         writer,
         inbox,
         overflow: Arc::new(tokio::sync::Notify::new()),
@@ -189,7 +261,7 @@ enum First {
 }
 
 async fn read_first_frame(
-    reader: &mut tokio::net::tcp::OwnedReadHalf,
+    reader: &mut (impl AsyncRead + Unpin),
     buf: &mut Vec<u8>,
     frame_max_bytes: usize,
 ) -> Result<First, Closed> {
@@ -215,7 +287,7 @@ async fn read_first_frame(
     }
 }
 
-impl Connection {
+impl<W: AsyncWrite + Unpin> Connection<W> {
     async fn handshake(
         &mut self,
         payload: &[u8],
@@ -336,11 +408,7 @@ impl Connection {
         }
     }
 
-    async fn run(
-        &mut self,
-        reader: &mut tokio::net::tcp::OwnedReadHalf,
-        mut buf: Vec<u8>,
-    ) -> Closed {
+    async fn run(&mut self, reader: &mut (impl AsyncRead + Unpin), mut buf: Vec<u8>) -> Closed {
         loop {
             let more = match self.take_frames(&mut buf) {
                 Ok(more) => more,
@@ -434,13 +502,27 @@ impl Connection {
     /// Runs a request whose turn has come: writes go to the log, the rest
     /// is answered now.
     fn execute(&mut self, header: RequestHeader, body: Vec<u8>) -> Result<(), Closed> {
+        if header.op_type == opcode::AUTH {
+            return self.authenticate(header.xid, &body);
+        }
+        if header.op_type == opcode::SASL {
+            self.authenticate_sasl(header.xid, &body);
+            return Ok(());
+        }
+        if self.shared.config.require_sasl && !self.auth.iter().any(|id| id.scheme == "sasl") {
+            // AuthenticationHelper.enforceAuthentication: every request but
+            // auth and sasl (pings too) of a connection without a sasl id
+            // is answered SessionClosedRequireSaslAuth, and the connection
+            // closes; the session lives until it expires.
+            tracing::info!(peer = %self.peer, session = format_args!("{:#x}", self.session_id), op = header.op_type, "request before SASL authentication; closing (require_sasl)");
+            self.reply(header.xid, 0, Err(ErrorCode::SessionClosedRequireSaslAuth));
+            self.closing = Some(Closed::SaslRequired);
+            return Ok(());
+        }
         if header.op_type == opcode::PING {
             let zxid = self.last_zxid();
             self.reply(xid::PING, zxid, Ok(Response::Empty));
             return Ok(());
-        }
-        if header.op_type == opcode::AUTH {
-            return self.authenticate(header.xid, &body);
         }
         let request = match Request::decode(header.op_type, &body) {
             Ok(request) => request,
@@ -530,6 +612,7 @@ impl Connection {
                 self.last_zxid(),
             ),
             Request::Reconfig(_) => (Err(ErrorCode::ReconfigDisabled), self.last_zxid()),
+            // Answered by `authenticate_sasl` before decoding.
             Request::Sasl(_) => (Err(ErrorCode::Unimplemented), self.last_zxid()),
             _ => {
                 let read = self.shared.node.read(self.session_id, &self.auth, &request);
@@ -576,6 +659,69 @@ impl Connection {
             self.closing = Some(Closed::AuthFailed);
         }
         Ok(())
+    }
+
+    /// One token of a SASL exchange, as ZooKeeperServer.processSasl: the
+    /// server's token goes back with error 0 and zxid 0; a completed
+    /// exchange adds `sasl:<user>` to the connection's ids; a failed one
+    /// answers AuthFailed (SessionClosedRequireSaslAuth under
+    /// require_sasl) with a null token and closes the connection, so the
+    /// Java client reports AuthFailed and kazoo raises AuthFailedError.
+    /// Without `sasl_users_file` the answer is error 0 and a null token,
+    /// as from a ZooKeeper without a JAAS Server section.
+    fn authenticate_sasl(&mut self, request_xid: i32, body: &[u8]) {
+        let Some(users) = self.sasl_users.clone() else {
+            tracing::info!(peer = %self.peer, "SASL request, but no sasl_users_file is configured");
+            return self.sasl_reply(request_xid, ErrorCode::Ok, None);
+        };
+        let request = match keel_jute::GetSaslRequest::from_bytes(body) {
+            Ok(request) => request,
+            Err(_) => {
+                return self.reply(request_xid, 0, Err(ErrorCode::MarshallingError));
+            }
+        };
+        let exchange = self.sasl.get_or_insert_with(DigestMd5Server::zookeeper);
+        match exchange.step(&request.token, &users) {
+            Ok(DigestMd5Step::Challenge(token)) => {
+                self.sasl_reply(request_xid, ErrorCode::Ok, Some(&token))
+            }
+            Ok(DigestMd5Step::Authenticated { user, token }) => {
+                tracing::info!(peer = %self.peer, session = format_args!("{:#x}", self.session_id), user, "SASL DIGEST-MD5 authenticated");
+                let id = keel_jute::Id {
+                    scheme: "sasl".into(),
+                    id: user,
+                };
+                if !self.auth.contains(&id) && self.auth.len() < keel_tree::txn::AUTH_IDS_MAX {
+                    self.auth.push(id);
+                }
+                self.sasl_reply(request_xid, ErrorCode::Ok, Some(&token));
+            }
+            Err(failure) => {
+                tracing::warn!(peer = %self.peer, session = format_args!("{:#x}", self.session_id), %failure, "SASL authentication failed; closing");
+                let code = if self.shared.config.require_sasl {
+                    ErrorCode::SessionClosedRequireSaslAuth
+                } else {
+                    ErrorCode::AuthFailed
+                };
+                self.sasl_reply(request_xid, code, None);
+                self.closing = Some(Closed::AuthFailed);
+            }
+        }
+    }
+
+    /// A SetSASLResponse frame: ZooKeeper sends its body even with an
+    /// error (a null buffer), unlike other replies.
+    fn sasl_reply(&mut self, reply_xid: i32, code: ErrorCode, token: Option<&[u8]>) {
+        let header = ReplyHeader {
+            xid: reply_xid,
+            zxid: 0,
+            err: code.code(),
+        };
+        frame::write_frame(&mut self.out, |out| {
+            header.write(out);
+            keel_jute::codec::write_buffer(out, token);
+        });
+        self.count_sent();
     }
 
     fn on_outbound(&mut self, message: Outbound) {
@@ -714,8 +860,14 @@ impl Connection {
             return Ok(());
         }
         let overflow = self.overflow.clone();
+        // flush: a TLS stream may keep records of the last write buffered
+        // (a no-op on a TCP half).
+        let write = async {
+            self.writer.write_all(&self.out).await?;
+            self.writer.flush().await
+        };
         let result = tokio::select! {
-            written = self.writer.write_all(&self.out) => written.map_err(|_| Closed::WriteError),
+            written = write => written.map_err(|_| Closed::WriteError),
             () = overflow.notified() => Err(Closed::OutboundFull),
         };
         self.out.clear();

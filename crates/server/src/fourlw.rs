@@ -209,8 +209,9 @@ fn mntr(shared: &Shared) -> String {
 fn conf(shared: &Shared) -> String {
     let c = &shared.config;
     format!(
-        "clientPort={}\nsecureClientPort=-1\ndataDir={}\ndataDirSize={}\ndataLogDir={}\ndataLogSize={}\ntickTime={}\nmaxClientCnxns={}\nminSessionTimeout={}\nmaxSessionTimeout={}\nclientPortListenBacklog=-1\nserverId={}\n",
-        c.client_port,
+        "clientPort={}\nsecureClientPort={}\ndataDir={}\ndataDirSize={}\ndataLogDir={}\ndataLogSize={}\ntickTime={}\nmaxClientCnxns={}\nminSessionTimeout={}\nmaxSessionTimeout={}\nclientPortListenBacklog=-1\nserverId={}\n",
+        port_or_off(c.client_port),
+        port_or_off(c.secure_client_port),
         c.data_dir.join("snapshots").display(),
         size(c.data_dir.join("snapshots")),
         c.data_dir.join("raft").display(),
@@ -221,6 +222,15 @@ fn conf(shared: &Shared) -> String {
         c.max_session_timeout(),
         c.server_id,
     )
+}
+
+/// ZooKeeper prints -1 for a client port it does not open.
+fn port_or_off(port: u16) -> i32 {
+    if port == 0 {
+        -1
+    } else {
+        port as i32
+    }
 }
 
 /// ZooKeeper's Environment keys (kazoo and tools parse zookeeper.version);

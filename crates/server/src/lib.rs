@@ -4,7 +4,8 @@
 //! sessions and reaps containers.
 //!
 //! `run(listener, config, shutdown)` is the testable entry point: tests
-//! bind 127.0.0.1:0 and call it; `keel server` does the same.
+//! bind 127.0.0.1:0 and call it; `keel server` calls `run_with` with the
+//! plain and the TLS client port (`ClientListeners`).
 
 pub mod config;
 mod conn;
@@ -15,7 +16,9 @@ pub mod node;
 mod port;
 pub mod profile;
 pub mod reaper;
+pub mod sasl;
 mod shared;
+pub mod tls;
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -46,6 +49,44 @@ pub enum ServerError {
         address: String,
         source: std::io::Error,
     },
+    #[error("TLS: {0}")]
+    Tls(#[from] tls::TlsError),
+    #[error(transparent)]
+    SaslUsers(#[from] sasl::SaslUsersError),
+    #[error("no client port: neither a plain nor a TLS listener was given")]
+    NoClientPort,
+}
+
+/// The client ports a server accepts on: plain ZooKeeper protocol, and
+/// the same protocol inside TLS (ZooKeeper's clientPort and
+/// secureClientPort). Either may be absent, not both.
+pub struct ClientListeners {
+    pub plain: Option<TcpListener>,
+    pub secure: Option<SecureListener>,
+}
+
+/// The TLS client port: its listener and the server config its handshakes
+/// use (`reload` it to change certificates; open connections keep theirs).
+pub struct SecureListener {
+    pub listener: TcpListener,
+    pub tls: Arc<tls::ReloadableServerConfig>,
+}
+
+impl SecureListener {
+    /// Loads `config`'s TLS files for `listener` (the secure client port).
+    pub fn load(
+        listener: TcpListener,
+        config: &ServerConfig,
+    ) -> Result<SecureListener, ServerError> {
+        let files = config.client_tls_files().ok_or_else(|| {
+            ConfigError::Invalid("secure_client_port needs tls_cert_file and tls_key_file".into())
+        })?;
+        let tls = tls::ReloadableServerConfig::load(files, config.tls_client_auth)?;
+        Ok(SecureListener {
+            listener,
+            tls: Arc::new(tls),
+        })
+    }
 }
 
 /// Loads the newest snapshot that verifies (on every core) and opens the
@@ -93,18 +134,44 @@ pub async fn run(
     config: ServerConfig,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
+    let listeners = ClientListeners {
+        plain: Some(listener),
+        secure: None,
+    };
+    run_with(listeners, config, shutdown).await
+}
+
+/// `run` on the given client ports (plain, TLS or both).
+pub async fn run_with(
+    listeners: ClientListeners,
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
     config.validate()?;
     let stats = Arc::new(Stats::default());
     let (publish_node, node_state) = tokio::sync::watch::channel(None);
     let metrics = start_metrics(&config, stats.clone(), node_state).await?;
-    let address = listener.local_addr()?;
+    let address = match (&listeners.plain, &listeners.secure) {
+        (Some(plain), _) => plain.local_addr()?,
+        (None, Some(secure)) => secure.listener.local_addr()?,
+        (None, None) => return Err(ServerError::NoClientPort),
+    };
+    let sasl_users = match &config.sasl_users_file {
+        Some(path) => {
+            let users = sasl::SaslUsers::load(path)?;
+            tracing::info!(users = users.len(), file = %path.display(), require_sasl = config.require_sasl, "SASL DIGEST-MD5 users loaded");
+            Some(Arc::new(users))
+        }
+        None => None,
+    };
     let (publish, serving) = tokio::sync::watch::channel(None);
     let port = Arc::new(port::ClientPort::new(
         config.clone(),
         stats.clone(),
         serving,
+        sasl_users,
     ));
-    let accept = accept_loop(listener, port);
+    let accept = accept_loops(listeners, port)?;
     tokio::pin!(shutdown, accept);
     tracing::info!(%address, "client port open; loading the data (sessions refused until served)");
     let node = tokio::select! {
@@ -366,9 +433,47 @@ async fn watch_driver(driver: &DriverThread) {
     }
 }
 
+/// The accept loops of both client ports, as one future.
+fn accept_loops(
+    listeners: ClientListeners,
+    port: Arc<port::ClientPort>,
+) -> Result<impl Future<Output = Result<(), ServerError>>, ServerError> {
+    if let Some(secure) = &listeners.secure {
+        tracing::info!(address = %secure.listener.local_addr()?, client_auth = %secure.tls.client_auth(), "TLS client port open");
+    }
+    let plain = listeners
+        .plain
+        .map(|listener| accept_loop(listener, port.clone(), None));
+    let secure = listeners
+        .secure
+        .map(|secure| accept_loop(secure.listener, port, Some(secure.tls)));
+    Ok(async move {
+        let plain = async {
+            match plain {
+                Some(accept) => accept.await,
+                None => std::future::pending().await,
+            }
+        };
+        let secure = async {
+            match secure {
+                Some(accept) => accept.await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::try_join!(plain, secure).map(|_| ())
+    })
+}
+
+/// How long a connection to the TLS port may take to complete its TLS
+/// handshake (its first ZooKeeper packet then has HANDSHAKE_TIMEOUT_MS):
+/// a client that connects and sends nothing, or a plain-text client that
+/// waits for an answer, is closed after at most this long.
+pub const TLS_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+
 async fn accept_loop(
     listener: TcpListener,
     port: Arc<port::ClientPort>,
+    tls: Option<Arc<tls::ReloadableServerConfig>>,
 ) -> Result<(), ServerError> {
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -388,8 +493,12 @@ async fn accept_loop(
             port: port.clone(),
             ip: peer.ip(),
         };
+        let tls = tls.clone();
         tokio::spawn(async move {
-            conn::serve(&slot.port, stream, peer).await;
+            match tls {
+                None => conn::serve_plain(&slot.port, stream, peer).await,
+                Some(tls) => conn::serve_tls(&slot.port, stream, peer, &tls).await,
+            }
             drop(slot);
         });
     }

@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use crate::config::{ServerConfig, CLIENT_CONNECTIONS_MAX};
+use crate::sasl::SaslUsers;
 use crate::shared::{Shared, Stats};
 
 /// `None` while loading, the serving state once caught up (never unset).
@@ -21,15 +22,23 @@ pub struct ClientPort {
     pub config: ServerConfig,
     /// The server's counters (refused connections count from the start).
     pub stats: Arc<Stats>,
+    /// The DIGEST-MD5 users (`sasl_users_file`); None = SASL not configured.
+    pub sasl_users: Option<Arc<SaslUsers>>,
     serving: Serving,
     per_ip: Mutex<HashMap<IpAddr, usize>>,
 }
 
 impl ClientPort {
-    pub fn new(config: ServerConfig, stats: Arc<Stats>, serving: Serving) -> ClientPort {
+    pub fn new(
+        config: ServerConfig,
+        stats: Arc<Stats>,
+        serving: Serving,
+        sasl_users: Option<Arc<SaslUsers>>,
+    ) -> ClientPort {
         ClientPort {
             config,
             stats,
+            sasl_users,
             serving,
             per_ip: Mutex::new(HashMap::new()),
         }

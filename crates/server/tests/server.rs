@@ -325,3 +325,88 @@ async fn the_lock_profiler_charges_reads_to_their_operation() {
     assert!(lcks.contains("node.write   apply"), "{lcks}");
     server.stop().await;
 }
+
+fn tls_fixture(name: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/tls")
+        .join(name)
+}
+
+/// A client port of each kind: the same session protocol inside TLS, with
+/// a client certificate required; plain-text bytes on the TLS port end the
+/// connection at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tls_port_serves_the_same_tree_as_the_plain_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let secure = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (plain_address, secure_address) =
+        (plain.local_addr().unwrap(), secure.local_addr().unwrap());
+    let config = ServerConfig {
+        client_port: plain_address.port(),
+        secure_client_port: secure_address.port(),
+        tls_cert_file: Some(tls_fixture("server.pem")),
+        tls_key_file: Some(tls_fixture("server.key")),
+        tls_ca_file: Some(tls_fixture("ca.pem")),
+        data_dir: dir.path().to_path_buf(),
+        tick_time_ms: 200,
+        ..ServerConfig::default()
+    };
+    let listeners = keel_server::ClientListeners {
+        plain: Some(plain),
+        secure: Some(keel_server::SecureListener::load(secure, &config).unwrap()),
+    };
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        keel_server::run_with(listeners, config, async move {
+            let _ = stopped.await;
+        })
+        .await
+        .expect("server runs cleanly");
+    });
+    let tls = |cert: Option<&str>| {
+        keel_client::ClientTls::load(&keel_client::TlsOptions {
+            ca_file: tls_fixture("ca.pem"),
+            cert_file: cert.map(|name| tls_fixture(&format!("{name}.pem"))),
+            key_file: cert.map(|name| tls_fixture(&format!("{name}.key"))),
+        })
+        .unwrap()
+    };
+    let (with_certificate, without_certificate) = (tls(Some("client")), tls(None));
+    let secure_target = secure_address.to_string();
+    let mut secure_client = None;
+    for _ in 0..500 {
+        let attempt = Client::connect_with(&secure_target, 4_000, Some(&with_certificate));
+        if let Ok(client) = attempt.await {
+            secure_client = Some(client);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let secure_client = secure_client.expect("a TLS session");
+    secure_client
+        .create(
+            "/tls",
+            b"inside",
+            &open_acl_unsafe(),
+            CreateMode::Persistent,
+        )
+        .await
+        .unwrap();
+    let plain_client = Client::connect(&plain_address.to_string(), 4_000)
+        .await
+        .unwrap();
+    let data = plain_client.get_data("/tls", false).await.unwrap().0;
+    assert_eq!(data.as_deref(), Some(&b"inside"[..]));
+    let refused = Client::connect_with(&secure_target, 4_000, Some(&without_certificate));
+    assert!(refused.await.is_err(), "no client certificate, no session");
+    let started = std::time::Instant::now();
+    let answer = four_letter_word(secure_address, "ruok").await;
+    assert!(answer.unwrap_or_default().is_empty());
+    assert!(started.elapsed() < Duration::from_secs(2));
+    for client in [secure_client, plain_client] {
+        client.close().await.unwrap();
+    }
+    let _ = stop.send(());
+    task.await.unwrap();
+}

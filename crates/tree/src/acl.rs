@@ -67,8 +67,26 @@ fn scheme_id_valid(id: &Id) -> bool {
     match id.scheme.as_str() {
         "digest" => id.id.split(':').count() == 2,
         "ip" => parse_ip_acl(&id.id).is_some(),
+        "sasl" => sasl_id_valid(&id.id),
         _ => false,
     }
+}
+
+/// SASLAuthenticationProvider.isValid: the id must parse as a Kerberos
+/// principal (`KerberosName`): a name without '@', or
+/// `name[/host]@realm` with no further '/' or '@'.
+fn sasl_id_valid(id: &str) -> bool {
+    let Some((principal, realm)) = id.split_once('@') else {
+        return true;
+    };
+    principal.matches('/').count() <= 1 && !realm.contains(['/', '@'])
+}
+
+/// The providers whose ids the `auth` ACL scheme expands to
+/// (AuthenticationProvider.isAuthenticated: digest and sasl; ip and
+/// super are not).
+fn authenticated_scheme(scheme: &str) -> bool {
+    matches!(scheme, "digest" | "sasl")
 }
 
 /// ZooKeeper's PrepRequestProcessor.fixupACL: dedupe, reject empty or
@@ -93,9 +111,12 @@ pub fn fixup(acl: &[Acl], auth: &[Id]) -> Result<Vec<Acl>, ErrorCode> {
         if entry.id.scheme == "world" && entry.id.id == "anyone" {
             fixed.push(entry.clone());
         } else if entry.id.scheme == "auth" {
-            // Only ids of providers that "authenticate" count: digest does,
-            // ip and super do not (IPAuthenticationProvider.isAuthenticated).
-            let authenticated: Vec<&Id> = auth.iter().filter(|id| id.scheme == "digest").collect();
+            // Only ids of providers that "authenticate" count: digest and
+            // sasl do, ip and super do not (isAuthenticated).
+            let authenticated: Vec<&Id> = auth
+                .iter()
+                .filter(|id| authenticated_scheme(&id.scheme))
+                .collect();
             if authenticated.is_empty() {
                 return Err(ErrorCode::InvalidAcl);
             }
@@ -129,6 +150,9 @@ pub fn check(acl: &[Acl], perm: i32, auth: &[Id]) -> Result<(), ErrorCode> {
                 && match id.scheme.as_str() {
                     "ip" => ip_matches(&id.id, &entry.id.id),
                     "digest" => id.id == entry.id.id,
+                    // SASLAuthenticationProvider.matches: the same name, or
+                    // the SASL user named "super".
+                    "sasl" => id.id == entry.id.id || id.id == "super",
                     _ => false,
                 }
         });
@@ -244,6 +268,43 @@ mod tests {
                 perms: perms::ALL,
                 id: id("digest", "u:h")
             }]
+        );
+    }
+
+    #[test]
+    fn sasl_ids_are_kerberos_names_and_count_as_authenticated() {
+        for valid in ["alice", "", "zk/host@EXAMPLE.COM", "a@B", "a/b/c"] {
+            assert!(scheme_id_valid(&id("sasl", valid)), "{valid}");
+        }
+        for invalid in ["a@b@c", "a/b/c@R", "a@R/x"] {
+            assert!(!scheme_id_valid(&id("sasl", invalid)), "{invalid}");
+        }
+        let auth_acl = vec![Acl {
+            perms: perms::READ,
+            id: id("auth", ""),
+        }];
+        let fixed = fixup(&auth_acl, &[id("ip", "127.0.0.1"), id("sasl", "alice")]).unwrap();
+        assert_eq!(fixed[0].id, id("sasl", "alice"));
+        let alice_only = vec![Acl {
+            perms: perms::READ,
+            id: id("sasl", "alice"),
+        }];
+        assert_eq!(
+            check(&alice_only, perms::READ, &[id("sasl", "alice")]),
+            Ok(())
+        );
+        assert_eq!(
+            check(&alice_only, perms::READ, &[id("sasl", "bob")]),
+            Err(ErrorCode::NoAuth)
+        );
+        assert_eq!(
+            check(&alice_only, perms::READ, &[id("digest", "alice")]),
+            Err(ErrorCode::NoAuth),
+            "a digest id of the same name is another identity"
+        );
+        assert_eq!(
+            check(&alice_only, perms::READ, &[id("sasl", "super")]),
+            Ok(())
         );
     }
 

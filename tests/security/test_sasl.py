@@ -1,0 +1,188 @@
+"""SASL DIGEST-MD5 on the client port, against Keel (sasl_users_file,
+require_sasl) and ZooKeeper 3.8 (a JAAS Server section,
+SASLAuthenticationProvider, sessionRequireClientSASLAuth) with the same
+users: kazoo's sasl_options and the Java client's JAAS Client section
+authenticate; `sasl:<user>` ACLs admit that user only; a wrong password
+gets ZooKeeper's AuthFailed outcome; require_sasl closes what never
+authenticates; over TLS too."""
+
+import pytest
+
+from harness import zkproto as P
+from security.conftest import KINDS
+from security.secure import (java_events, java_results, java_sasl_properties, java_tls_properties,
+                             kazoo_client, new_workdir, run_java)
+
+USERS = {"alice": "alice-secret", "bob": "bob-secret"}
+SESSION_CLOSED_REQUIRE_SASL_AUTH = -124
+AUTH_FAILED = -115
+
+
+def sasl_acl(user, perms=None):
+    from kazoo.security import ACL, Id, Permissions
+    return [ACL(Permissions.ALL if perms is None else perms, Id("sasl", user))]
+
+
+def started(client, timeout=20):
+    client.start(timeout=timeout)
+    return client
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_kazoo_digest_md5_identity_guards_a_sasl_acl(kind, secure_server):
+    from kazoo.exceptions import NoAuthError
+    from kazoo.security import Permissions
+    server = secure_server(kind, sasl_users=USERS)
+    alice = started(kazoo_client(server, sasl=("alice", USERS["alice"])))
+    bob = started(kazoo_client(server, sasl=("bob", USERS["bob"])))
+    anonymous = started(kazoo_client(server))
+    try:
+        alice.create("/alice-only", b"for alice", acl=sasl_acl("alice"))
+        assert alice.get("/alice-only")[0] == b"for alice"
+        acl, _ = alice.get_acls("/alice-only")
+        assert [(a.id.scheme, a.id.id, a.perms) for a in acl] == [("sasl", "alice", Permissions.ALL)]
+        for other in (bob, anonymous):
+            with pytest.raises(NoAuthError):
+                other.get("/alice-only")
+            with pytest.raises(NoAuthError):
+                other.set("/alice-only", b"taken")
+        # setACL with the sasl scheme: bob may read now, still not write.
+        alice.set_acls("/alice-only", sasl_acl("alice") + sasl_acl("bob", Permissions.READ))
+        assert bob.get("/alice-only")[0] == b"for alice"
+        with pytest.raises(NoAuthError):
+            bob.set("/alice-only", b"taken")
+        # The `auth` scheme expands to the connection's sasl id.
+        from kazoo.security import ACL, Id
+        alice.create("/alice-auth", b"a", acl=[ACL(Permissions.ALL, Id("auth", ""))])
+        acl, _ = alice.get_acls("/alice-auth")
+        assert [(a.id.scheme, a.id.id) for a in acl] == [("sasl", "alice")]
+        with pytest.raises(NoAuthError):
+            bob.get("/alice-auth")
+    finally:
+        for client in (alice, bob, anonymous):
+            client.stop()
+            client.close()
+
+
+def kazoo_outcome(server, user, password):
+    """What kazoo reports after a SASL exchange as `user`: kazoo's start()
+    returns once the session is open (before SASL), and the failed
+    exchange stops the client, so its first request raises."""
+    client = kazoo_client(server, sasl=(user, password), timeout=5.0)
+    try:
+        client.start(timeout=10)
+        client.get("/")
+        return "served"
+    except Exception as error:  # the type is what is compared
+        return type(error).__name__
+    finally:
+        client.stop()
+        client.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_wrong_password_or_an_unknown_user_is_auth_failed_for_kazoo(kind, secure_server):
+    server = secure_server(kind, sasl_users=USERS)
+    assert kazoo_outcome(server, "alice", "not-her-password") == "AuthFailedError"
+    assert kazoo_outcome(server, "mallory", "anything") == "AuthFailedError"
+    assert kazoo_outcome(server, "alice", USERS["alice"]) == "served"
+
+
+def sasl_exchange_failure(port):
+    """A raw session whose SASL exchange sends a wrong digest-response:
+    (error code of the reply, its body bytes, closed afterwards?)."""
+    with P.RawConnection(port, timeout=5.0) as conn:
+        conn.handshake()
+        hdr, body = conn.request(P.SASL, P.buf(b""))
+        assert hdr["err"] == 0, hdr
+        challenge = body.buf().decode()
+        nonce = challenge.split('nonce="', 1)[1].split('"', 1)[0]
+        response = ('username="alice",realm="zk-sasl-md5",nonce="%s",nc=00000001,cnonce="abc",'
+                    'digest-uri="zookeeper/zk-sasl-md5",maxbuf=65536,response=%s,qop=auth'
+                    % (nonce, "0" * 32))
+        hdr, body = conn.request(P.SASL, P.buf(response.encode()))
+        rest = body.data[body.pos:]
+        closed, _ = conn.wait_closed(timeout=5.0)
+        return hdr, rest, closed
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_failed_exchange_answers_auth_failed_with_a_null_token_and_closes(kind, secure_server):
+    server = secure_server(kind, sasl_users=USERS)
+    hdr, rest, closed = sasl_exchange_failure(server.port)
+    assert (hdr["err"], hdr["zxid"], rest, closed) == (AUTH_FAILED, 0, P.i32(-1), True)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_sasl_without_a_user_list_answers_ok_with_a_null_token(kind, secure_server):
+    server = secure_server(kind)
+    with P.RawConnection(server.port, timeout=5.0) as conn:
+        conn.handshake()
+        hdr, body = conn.request(P.SASL, P.buf(b""))
+        assert (hdr["err"], hdr["zxid"], body.data[body.pos:]) == (0, 0, P.i32(-1))
+        assert conn.create("/still-served", b"") == (0, "/still-served")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_java_client_with_a_jaas_client_section(kind, secure_server, java_classes):
+    server = secure_server(kind, sasl_users=USERS)
+    workdir = new_workdir("jaas")
+    alice = java_sasl_properties(workdir, "alice", USERS["alice"])
+    lines = run_java(java_classes, server.address, "SaslAuthenticated",
+                     ["create:/java-alice:mine:sasl:alice", "get:/java-alice", "acl:/java-alice", "whoami"], alice)
+    assert "SaslAuthenticated" in java_events(lines), lines
+    results = java_results(lines)
+    # whoami lists ZooKeeper's auth-info set in hash order: compare as a set.
+    assert sorted(results.pop("whoami").split(",")) == ["ip:127.0.0.1", "sasl:alice"], lines
+    assert results == {
+        "create:/java-alice:mine:sasl:alice": "/java-alice",
+        "get:/java-alice": "mine",
+        "acl:/java-alice": "sasl:alice:31",
+    }, lines
+    bob = java_sasl_properties(workdir, "bob", USERS["bob"])
+    lines = run_java(java_classes, server.address, "SaslAuthenticated", ["get:/java-alice"], bob)
+    assert java_results(lines) == {"get:/java-alice": "NOAUTH"}, lines
+    # A wrong password: the AuthFailed event, and the handle is dead.
+    wrong = java_sasl_properties(workdir, "alice", "wrong")
+    lines = run_java(java_classes, server.address, "AuthFailed", ["get:/java-alice"], wrong)
+    assert "AuthFailed" in java_events(lines), lines
+    assert java_results(lines) == {"get:/java-alice": "AUTHFAILED"}, lines
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_require_sasl_closes_a_session_that_does_not_authenticate(kind, secure_server):
+    server = secure_server(kind, sasl_users=USERS, require_sasl=True)
+    with P.RawConnection(server.port, timeout=5.0) as conn:
+        conn.handshake()
+        hdr, body = conn.request(P.GET_DATA, P.path_watch_body("/"))
+        assert (hdr["err"], hdr["zxid"], body.remaining()) == (SESSION_CLOSED_REQUIRE_SASL_AUTH, 0, 0)
+        closed, _ = conn.wait_closed(timeout=5.0)
+        assert closed
+    with P.RawConnection(server.port, timeout=5.0) as conn:
+        conn.handshake()
+        assert conn.ping()["err"] == SESSION_CLOSED_REQUIRE_SASL_AUTH, "pings too"
+    # A failed exchange under require_sasl answers SessionClosedRequireSaslAuth.
+    hdr, rest, closed = sasl_exchange_failure(server.port)
+    assert (hdr["err"], rest, closed) == (SESSION_CLOSED_REQUIRE_SASL_AUTH, P.i32(-1), True)
+    alice = started(kazoo_client(server, sasl=("alice", USERS["alice"])))
+    try:
+        alice.create("/authenticated", b"ok")
+        assert alice.get("/authenticated")[0] == b"ok"
+    finally:
+        alice.stop()
+        alice.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_sasl_over_tls(kind, pki, secure_server, java_classes):
+    server = secure_server(kind, tls=pki, client_auth="need", sasl_users=USERS, require_sasl=True)
+    alice = started(kazoo_client(server, pki, sasl=("alice", USERS["alice"])))
+    try:
+        alice.create("/tls-sasl", b"both", acl=sasl_acl("alice"))
+    finally:
+        alice.stop()
+        alice.close()
+    props = dict(java_tls_properties(pki), **java_sasl_properties(new_workdir("jaas"), "alice", USERS["alice"]))
+    lines = run_java(java_classes, "127.0.0.1:%d" % server.secure_port, "SaslAuthenticated",
+                     ["get:/tls-sasl"], props)
+    assert java_results(lines) == {"get:/tls-sasl": "both"}, lines
