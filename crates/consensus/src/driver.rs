@@ -524,7 +524,9 @@ impl Io for ShellIo {
     ) -> Result<(), ConsensusError> {
         let started = Instant::now();
         let store = &self.store;
-        if until_space(&self.status, || store.persist(entries, hard_state, conf_state))? {
+        if until_space(&self.status, || {
+            store.persist(entries, hard_state, conf_state)
+        })? {
             self.status.fsync_us.record_duration(started.elapsed());
         }
         Ok(())
