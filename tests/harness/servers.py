@@ -332,6 +332,8 @@ class ZooKeeperServer(BaseServer):
             lines.append("maxSessionTimeout=%d" % s["max_session_timeout_ms"])
         if s.get("max_client_connections_per_ip") is not None:
             lines.append("maxClientCnxns=%d" % s["max_client_connections_per_ip"])
+        # zoo.cfg lines the keys above do not cover (e.g. localSessionsEnabled=true)
+        lines.extend(s.get("zk_config_lines", []))
         self.config_path = os.path.join(self.workdir, "zoo.cfg")
         with open(self.config_path, "w") as f:
             f.write("\n".join(lines) + "\n")
@@ -381,7 +383,7 @@ class KeelServer(BaseServer):
         "snapshot_every_entries", "snapshot_every_log_bytes", "jute_max_buffer_bytes", "max_client_connections_per_ip",
         "server_id", "peers", "cluster_name", "preferred_leader", "observers", "profile_locks",
         "tls_cert_file", "tls_key_file", "tls_ca_file", "peer_tls", "peer_secret_file",
-        "metrics_port", "metrics_address",
+        "metrics_port", "metrics_address", "read_only_when_partitioned",
     )
 
     def __init__(self, *a, binary=None, **kw):

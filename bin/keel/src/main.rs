@@ -125,6 +125,10 @@ struct ServerArgs {
     /// Address of the metrics port (default 127.0.0.1).
     #[arg(long)]
     metrics_address: Option<String>,
+    /// Serve read-only clients on local sessions while no leader is known
+    /// (ZooKeeper's readonlymode.enabled).
+    #[arg(long)]
+    read_only_when_partitioned: bool,
 }
 
 #[derive(Args)]
@@ -251,6 +255,9 @@ fn server_config(args: ServerArgs) -> anyhow::Result<ServerConfig> {
     }
     if args.require_sasl {
         config.require_sasl = true;
+    }
+    if args.read_only_when_partitioned {
+        config.read_only_when_partitioned = true;
     }
     for (flag, value) in [
         (&mut config.tls_cert_file, args.tls_cert_file),

@@ -97,6 +97,12 @@ pub struct ServerConfig {
     pub metrics_port: u16,
     /// Address the Prometheus endpoint listens on.
     pub metrics_address: String,
+    /// ZooKeeper's `readonlymode.enabled`: a cluster member that has known
+    /// no leader for max(2 s, tick) serves read-only clients (the readOnly
+    /// flag of their ConnectRequest) on local sessions, answering writes
+    /// NotReadOnly, until a leader is back and it caught up (readonly.rs).
+    /// Off by default, as in ZooKeeper; no effect on a single node.
+    pub read_only_when_partitioned: bool,
 }
 
 impl Default for ServerConfig {
@@ -145,6 +151,7 @@ impl Default for ServerConfig {
             peer_secret_file: None,
             metrics_port: 0,
             metrics_address: "127.0.0.1".into(),
+            read_only_when_partitioned: false,
         }
     }
 }

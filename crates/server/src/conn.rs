@@ -28,6 +28,7 @@ use crate::node::{
 };
 use crate::port::ClientPort;
 use crate::profile;
+use crate::readonly::{local_session_password, refused_when_read_only, LOCAL_SESSIONS_MAX};
 use crate::sasl::{DigestMd5Server, DigestMd5Step, SaslUsers};
 use crate::shared::{
     wall_clock_ms, ConnectionInfo, ConnectionOutlet, Shared, CONNECTION_OUTBOUND_MAX,
@@ -82,6 +83,12 @@ pub enum Closed {
     SessionClosedByClient,
     #[error("unknown opcode")]
     UnknownOpcode,
+    #[error("read-only mode: the client did not ask for a read-only session")]
+    NotReadOnlyClient,
+    #[error("read-only mode: a global session is not renewed")]
+    GlobalSessionInReadOnly,
+    #[error("read-only mode: {LOCAL_SESSIONS_MAX} local sessions alive")]
+    LocalSessionsFull,
     #[error("server shutting down")]
     Shutdown,
     #[error("client not reading: {CONNECTION_OUTBOUND_MAX} messages queued")]
@@ -126,6 +133,9 @@ struct Connection<W> {
     /// The client read ClickHouse Keeper's feature flags (or API version):
     /// it is ClickHouse's, and gets failed multiRead ops in its form.
     clickhouse: bool,
+    /// The session is a local one of read-only mode (`readonly.rs`):
+    /// writes are answered NotReadOnly, nothing goes to the log.
+    read_only: bool,
 }
 
 /// Serves one socket of the plain client port until it closes.
@@ -245,6 +255,7 @@ where
         closing: None,
         info: None,
         clickhouse: false,
+        read_only: false,
     };
     let payload = buf[4..first].to_vec();
     buf.drain(..first);
@@ -307,21 +318,24 @@ impl<W: AsyncWrite + Unpin> Connection<W> {
             config.min_session_timeout(),
             config.max_session_timeout(),
         );
-        let valid = if request.session_id == 0 {
+        let valid = if shared.is_read_only() {
+            self.open_read_only(&request, timeout_ms, sender)?
+        } else if request.session_id == 0 {
             self.create_session(timeout_ms, sender).await?
         } else {
             self.resume_session(&request, sender)
+        };
+        let password = match (valid, self.read_only) {
+            (false, _) => [0; keel_session::SESSION_PASSWORD_BYTES],
+            (true, true) => local_session_password(self.session_id),
+            (true, false) => keel_session::session_password(self.session_id, SESSION_SECRET),
         };
         let response = ConnectResponse {
             protocol_version: 0,
             time_out: if valid { timeout_ms as i32 } else { 0 },
             session_id: if valid { self.session_id } else { 0 },
-            passwd: if valid {
-                keel_session::session_password(self.session_id, SESSION_SECRET).to_vec()
-            } else {
-                vec![0; 16]
-            },
-            read_only: false,
+            passwd: password.to_vec(),
+            read_only: self.read_only,
         };
         let mut body = response.to_bytes();
         if request.read_only.is_none() {
@@ -356,6 +370,11 @@ impl<W: AsyncWrite + Unpin> Connection<W> {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let route = self.route(sender);
         shared.node.register(self.session_id, route);
+        if shared.is_read_only() {
+            // The node turned read-only after this handshake looked: the
+            // switch may have closed the routes before this one was there.
+            return Err(Closed::Server(CloseReason::ReadOnly));
+        }
         let txn = Txn {
             session_id: self.session_id,
             xid: 0,
@@ -395,6 +414,53 @@ impl<W: AsyncWrite + Unpin> Connection<W> {
             self.session_id = request.session_id;
         }
         resumed
+    }
+
+    /// A handshake while the node is read-only (ZooKeeper's
+    /// ReadOnlyZooKeeperServer): a client without the readOnly flag is
+    /// closed unanswered, and so is one renewing a global session (it
+    /// tries another server); a new session is a local one; a local one
+    /// this node issued resumes while it lives (else the answer says
+    /// expired and the client starts a new one).
+    fn open_read_only(
+        &mut self,
+        request: &ConnectRequest,
+        timeout_ms: u32,
+        sender: mpsc::Sender<Outbound>,
+    ) -> Result<bool, Closed> {
+        if request.read_only != Some(true) {
+            tracing::info!(peer = %self.peer, "read-only mode: refusing a session request of a client that is not read-only");
+            return Err(Closed::NotReadOnlyClient);
+        }
+        let shared = self.shared.clone();
+        let now_ms = shared.now_ms();
+        let session_id = match request.session_id {
+            0 => shared
+                .local_sessions()
+                .open(timeout_ms, now_ms)
+                .ok_or(Closed::LocalSessionsFull)?,
+            id if keel_session::is_local_session_id(id) => {
+                if !shared.local_sessions().resume(id, &request.passwd, now_ms) {
+                    return Ok(false);
+                }
+                id
+            }
+            id => {
+                tracing::info!(peer = %self.peer, session = format_args!("{id:#x}"), "read-only mode: refusing to renew a global session");
+                return Err(Closed::GlobalSessionInReadOnly);
+            }
+        };
+        self.session_id = session_id;
+        self.read_only = true;
+        let route = self.route(sender);
+        shared.node.bind_local(session_id, route);
+        if !shared.is_read_only() {
+            // The node left read-only mode meanwhile; its sweep may have
+            // missed this route.
+            return Err(Closed::Server(CloseReason::ReadWrite));
+        }
+        tracing::debug!(peer = %self.peer, session = format_args!("{session_id:#x}"), "read-only session");
+        Ok(true)
     }
 
     /// This connection's entry in the node's reply registry.
@@ -486,9 +552,14 @@ impl<W: AsyncWrite + Unpin> Connection<W> {
             .stats
             .packets_received
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.shared.node.touch(self.session_id);
-        if self.shared.raft().status.cluster {
-            self.shared.touched().insert(self.session_id);
+        if self.read_only {
+            let now_ms = self.shared.now_ms();
+            self.shared.local_sessions().touch(self.session_id, now_ms);
+        } else {
+            self.shared.node.touch(self.session_id);
+            if self.shared.raft().status.cluster {
+                self.shared.touched().insert(self.session_id);
+            }
         }
         let body = payload[8..].to_vec();
         let lane = Lane::of(header.op_type, &body);
@@ -523,6 +594,17 @@ impl<W: AsyncWrite + Unpin> Connection<W> {
             let zxid = self.last_zxid();
             self.reply(xid::PING, zxid, Ok(Response::Empty));
             return Ok(());
+        }
+        if self.read_only {
+            if header.op_type == opcode::CLOSE_SESSION {
+                return Ok(self.close_local_session(header.xid));
+            }
+            if refused_when_read_only(header.op_type) {
+                // ReadOnlyRequestProcessor: before the body is looked at.
+                let zxid = self.last_zxid();
+                self.reply(header.xid, zxid, Err(ErrorCode::NotReadOnly));
+                return Ok(());
+            }
         }
         let request = match Request::decode(header.op_type, &body) {
             Ok(request) => request,
@@ -576,6 +658,15 @@ impl<W: AsyncWrite + Unpin> Connection<W> {
         }
         self.push_in_flight(header.xid);
         Ok(())
+    }
+
+    /// closeSession of a local session: it ends here, nothing goes to the
+    /// log; the reply goes out and the connection closes.
+    fn close_local_session(&mut self, request_xid: i32) {
+        self.shared.local_sessions().close(self.session_id);
+        let zxid = self.last_zxid();
+        self.reply(request_xid, zxid, Ok(Response::Empty));
+        self.closing = Some(Closed::SessionClosedByClient);
     }
 
     /// The request now waits for the apply step, after the session's

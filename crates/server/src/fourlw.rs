@@ -48,6 +48,8 @@ pub fn answer(config: &ServerConfig, shared: Option<&Shared>, word: &str) -> Str
 
 fn answer_serving(shared: &Shared, word: &str) -> String {
     match word {
+        // IsroCommand: "ro" for a ReadOnlyZooKeeperServer, else "rw".
+        "isro" if shared.is_read_only() => "ro".into(),
         "isro" => "rw".into(),
         "srvr" => srvr(shared, false),
         "stat" => srvr(shared, true),
@@ -75,7 +77,10 @@ fn answer_serving(shared: &Shared, word: &str) -> String {
 
 fn mode(shared: &Shared) -> &'static str {
     let status = &shared.raft().status;
-    if !status.cluster {
+    if shared.is_read_only() {
+        // ReadOnlyZooKeeperServer.getState()
+        "read-only"
+    } else if !status.cluster {
         "standalone"
     } else if status.observer {
         "observer"
@@ -171,7 +176,7 @@ fn mntr(shared: &Shared) -> String {
             g.max_file_descriptor_count.to_string(),
         ),
         ("zk_global_sessions", g.global_sessions.to_string()),
-        ("zk_local_sessions", "0".into()),
+        ("zk_local_sessions", g.local_sessions.to_string()),
         ("keel_tree_digest", format!("{:#018x}", g.tree_digest)),
         ("keel_tree_bytes", g.tree_bytes.to_string()),
         (

@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod node;
 mod port;
 pub mod profile;
+pub mod readonly;
 pub mod reaper;
 pub mod sasl;
 mod shared;
@@ -29,6 +30,7 @@ use keel_tree::Txn;
 use tokio::net::TcpListener;
 
 pub use config::{ConfigError, ServerConfig};
+use readonly::ModeSwitch;
 pub use reaper::{REAP_PROPOSALS_PER_PASS_MAX, REAP_RESEND_AFTER_MS, REAP_UNAPPLIED_MAX};
 use shared::{wall_clock_ms, ApplyMetrics, Shared, Stats};
 
@@ -181,13 +183,16 @@ pub async fn run_with(
     };
     let _ = publish_node.send(Some(node.shared.clone()));
     let serve = async {
-        catch_up(&node.shared, &node.startup).await;
+        let mut switch = read_only_switch(&node.shared);
+        catch_up(&node.shared, &node.startup, switch.as_mut()).await;
         node.shared.stats.caught_up.store(true, Ordering::Relaxed);
         let _ = publish.send(Some(node.shared.clone()));
-        tracing::info!(%address, "keel serving");
+        let read_only = node.shared.is_read_only();
+        tracing::info!(%address, read_only, "keel serving");
         tokio::join!(
             run_timers(node.shared.clone()),
-            reaper::run(node.shared.clone())
+            reaper::run(node.shared.clone()),
+            watch_read_only(node.shared.clone(), switch)
         );
     };
     let outcome = tokio::select! {
@@ -380,10 +385,102 @@ impl Replay {
             && self.applied_term >= self.term
             && self.applied_index >= self.commit_index
     }
+
+    /// What read-only mode's switch looks at.
+    fn observed(&self, loaded: bool) -> readonly::Observed {
+        readonly::Observed {
+            leader_known: self.leader_id != 0,
+            caught_up: self.caught_up(),
+            loaded,
+        }
+    }
+}
+
+/// How often read-only mode's switch looks at the cluster and local
+/// sessions' deadlines are checked.
+const READ_ONLY_POLL_MS: u64 = 20;
+
+/// The switch of a cluster member with `read_only_when_partitioned`
+/// (a single node always leads itself: never read-only).
+fn read_only_switch(shared: &Shared) -> Option<ModeSwitch> {
+    if !shared.config.read_only_when_partitioned {
+        return None;
+    }
+    if !shared.raft().status.cluster {
+        tracing::info!("read_only_when_partitioned has no effect on a single node");
+        return None;
+    }
+    Some(ModeSwitch::new(readonly::grace_ms(
+        shared.config.tick_time_ms,
+    )))
+}
+
+/// Read-only mode while the node serves: switches when the cluster says
+/// so (`ModeSwitch`), and expires local sessions.
+async fn watch_read_only(shared: Arc<Shared>, switch: Option<ModeSwitch>) {
+    let Some(mut switch) = switch else {
+        return;
+    };
+    loop {
+        tokio::time::sleep(Duration::from_millis(READ_ONLY_POLL_MS)).await;
+        let now_ms = shared.now_ms();
+        match switch.step(now_ms, Replay::read(&shared).observed(true)) {
+            readonly::Transition::EnterReadOnly => enter_read_only(&shared),
+            readonly::Transition::LeaveReadOnly => leave_read_only(&shared),
+            readonly::Transition::Stay => {}
+        }
+        let expired: std::collections::HashSet<i64> =
+            shared.local_sessions().expire(now_ms).into_iter().collect();
+        if !expired.is_empty() {
+            let reason = node::CloseReason::LocalSessionExpired;
+            shared
+                .node
+                .close_sessions(|session_id| expired.contains(&session_id), reason);
+        }
+    }
+}
+
+/// No leader for the grace period: the flag first (handshakes from now on
+/// are read-only ones), then the global sessions' connections close, as a
+/// ZooKeeper follower's do when it goes looking; their sessions live on
+/// in the tree and resume on a member that has a leader.
+fn enter_read_only(shared: &Shared) {
+    shared.set_read_only(true);
+    let reason = node::CloseReason::ReadOnly;
+    let closed = shared.node.close_sessions(
+        |session_id| !keel_session::is_local_session_id(session_id),
+        reason,
+    );
+    let grace_ms = readonly::grace_ms(shared.config.tick_time_ms);
+    tracing::warn!(
+        grace_ms,
+        closed,
+        "no leader: read-only mode (read-only clients get local sessions, writes NotReadOnly)"
+    );
+}
+
+/// A leader is back and this node has caught up: the flag first, then
+/// the local sessions go and their connections close; their clients
+/// reconnect and get global sessions.
+fn leave_read_only(shared: &Shared) {
+    shared.set_read_only(false);
+    let sessions = shared.local_sessions().clear();
+    let reason = node::CloseReason::ReadWrite;
+    let closed = shared
+        .node
+        .close_sessions(keel_session::is_local_session_id, reason);
+    tracing::info!(
+        leader_id = shared.raft().leader_id(),
+        sessions,
+        closed,
+        "leader known and caught up: read-only mode ends"
+    );
 }
 
 /// Waits until the node has caught up, logging the replay's progress.
-async fn catch_up(shared: &Shared, startup: &StartupReplay) {
+/// With read-only mode on, a node that has replayed its own log but found
+/// no leader for the grace period serves read-only clients instead.
+async fn catch_up(shared: &Shared, startup: &StartupReplay, mut switch: Option<&mut ModeSwitch>) {
     let started = std::time::Instant::now();
     let mut next_log = started + Duration::from_millis(REPLAY_PROGRESS_LOG_MS);
     let mut replay_timed = false;
@@ -412,6 +509,13 @@ async fn catch_up(shared: &Shared, startup: &StartupReplay) {
                 txns_per_s = txns * 1000 / ms.max(1),
                 "caught up: log replayed"
             );
+        }
+        if let Some(switch) = switch.as_deref_mut() {
+            let loaded = replay.applied_index >= startup.committed_index;
+            let observed = replay.observed(loaded);
+            if switch.step(shared.now_ms(), observed) == readonly::Transition::EnterReadOnly {
+                return enter_read_only(shared);
+            }
         }
         if std::time::Instant::now() >= next_log {
             next_log += Duration::from_millis(REPLAY_PROGRESS_LOG_MS);

@@ -142,7 +142,11 @@ const FAMILIES: &[Family] = &[
         "Replies and watch events sent since start or srst",
     ),
     family("global_sessions", G, "Sessions in the replicated tree"),
-    family("local_sessions", G, "Local sessions (Keel has none)"),
+    family(
+        "local_sessions",
+        G,
+        "Read-only mode's local sessions on this node",
+    ),
     family("uptime", G, "Milliseconds since the server started"),
     family(
         "avg_latency",
@@ -506,8 +510,9 @@ impl Collector for Sources {
         let mut out = Collected::default();
         self.collect_server(&mut out);
         let node = self.node.borrow().clone();
-        if let Some(shared) = node {
-            self.collect_node(&shared, &mut out);
+        match node {
+            Some(shared) => self.collect_node(&shared, &mut out),
+            None => out.gauge("local_sessions", 0.0),
         }
         if profile::enabled() {
             collect_lock_profile(&mut out);
@@ -681,7 +686,6 @@ impl Sources {
         let stats = &self.stats;
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed) as f64;
         out.gauge("uptime", stats.uptime_ms() as f64);
-        out.gauge("local_sessions", 0.0);
         out.gauge(
             "keel_serving",
             stats.caught_up.load(Ordering::Relaxed) as u8 as f64,
@@ -750,6 +754,7 @@ impl Sources {
             ("packets_received", g.packets_received as f64),
             ("packets_sent", g.packets_sent as f64),
             ("global_sessions", g.global_sessions as f64),
+            ("local_sessions", g.local_sessions as f64),
             ("avg_latency", g.avg_latency_ms),
             ("min_latency", g.min_latency_ms as f64),
             ("max_latency", g.max_latency_ms as f64),

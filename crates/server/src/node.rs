@@ -53,6 +53,12 @@ pub enum CloseReason {
     ProposalDropped,
     #[error("too many syncs pending")]
     SyncRefused,
+    #[error("no leader: the node turned read-only")]
+    ReadOnly,
+    #[error("a leader is back: read-only session closed")]
+    ReadWrite,
+    #[error("local session expired")]
+    LocalSessionExpired,
 }
 
 /// What the node sends to one connection.
@@ -382,6 +388,37 @@ impl<O: Outlet> Node<O> {
             });
         }
         true
+    }
+
+    /// Binds a local session (read-only mode, never in the tree) to its
+    /// connection; an earlier connection of it is closed and its watches
+    /// go, as `resume` does for a global session.
+    pub fn bind_local(&self, session_id: i64, route: Route<O>) {
+        assert!(keel_session::is_local_session_id(session_id));
+        let state = self.read_state();
+        state.watches().remove_session(session_id);
+        let old = state.routes().insert(session_id, route);
+        if let Some(old) = old {
+            old.outlet.send(Outbound::Close {
+                reason: CloseReason::Resumed,
+            });
+        }
+    }
+
+    /// Closes the connection of every session that `matches` (read-only
+    /// mode's switches, a local session's expiry); each closes after what
+    /// was queued for it before. Returns how many were told.
+    pub fn close_sessions(&self, matches: impl Fn(i64) -> bool, reason: CloseReason) -> usize {
+        let state = self.read_state();
+        let routes = state.routes();
+        let mut told = 0;
+        for (session_id, route) in routes.iter() {
+            if matches(*session_id) {
+                route.outlet.send(Outbound::Close { reason });
+                told += 1;
+            }
+        }
+        told
     }
 
     /// The connection went away: if the session is still bound to it, the

@@ -35,9 +35,11 @@ pub enum Lock {
     Connections,
     /// Sessions active since the last report to the leader (`shared.rs`).
     Touched,
+    /// Read-only mode's local sessions (`shared.rs`, `readonly.rs`).
+    LocalSessions,
 }
 
-const LOCKS: [Lock; 7] = [
+const LOCKS: [Lock; 8] = [
     Lock::NodeRead,
     Lock::NodeWrite,
     Lock::Watches,
@@ -45,6 +47,7 @@ const LOCKS: [Lock; 7] = [
     Lock::Sessions,
     Lock::Connections,
     Lock::Touched,
+    Lock::LocalSessions,
 ];
 
 impl Lock {
@@ -57,6 +60,7 @@ impl Lock {
             Lock::Sessions => "sessions",
             Lock::Connections => "connections",
             Lock::Touched => "touched",
+            Lock::LocalSessions => "local_sessions",
         }
     }
 

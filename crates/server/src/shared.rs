@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 
 use crate::config::ServerConfig;
 use crate::node::{Clock, Node, Outbound, Outlet};
+use crate::readonly::LocalSessions;
 
 /// Messages (replies, watch events, a close) queued for one connection.
 /// The apply side never waits: a connection whose queue is full is not
@@ -256,6 +257,8 @@ pub struct Gauges {
     pub ephemerals_count: u64,
     pub approximate_data_size: u64,
     pub global_sessions: u64,
+    /// Read-only mode's local sessions alive on this node.
+    pub local_sessions: u64,
     pub open_file_descriptor_count: u64,
     pub max_file_descriptor_count: u64,
     pub tree_digest: u64,
@@ -274,6 +277,12 @@ pub struct Shared {
     pub next_session_id: AtomicI64,
     /// Sessions active here since the last report to the leader.
     touched: Mutex<std::collections::HashSet<i64>>,
+    /// Read-only mode is on (`readonly.rs`): set before the global
+    /// sessions' connections are closed, cleared before the local ones'
+    /// are, so a handshake racing a switch sees the flag or gets closed.
+    read_only: AtomicBool,
+    /// Read-only mode's local sessions (a leaf lock, profiled).
+    local_sessions: Mutex<LocalSessions>,
 }
 
 impl Shared {
@@ -293,6 +302,12 @@ impl Shared {
             next_connection_id: AtomicU64::new(1),
             next_session_id: AtomicI64::new(first_session_id),
             touched: Mutex::new(std::collections::HashSet::new()),
+            read_only: AtomicBool::new(false),
+            local_sessions: Mutex::new(LocalSessions::new(
+                config.server_id as u8,
+                u64::from(config.tick_time_ms),
+                wall_clock_ms() as u64,
+            )),
             config,
         }
     }
@@ -307,6 +322,21 @@ impl Shared {
     /// Sessions active here since the last report (a leaf lock, profiled).
     pub fn touched(&self) -> Held<MutexGuard<'_, std::collections::HashSet<i64>>> {
         profile::acquire(Lock::Touched, || self.touched.lock())
+    }
+
+    /// The node serves read-only clients only (`readonly.rs`).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only.load(Ordering::SeqCst)
+    }
+
+    /// Switches read-only mode on or off (`lib.rs::watch_read_only`).
+    pub fn set_read_only(&self, on: bool) {
+        self.read_only.store(on, Ordering::SeqCst);
+    }
+
+    /// Read-only mode's local sessions (a leaf lock, profiled).
+    pub fn local_sessions(&self) -> Held<MutexGuard<'_, LocalSessions>> {
+        profile::acquire(Lock::LocalSessions, || self.local_sessions.lock())
     }
 
     /// Milliseconds on the server's monotonic clock (session expiry).
@@ -357,6 +387,7 @@ impl Shared {
             ephemerals_count: ephemerals as u64,
             approximate_data_size: data_size,
             global_sessions: self.node.session_count() as u64,
+            local_sessions: self.local_sessions().len() as u64,
             open_file_descriptor_count: open_file_descriptors(),
             max_file_descriptor_count: max_file_descriptors(),
             tree_digest: digest,

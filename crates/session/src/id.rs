@@ -52,3 +52,37 @@ pub fn initial_session_id(server_id: u8, now_ms: u64) -> i64 {
     assert_eq!((session_id as u64) >> SERVER_ID_SHIFT, u64::from(server_id));
     session_id
 }
+
+/// Bits of the server id in a local session id (below the zero top byte).
+const LOCAL_SERVER_ID_SHIFT: u32 = 48;
+/// The low 31 bits of the clock, placed above 16 zero bits: bit 47 stays
+/// clear, so a counter started anywhere can count 2^47 ids before it
+/// would touch the server id.
+const LOCAL_CLOCK_MASK: u64 = 0x7FFF_FFFF;
+const LOCAL_CLOCK_SHIFT: u32 = 16;
+
+/// The first id of a server's local sessions (read-only mode: sessions
+/// that live on one server and never reach the log); it then counts up
+/// by one.
+///
+/// A global session id carries its server id (1..=255) in its top byte
+/// (`initial_session_id`); a local one has a zero top byte, so the two
+/// spaces never meet (a counter would need 2^47 ids to reach the server
+/// id bits). Below it, the server id in bits 48..56 keeps two servers'
+/// local ids apart, and the low 31 bits of the clock in bits 16..47 keep
+/// a restarted server from reissuing recent ones (2^16 ids per
+/// millisecond, a 24.8-day cycle).
+pub fn initial_local_session_id(server_id: u8, now_ms: u64) -> i64 {
+    assert!(server_id > 0, "server ids start at 1");
+    let clock_bits = (now_ms & LOCAL_CLOCK_MASK) << LOCAL_CLOCK_SHIFT;
+    let server_bits = u64::from(server_id) << LOCAL_SERVER_ID_SHIFT;
+    let session_id = (server_bits | clock_bits) as i64;
+    assert!(is_local_session_id(session_id));
+    session_id
+}
+
+/// Whether `session_id` has the shape of a local session id (zero top
+/// byte, not 0): global ids never do.
+pub fn is_local_session_id(session_id: i64) -> bool {
+    session_id > 0 && (session_id as u64) >> SERVER_ID_SHIFT == 0
+}

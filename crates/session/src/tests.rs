@@ -360,3 +360,49 @@ fn a_password_checks_only_for_its_own_session() {
     assert!(!check_password(ALICE, SECRET, &[0; 16]));
     assert!(!check_password(0, SECRET, &session_password(0, SECRET)));
 }
+
+#[test]
+fn local_session_ids_never_meet_global_ones() {
+    /// Sessions each server issues in this test, counting up from its first id.
+    const ISSUED: u64 = 1 << 20;
+    // The last clock: a global counter started there still stays inside
+    // its top byte (ids_of_different_server_ids_never_collide).
+    let clocks = [0u64, 1, 1_767_225_600_000, (1 << 40) - (ISSUED >> 16) - 1];
+    for server_id in 1..=u8::MAX {
+        let first = initial_local_session_id(server_id, u64::MAX);
+        assert!(is_local_session_id(first + (1 << 46)), "2^46 ids later");
+    }
+    for now_ms in clocks {
+        for server_id in 1..=u8::MAX {
+            let first = initial_local_session_id(server_id, now_ms);
+            let last = first + ISSUED as i64 - 1;
+            assert!(is_local_session_id(first) && is_local_session_id(last));
+            assert_eq!(
+                (first as u64) >> 48,
+                u64::from(server_id),
+                "the server id sits below the zero top byte"
+            );
+            // Every global id of every server (1..=255) has its server
+            // id in the top byte: never the shape of a local one.
+            let global = initial_session_id(server_id, now_ms);
+            assert!(!is_local_session_id(global));
+            assert!(!is_local_session_id(global + ISSUED as i64 - 1));
+        }
+    }
+    assert!(!is_local_session_id(0), "the new-session marker");
+    assert!(!is_local_session_id(i64::MIN), "the container owner");
+    assert!(!is_local_session_id(-1));
+}
+
+#[test]
+fn local_session_ids_of_two_servers_or_two_starts_differ() {
+    assert_ne!(
+        initial_local_session_id(1, 5_000),
+        initial_local_session_id(2, 5_000)
+    );
+    // A restart a millisecond later starts 2^16 ids further on.
+    assert_eq!(
+        initial_local_session_id(3, 5_001) - initial_local_session_id(3, 5_000),
+        1 << 16
+    );
+}
