@@ -12,6 +12,9 @@
 #   make scale          Keel vs ZooKeeper 3.8 holding SCALE_ZNODES znodes (default 10,000,000):
 #                       RSS per znode, snapshot under load, restart (bench/scale.py, BENCHMARKS.md)
 #   make replay         Keel vs ZooKeeper 3.8 log replay rate after kill -9, no snapshot (bench/replay.py)
+#   make rolling-restart  restart every node of a 3-node cluster in turn under write load; per restart the
+#                       longest write pause, reconnects, and at the end lost writes and expired sessions
+#                       (tests/cluster/rolling.py: ROLLING_ROUNDS (2), ROLLING_WRITERS_PER_NODE (2))
 #   make nemesis        fault campaign on a real cluster, every history checked (tests/nemesis, docs/RELIABILITY.md):
 #                       NEMESIS_SECONDS (180) NEMESIS_NODES (3 or 5) NEMESIS_SEED (random)
 #
@@ -28,7 +31,7 @@ SUITES      := tests/compat tests/badinput tests/crash tests/cluster tests/metri
 # suites that compare against ZooKeeper (the cluster suite is Keel-only)
 SELFCHECK_SUITES := tests/compat tests/badinput tests/crash
 
-.PHONY: all build run cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare scale replay sim fuzz nemesis
+.PHONY: rolling-restart all build run cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare scale replay sim fuzz nemesis
 
 all: build
 
@@ -97,6 +100,11 @@ NEMESIS_SEED    ?=
 nemesis: test-deps build
 	NEMESIS_SECONDS=$(NEMESIS_SECONDS) NEMESIS_NODES=$(NEMESIS_NODES) NEMESIS_SEED=$(NEMESIS_SEED) \
 		PYTHONPATH=tests $(PY) -m nemesis.run
+
+# Rolling restart under write load: prints one line per restart and the totals;
+# exits non-zero if a target is missed (tests/cluster/test_rolling_restart.py runs the same code).
+rolling-restart: test-deps build
+	PYTHONPATH=tests $(PY) -m cluster.rolling
 
 # Deterministic simulator: a seed range with every checker (crates/sim/README.md).
 sim:

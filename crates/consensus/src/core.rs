@@ -822,7 +822,13 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
                 leader_id,
                 "resending proposals to the new leader"
             );
-            self.pending.extend(self.unapplied.iter().cloned());
+            let queued = std::mem::take(&mut self.pending);
+            self.pending = resend_order(self.config.node_id, &self.unapplied, queued);
+            self.pending_bytes = self
+                .pending
+                .iter()
+                .map(|p| PROPOSAL_OVERHEAD_BYTES + p.payload.len())
+                .sum();
         }
         if new_leader {
             // Reads asked of the old leader may never be answered; they are
@@ -1088,6 +1094,23 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     }
 }
 
+/// The batch to send after a leader change: this node's proposals not
+/// applied yet (`unapplied`, oldest first: it holds every one of them,
+/// also those still `queued`), then the other nodes' proposals that were
+/// queued here. The dedup table applies an origin's proposals only in
+/// increasing order, so one of ours queued ahead of an older resent one
+/// would make the older count as applied: it would never be, and its
+/// client would wait for a reply forever.
+fn resend_order(
+    node_id: u64,
+    unapplied: &VecDeque<Proposal>,
+    queued: Vec<Proposal>,
+) -> Vec<Proposal> {
+    let mut batch: Vec<Proposal> = unapplied.iter().cloned().collect();
+    batch.extend(queued.into_iter().filter(|p| p.id.origin() != node_id));
+    batch
+}
+
 fn parse_read_context(rctx: &[u8]) -> Option<(u64, u64)> {
     if rctx.len() != READ_CONTEXT_HEADER_BYTES {
         return None;
@@ -1095,4 +1118,40 @@ fn parse_read_context(rctx: &[u8]) -> Option<(u64, u64)> {
     let node = u64::from_be_bytes(rctx[..8].try_into().ok()?);
     let id = u64::from_be_bytes(rctx[8..].try_into().ok()?);
     Some((node, id))
+}
+
+#[cfg(test)]
+mod resend_tests {
+    use super::*;
+    use crate::proposal::{Dedup, ProposalId};
+
+    fn proposal(origin: u64, sequence: u64) -> Proposal {
+        Proposal {
+            id: ProposalId::new(origin, sequence),
+            payload: vec![sequence as u8],
+        }
+    }
+
+    #[test]
+    fn a_resend_keeps_this_nodes_proposals_in_order_and_once() {
+        // Sequences 10 and 11 went to the old leader and were lost; 12 was
+        // proposed here when the new leader appeared and is still queued,
+        // beside a proposal node 2 forwarded.
+        let unapplied: VecDeque<Proposal> = [10, 11, 12].map(|s| proposal(1, s)).into();
+        let queued = vec![proposal(1, 12), proposal(2, 7)];
+        let batch = resend_order(1, &unapplied, queued);
+        let ids: Vec<(u64, u64)> = batch
+            .iter()
+            .map(|p| (p.id.origin(), p.id.sequence()))
+            .collect();
+        assert_eq!(ids, vec![(1, 10), (1, 11), (1, 12), (2, 7)]);
+        // Applied in this order, every one of them gets through the dedup;
+        // the order before the fix (12 first) lost 10 and 11 for good.
+        let mut dedup = Dedup::default();
+        assert!(batch.iter().all(|p| dedup.admit(p.id)));
+        let mut dedup = Dedup::default();
+        let old_order = [12, 10, 11, 12].map(|s| proposal(1, s));
+        let admitted: Vec<bool> = old_order.iter().map(|p| dedup.admit(p.id)).collect();
+        assert_eq!(admitted, vec![true, false, false, false]);
+    }
 }

@@ -101,6 +101,28 @@ impl Socket {
         self.tcp.set_write_timeout(None)
     }
 
+    /// Whether the other side has closed the connection (end of stream or
+    /// an error), looked at without waiting. After the handshake the
+    /// acceptor writes nothing, so the connector's socket only becomes
+    /// readable when it closes; a connector that only writes would not
+    /// notice that before its next write, and that write would vanish
+    /// into a socket the peer no longer reads (the kernel takes it, the
+    /// peer answers with a reset).
+    pub(crate) fn closed_by_peer(&self) -> bool {
+        if self.tcp.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let mut byte = [0u8; 1];
+        let closed = match self.tcp.peek(&mut byte) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(error) => error.kind() != std::io::ErrorKind::WouldBlock,
+        };
+        // Blocking again; if that fails the next write fails and reconnects.
+        let _ = self.tcp.set_nonblocking(false);
+        closed
+    }
+
     fn time_left(&self) -> std::io::Result<Option<Duration>> {
         let Some(deadline) = self.deadline else {
             return Ok(None);
@@ -153,6 +175,11 @@ impl std::fmt::Debug for PeerStream {
 }
 
 impl PeerStream {
+    /// See `Socket::closed_by_peer`.
+    pub(crate) fn closed_by_peer(&mut self) -> bool {
+        self.socket_mut().closed_by_peer()
+    }
+
     pub(crate) fn socket_mut(&mut self) -> &mut Socket {
         match self {
             PeerStream::Plain(socket) => socket,

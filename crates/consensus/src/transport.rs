@@ -76,6 +76,13 @@ const CONNECT_TIMEOUT_MS: u64 = 1_000;
 const SHORT_CONNECTION_MS: u64 = 1_000;
 const SNAPSHOT_REPORTS_MAX: usize = 64;
 
+/// A connection nothing was written to for this long is checked before
+/// the next write (`Socket::closed_by_peer`): the peer may have restarted
+/// meanwhile, and the first write into the old connection would be lost
+/// without an error. Under load batches follow each other faster and
+/// nothing is checked.
+const IDLE_CHECK_MS: u64 = 50;
+
 /// A peer whose handshake failed is connected to again after this long.
 const HANDSHAKE_RETRY_MS: u64 = 1_000;
 
@@ -295,6 +302,25 @@ impl Queue {
                 return false;
             }
             state = self.wake.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Puts back, ahead of what was queued since, a batch that found its
+    /// connection closed before any of it was written (a snapshot in it
+    /// goes only if no newer one is queued).
+    fn requeue_front(&self, unsent: VecDeque<Item>) {
+        let mut state = self.lock();
+        let snapshot_queued = state
+            .items
+            .iter()
+            .any(|queued| matches!(queued, Item::Snapshot { .. }));
+        for item in unsent.into_iter().rev() {
+            match item {
+                Item::Snapshot { .. } if snapshot_queued => continue,
+                Item::Snapshot { .. } => {}
+                _ => state.frames += 1,
+            }
+            state.items.push_front(item);
         }
     }
 
@@ -615,9 +641,21 @@ fn send_loop(link: &Link, lane: Lane, frames: &Queue) {
             Ok(tcp) => match handshake::open(tcp, link.ends(), &link.auth) {
                 Ok(stream) => match pump(link, stream, frames) {
                     Ok(()) => return, // closed
-                    Err((error, retry)) => {
+                    Err(Pumped::Lost(error, retry)) => {
                         tracing::debug!(peer_id = link.peer_id, ?lane, %error, "peer connection lost");
                         retry
+                    }
+                    Err(Pumped::ClosedWhileIdle(unsent)) => {
+                        // Nothing of the batch was written: it goes on the
+                        // next connection, in order (a forwarded proposal
+                        // dropped here would wait for the next leader change).
+                        tracing::debug!(
+                            peer_id = link.peer_id,
+                            ?lane,
+                            "idle peer connection was closed; reconnecting"
+                        );
+                        frames.requeue_front(unsent);
+                        continue;
                     }
                 },
                 Err(reason) => {
@@ -669,19 +707,29 @@ fn send_loop(link: &Link, lane: Lane, frames: &Queue) {
     }
 }
 
+/// Why `pump` left a connection.
+enum Pumped {
+    /// A write failed: the snapshot that was cut or not yet started comes
+    /// back to be sent again, the rest is stale.
+    Lost(std::io::Error, Option<Item>),
+    /// The peer had closed the connection while it was idle; nothing of
+    /// this batch was written.
+    ClosedWhileIdle(VecDeque<Item>),
+}
+
 /// Writes queued items, one flush per batch of whatever was queued. Ok
-/// once the queue is closed; on a write error, the snapshot that was cut
-/// or not yet started comes back to be sent again.
-fn pump(
-    link: &Link,
-    stream: PeerStream,
-    frames: &Queue,
-) -> Result<(), (std::io::Error, Option<Item>)> {
+/// once the queue is closed.
+fn pump(link: &Link, stream: PeerStream, frames: &Queue) -> Result<(), Pumped> {
     let mut writer = BufWriter::with_capacity(256 * 1024, stream);
     let mut batch = VecDeque::new();
+    let mut written = Instant::now();
     loop {
         if !frames.take_all(&mut batch) {
             return Ok(());
+        }
+        let idle = written.elapsed() >= Duration::from_millis(IDLE_CHECK_MS);
+        if idle && writer.get_mut().closed_by_peer() {
+            return Err(Pumped::ClosedWhileIdle(std::mem::take(&mut batch)));
         }
         while let Some(item) = batch.pop_front() {
             let result = match &item {
@@ -696,10 +744,11 @@ fn pump(
                 let retry = std::iter::once(item)
                     .chain(batch.drain(..))
                     .find(|i| matches!(i, Item::Snapshot { .. }));
-                return Err((error, retry));
+                return Err(Pumped::Lost(error, retry));
             }
         }
-        writer.flush().map_err(|e| (e, None))?;
+        writer.flush().map_err(|e| Pumped::Lost(e, None))?;
+        written = Instant::now();
     }
 }
 

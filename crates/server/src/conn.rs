@@ -136,6 +136,11 @@ struct Connection<W> {
     /// The session is a local one of read-only mode (`readonly.rs`):
     /// writes are answered NotReadOnly, nothing goes to the log.
     read_only: bool,
+    /// Turns true when the server stops (`Shared::drain`): no further
+    /// request is taken; the connection closes once those taken are
+    /// answered.
+    drain: tokio::sync::watch::Receiver<bool>,
+    draining: bool,
 }
 
 /// Serves one socket of the plain client port until it closes.
@@ -256,6 +261,8 @@ where
         info: None,
         clickhouse: false,
         read_only: false,
+        drain: shared.drain_signal(),
+        draining: false,
     };
     let payload = buf[4..first].to_vec();
     buf.drain(..first);
@@ -490,10 +497,15 @@ impl<W: AsyncWrite + Unpin> Connection<W> {
             if let Some(reason) = self.closing {
                 return reason;
             }
-            if more {
+            if self.draining && self.fifo.is_empty() && self.stash.is_empty() {
+                // Every request taken is answered and written: the client
+                // sees its replies, then the close, and moves on.
+                return Closed::Shutdown;
+            }
+            if more && !self.draining {
                 continue; // frames already read wait behind OUT_BUFFER_MAX_BYTES
             }
-            let accepting = self.fifo.accepting();
+            let accepting = self.fifo.accepting() && !self.draining;
             if let Some(message) = self.stash.pop() {
                 self.on_outbound(message);
                 continue;
@@ -509,6 +521,9 @@ impl<W: AsyncWrite + Unpin> Connection<W> {
                     None => return Closed::Shutdown,
                 },
                 () = self.overflow.notified() => return Closed::OutboundFull,
+                changed = self.drain.changed(), if !self.draining => {
+                    self.draining = changed.is_err() || *self.drain.borrow();
+                }
             }
         }
     }
@@ -518,7 +533,7 @@ impl<W: AsyncWrite + Unpin> Connection<W> {
     fn take_frames(&mut self, buf: &mut Vec<u8>) -> Result<bool, Closed> {
         let mut consumed = 0;
         let mut full = false;
-        while self.closing.is_none() && self.fifo.accepting() {
+        while self.closing.is_none() && self.fifo.accepting() && !self.draining {
             if self.out.len() >= OUT_BUFFER_MAX_BYTES {
                 full = true;
                 break;

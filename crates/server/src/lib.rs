@@ -197,6 +197,7 @@ pub async fn run_with(
     };
     let outcome = tokio::select! {
         _ = &mut shutdown => {
+            drain(&node.shared).await;
             hand_off(&node.raft).await;
             Ok(())
         }
@@ -220,6 +221,44 @@ pub async fn run_with(
     }
     tracing::info!("keel stopped");
     outcome
+}
+
+/// How long a stopping server waits for its connections to finish the
+/// requests they took (then it stops anyway: a cluster without a quorum
+/// answers no write).
+pub const DRAIN_WAIT_MS: u64 = 1_000;
+/// How often the drain looks whether every connection has closed.
+const DRAIN_POLL_MS: u64 = 2;
+
+/// A planned stop, before the hand-off: every connection stops taking
+/// requests, answers those it took (the Raft driver still runs, so
+/// writes in flight commit and their replies go out) and closes; its
+/// client reconnects to another member at once and resumes its session
+/// there. ZooKeeper has no message that tells a client to move: a close
+/// after the last reply is the earliest a client can learn it, and no
+/// write it sent is left with an unknown outcome (its client would see
+/// ConnectionLoss for it). A leader drains before it hands off, so its
+/// clients' writes are not dropped by the transfer either.
+async fn drain(shared: &Shared) {
+    let started = std::time::Instant::now();
+    let open = shared.connections().len();
+    shared.start_drain();
+    while !shared.connections().is_empty() {
+        if started.elapsed() >= Duration::from_millis(DRAIN_WAIT_MS) {
+            tracing::warn!(
+                left = shared.connections().len(),
+                waited_ms = DRAIN_WAIT_MS,
+                "connections still have requests in flight; stopping anyway"
+            );
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(DRAIN_POLL_MS)).await;
+    }
+    tracing::info!(
+        connections = open,
+        ms = started.elapsed().as_millis() as u64,
+        "client connections drained"
+    );
 }
 
 /// How long a stopping leader waits for its hand-off before it stops

@@ -283,6 +283,9 @@ pub struct Shared {
     read_only: AtomicBool,
     /// Read-only mode's local sessions (a leaf lock, profiled).
     local_sessions: Mutex<LocalSessions>,
+    /// Set when the server stops: connections take no further request
+    /// and close once the ones taken are answered (`lib.rs::drain`).
+    drain: tokio::sync::watch::Sender<bool>,
 }
 
 impl Shared {
@@ -303,6 +306,7 @@ impl Shared {
             next_session_id: AtomicI64::new(first_session_id),
             touched: Mutex::new(std::collections::HashSet::new()),
             read_only: AtomicBool::new(false),
+            drain: tokio::sync::watch::channel(false).0,
             local_sessions: Mutex::new(LocalSessions::new(
                 config.server_id as u8,
                 u64::from(config.tick_time_ms),
@@ -322,6 +326,16 @@ impl Shared {
     /// Sessions active here since the last report (a leaf lock, profiled).
     pub fn touched(&self) -> Held<MutexGuard<'_, std::collections::HashSet<i64>>> {
         profile::acquire(Lock::Touched, || self.touched.lock())
+    }
+
+    /// What a connection watches to learn that the server stops.
+    pub fn drain_signal(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.drain.subscribe()
+    }
+
+    /// Tells every connection to finish what it took and close.
+    pub fn start_drain(&self) {
+        self.drain.send_replace(true);
     }
 
     /// The node serves read-only clients only (`readonly.rs`).
