@@ -612,7 +612,8 @@ impl<W: AsyncWrite + Unpin> Connection<W> {
         }
         if self.read_only {
             if header.op_type == opcode::CLOSE_SESSION {
-                return Ok(self.close_local_session(header.xid));
+                self.close_local_session(header.xid);
+                return Ok(());
             }
             if refused_when_read_only(header.op_type) {
                 // ReadOnlyRequestProcessor: before the body is looked at.
