@@ -18,7 +18,7 @@ two lines: setup and cleanup are not counted.
 
 The clusters are started, checked (one leader agreed by a majority, the
 others following) and stopped by the test suites' harness (tests/harness/
-cluster.py), the runs by its run_bench. Every process it starts runs in its
+cluster.py). Every process it starts runs in its
 own process group and is stopped on exit, on exceptions and on SIGINT/SIGTERM
 (and killed by the harness's atexit hook if anything is left).
 
@@ -44,14 +44,19 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(REPO, "tests"))
 
 # The one cluster harness of the test suites (Python standard library only).
-from harness import KEEL_BIN, run_bench  # noqa: E402
+from harness import KEEL_BIN  # noqa: E402
 from harness.cluster import make_cluster  # noqa: E402
-from harness.servers import ZK_JAR, ZK_JUTE_JAR, SLF4J_API_JAR, SLF4J_SIMPLE_JAR  # noqa: E402
+from harness.servers import ZK_JAR, ZK_JUTE_JAR, SLF4J_API_JAR, SLF4J_SIMPLE_JAR, free_port  # noqa: E402
+from harness.peer_auth import peer_auth_settings  # noqa: E402
 
 WORK = os.path.join(REPO, "bench", "work")
 WORKLOADS = ("create", "mix")
 CLIENTS = (10, 100, 400)
-SYSTEMS = ("zookeeper", "keel")
+# keel-tls: the same Keel cluster with TLS on the client port (the bench
+# connects there, verifying the server's certificate) and mutual TLS 1.3
+# between the peers (peer_tls): the cost of TLS, against plain Keel.
+# COMPARE_SYSTEMS=zookeeper,keel leaves it out.
+SYSTEMS = tuple(os.environ.get("COMPARE_SYSTEMS", "zookeeper,keel,keel-tls").split(","))
 
 # Each system with its own defaults, fsync on, not the test suites' settings.
 SETTINGS = {
@@ -81,9 +86,14 @@ def on_signal(signum, _frame):
 
 def start_cluster(root, system):
     """A 3-member cluster of `system` (harness.cluster), serving: one leader,
-    two followers."""
-    group = make_cluster(system, 3, name=system, workdir=os.path.join(root, system),
-                         settings=SETTINGS[system], test_defaults=False)
+    two followers. Its `bench_address` and `bench_flags` are what keel bench
+    connects with (keel-tls: the TLS client ports and the CA)."""
+    if system == "keel-tls":
+        group = start_tls_cluster(root)
+    else:
+        group = make_cluster(system, 3, name=system, workdir=os.path.join(root, system),
+                             settings=SETTINGS[system], test_defaults=False)
+        group.bench_address, group.bench_flags = group.address, []
     _groups.append(group)
     group.start(timeout=120)
     states = group.states()
@@ -91,6 +101,25 @@ def start_cluster(root, system):
         "node%d@%d=%s" % (group.member_id(n), n.port, m) for n, m in zip(group.nodes, states))))
     leader = group.leader(timeout=30)
     log("%s leader: node%d" % (system, group.member_id(leader)))
+    return group
+
+
+def start_tls_cluster(root):
+    """Keel with TLS on every client port (no client certificate asked) and
+    on every peer link (mutual, certificates naming the members); each
+    member's certificate also names 127.0.0.1 for the bench to verify."""
+    pki_dir = os.path.join(root, "keel-tls-pki")
+    settings, member_settings = peer_auth_settings(pki_dir, 3, tls=True, extra_san="IP:127.0.0.1")
+    settings = dict(SETTINGS["keel"], tls_client_auth="none", **settings)
+    secure_ports = {i: free_port() for i in (1, 2, 3)}
+
+    def node_settings(member_id):
+        return dict(member_settings(member_id), secure_client_port=secure_ports[member_id])
+
+    group = make_cluster("keel", 3, name="keel-tls", workdir=os.path.join(root, "keel-tls"),
+                         settings=settings, node_settings=node_settings, test_defaults=False)
+    group.bench_address = ",".join("127.0.0.1:%d" % secure_ports[i] for i in (1, 2, 3))
+    group.bench_flags = ["--tls-ca", settings["tls_ca_file"]]
     return group
 
 
@@ -107,15 +136,7 @@ def stop_all():
 
 def bench(root, system, group, workload, clients, duration, tag):
     """One `keel bench` run over every member; its last CSV row."""
-    csvp = os.path.join(root, "bench-%s-%s-%d-%s.csv" % (system, workload, clients, tag))
-    out = os.path.join(root, "bench-%s-%s-%d-%s.out" % (system, workload, clients, tag))
-    try:
-        run_bench(group.address, workload, clients, duration, csv_path=csvp, out_path=out)
-    except AssertionError as e:
-        raise RuntimeError(str(e))
-    with open(csvp, newline="") as f:
-        rows = list(csv.DictReader(f))
-    return rows[-1]
+    return bench_with_cpu(root, system, group, workload, clients, duration, tag)
 
 
 # keel bench's progress line of the timed phase: "[  3.0 s]  12345 ops/s ... ops  123456   errors 0"
@@ -139,8 +160,8 @@ def bench_with_cpu(root, system, group, workload, clients, duration, tag):
     csvp = os.path.join(root, "bench-%s-%s-%d-%s.csv" % (system, workload, clients, tag))
     out = os.path.join(root, "bench-%s-%s-%d-%s.out" % (system, workload, clients, tag))
     pids = [nd.proc.pid for nd in group.nodes]
-    command = [KEEL_BIN, "bench", "--servers", group.address, "--workload", workload,
-               "--clients", str(clients), "--duration", str(duration), "--csv", csvp]
+    command = [KEEL_BIN, "bench", "--servers", group.bench_address, "--workload", workload,
+               "--clients", str(clients), "--duration", str(duration), "--csv", csvp] + group.bench_flags
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             errors="replace", stdin=subprocess.DEVNULL, start_new_session=True)
     stdout = []
@@ -248,6 +269,28 @@ def fmt_ms(us):
     return "%.2f" % (us / 1000.0)
 
 
+def print_tls_table(results):
+    """Keel with TLS on client and peer links against plain Keel, same cells."""
+    hdr = ("workload", "clients", "Keel TPS", "Keel p99 ms", "TLS TPS", "TLS p99 ms", "TLS/plain TPS",
+           "Keel CPU ms/kop", "TLS CPU ms/kop")
+    lines = []
+    for workload in WORKLOADS:
+        for clients in CLIENTS:
+            k, t = results[("keel", workload, clients)], results[("keel-tls", workload, clients)]
+            kt, tt = float(k["tps"]), float(t["tps"])
+            lines.append((workload, str(clients), fmt_tps(kt), fmt_ms(float(k["p99_us"])), fmt_tps(tt),
+                          fmt_ms(float(t["p99_us"])), "%.2fx" % (tt / kt) if kt > 0 else "n/a",
+                          k["cpu_ms_per_kop"] or "n/a", t["cpu_ms_per_kop"] or "n/a"))
+    widths = [max(len(r[i]) for r in [hdr] + lines) for i in range(len(hdr))]
+    fmt = " | ".join("%%%ds" % w for w in widths)
+    print("TLS (client port and peer links, keel-tls) against plain Keel:")
+    print(fmt % hdr)
+    print("-+-".join("-" * w for w in widths))
+    for r in lines:
+        print(fmt % r)
+    print()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration", type=int, default=int(os.environ.get("COMPARE_DURATION", "20")))
@@ -273,10 +316,11 @@ def main():
     rows_out = []
     rss = {}
     try:
-        log("step 1/4: starting 3-node ZooKeeper 3.8 ensemble")
-        clusters = {"zookeeper": start_cluster(root, "zookeeper")}
-        log("step 1/4: starting 3-node Keel cluster")
-        clusters["keel"] = start_cluster(root, "keel")
+        clusters = {}
+        for system in SYSTEMS:
+            log("step 1/4: starting 3-node %s cluster" % {
+                "zookeeper": "ZooKeeper 3.8", "keel": "Keel", "keel-tls": "Keel (TLS client and peer links)"}[system])
+            clusters[system] = start_cluster(root, system)
 
         warmed = set()
         n = 0
@@ -352,6 +396,8 @@ def main():
     for r in lines:
         print(fmt % r)
     print()
+    if "keel-tls" in SYSTEMS:
+        print_tls_table(results)
     z1, k1 = float(single["zookeeper"]["p50_us"]) / 1000.0, float(single["keel"]["p50_us"]) / 1000.0
     target_ms = 1.5 * (fsync_ms + 2 * rtt_ms)
     print("Single-client create p50: ZK %.2f ms, Keel %.2f ms (Keel/ZK %.2fx)" % (z1, k1, k1 / z1 if z1 else 0))

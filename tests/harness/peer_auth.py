@@ -42,16 +42,18 @@ def make_ca(directory, name="keel test peer CA"):
     return os.path.join(directory, "ca.crt"), os.path.join(directory, "ca.key")
 
 
-def make_member_cert(directory, ca, member_id, name=None):
+def make_member_cert(directory, ca, member_id, name=None, extra_san=None):
     """A certificate for member `member_id` signed by `ca` (from make_ca):
-    DNS SAN `name` (default keel-member-<id>), usable as TLS server and
-    client. Returns (cert path, key path) in `directory`."""
+    DNS SAN `name` (default keel-member-<id>) plus `extra_san` if given
+    (e.g. "IP:127.0.0.1", so that clients of a TLS client port reached by
+    address verify it too), usable as TLS server and client. Returns (cert
+    path, key path) in `directory`."""
     name = name or "keel-member-%d" % member_id
     ca_cert, ca_key = ca
     base = "member%d-%s" % (member_id, os.path.basename(os.path.dirname(ca_cert)) or "ca")
     ext = os.path.join(directory, base + ".ext")
     with open(ext, "w") as f:
-        f.write("subjectAltName=DNS:%s\n" % name)
+        f.write("subjectAltName=DNS:%s%s\n" % (name, "," + extra_san if extra_san else ""))
         f.write("extendedKeyUsage=serverAuth,clientAuth\n")
         f.write("keyUsage=critical,digitalSignature\n")
         f.write("basicConstraints=CA:FALSE\n")
@@ -62,16 +64,16 @@ def make_member_cert(directory, ca, member_id, name=None):
     return os.path.join(directory, base + ".crt"), os.path.join(directory, base + ".key")
 
 
-def make_peer_pki(directory, member_ids):
+def make_peer_pki(directory, member_ids, extra_san=None):
     """A CA and a certificate per member: {"ca": (cert, key), id: (cert, key), ...}."""
     ca = make_ca(directory)
     pki = {"ca": ca}
     for member_id in member_ids:
-        pki[member_id] = make_member_cert(directory, ca, member_id)
+        pki[member_id] = make_member_cert(directory, ca, member_id, extra_san=extra_san)
     return pki
 
 
-def peer_auth_settings(directory, size, tls=False, secret=False):
+def peer_auth_settings(directory, size, tls=False, secret=False, extra_san=None):
     """(settings, node_settings) for KeelCluster(size, settings=...,
     node_settings=...): every member shares the secret and the CA, each has
     its own certificate (members 1..size)."""
@@ -81,7 +83,7 @@ def peer_auth_settings(directory, size, tls=False, secret=False):
     if secret:
         settings["peer_secret_file"] = make_peer_secret(os.path.join(directory, "peer.secret"))
     if tls:
-        pki = make_peer_pki(directory, range(1, size + 1))
+        pki = make_peer_pki(directory, range(1, size + 1), extra_san=extra_san)
         settings["peer_tls"] = True
         settings["tls_ca_file"] = pki["ca"][0]
         for i in per_member:

@@ -383,6 +383,7 @@ class KeelServer(BaseServer):
         "snapshot_every_entries", "snapshot_every_log_bytes", "jute_max_buffer_bytes", "max_client_connections_per_ip",
         "server_id", "peers", "cluster_name", "preferred_leader", "observers", "profile_locks",
         "tls_cert_file", "tls_key_file", "tls_ca_file", "peer_tls", "peer_secret_file",
+        "secure_client_port", "tls_client_auth", "sasl_users_file", "require_sasl",
         "metrics_port", "metrics_address", "read_only_when_partitioned",
     )
 

@@ -158,9 +158,10 @@ SECURITY_KEYS = ("tls", "client_auth", "plain_port", "sasl_users", "require_sasl
 
 
 class SecureKeelServer(KeelServer):
-    TOML_KEYS = KeelServer.TOML_KEYS + (
-        "secure_client_port", "tls_cert_file", "tls_key_file", "tls_ca_file", "tls_client_auth",
-        "sasl_users_file", "require_sasl")
+    TOML_KEYS = KeelServer.TOML_KEYS + tuple(
+        k for k in ("secure_client_port", "tls_cert_file", "tls_key_file", "tls_ca_file", "tls_client_auth",
+                    "sasl_users_file", "require_sasl")
+        if k not in KeelServer.TOML_KEYS)
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)

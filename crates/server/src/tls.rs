@@ -15,14 +15,11 @@
 //! builds a new one that only handshakes started afterwards use.
 //! The crypto provider is rustls' `ring` provider, named here once.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
-use rustls::RootCertStore;
 
 /// Whether the TLS server asks connecting clients for a certificate, as
 /// ZooKeeper's `ssl.clientAuth` (whose default is `need`).
@@ -64,20 +61,10 @@ impl std::fmt::Display for ClientAuth {
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("cannot read {kind} from {path}: {source}")]
-    Pem {
-        kind: &'static str,
-        path: PathBuf,
-        source: rustls::pki_types::pem::Error,
-    },
-    #[error("{path} holds no {kind}")]
-    Empty { kind: &'static str, path: PathBuf },
-    #[error("CA file {path}: certificate {index} is not usable as a trust anchor: {source}")]
-    Anchor {
-        path: PathBuf,
-        index: usize,
-        source: rustls::Error,
-    },
+    /// A PEM file that does not load (keel_consensus::pem: the one loader
+    /// of the client port's and the peers' files).
+    #[error(transparent)]
+    Pem(#[from] keel_consensus::pem::PemError),
     #[error("client authentication {client_auth} needs a CA file (tls_ca_file)")]
     NoCa { client_auth: ClientAuth },
     #[error("client certificate verifier over {path}: {source}")]
@@ -109,53 +96,9 @@ pub fn crypto_provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// Every certificate in a PEM file, in file order (leaf first).
-pub fn load_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let pem_error = |source| TlsError::Pem {
-        kind: "certificates",
-        path: path.into(),
-        source,
-    };
-    let certificates = CertificateDer::pem_file_iter(path)
-        .map_err(pem_error)?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(pem_error)?;
-    if certificates.is_empty() {
-        return Err(TlsError::Empty {
-            kind: "certificate",
-            path: path.into(),
-        });
-    }
-    Ok(certificates)
-}
-
-/// The first private key in a PEM file (PKCS#8, PKCS#1 or SEC1).
-pub fn load_private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    PrivateKeyDer::from_pem_file(path).map_err(|source| match source {
-        rustls::pki_types::pem::Error::NoItemsFound => TlsError::Empty {
-            kind: "private key",
-            path: path.into(),
-        },
-        source => TlsError::Pem {
-            kind: "private key",
-            path: path.into(),
-            source,
-        },
-    })
-}
-
-/// The CA certificates of a PEM file as trust anchors.
-pub fn load_ca_roots(path: &Path) -> Result<RootCertStore, TlsError> {
-    let mut roots = RootCertStore::empty();
-    for (index, certificate) in load_certificates(path)?.into_iter().enumerate() {
-        roots.add(certificate).map_err(|source| TlsError::Anchor {
-            path: path.into(),
-            index,
-            source,
-        })?;
-    }
-    Ok(roots)
-}
+/// The PEM loaders of the client port's files are the peers' own (one
+/// reader with one size bound and one set of errors).
+pub use keel_consensus::pem::{load_ca_roots, load_certificates, load_private_key};
 
 /// A server config presenting `files`' certificate, checking client
 /// certificates against `files.ca_file` as `client_auth` says.
@@ -266,7 +209,7 @@ impl ReloadableServerConfig {
 mod tests {
     use super::*;
 
-    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    fn write(dir: &std::path::Path, name: &str, text: &str) -> PathBuf {
         let path = dir.join(name);
         std::fs::write(&path, text).unwrap();
         path
@@ -280,7 +223,7 @@ mod tests {
         assert!(error.contains("nope.pem"), "{error}");
         let empty = write(dir.path(), "empty.pem", "no pem here\n");
         let error = load_certificates(&empty).unwrap_err().to_string();
-        assert!(error.contains("holds no certificate"), "{error}");
+        assert!(error.contains("holds no CERTIFICATE"), "{error}");
         let error = load_private_key(&empty).unwrap_err().to_string();
         assert!(error.contains("holds no private key"), "{error}");
     }
@@ -300,7 +243,7 @@ mod tests {
     }
 
     fn fixture(name: &str) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/tls")
             .join(name)
     }
