@@ -19,6 +19,7 @@ pub mod reaper;
 pub mod sasl;
 mod shared;
 pub mod tls;
+pub mod ttl_clock;
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
