@@ -332,6 +332,9 @@ class ZooKeeperServer(BaseServer):
             lines.append("maxSessionTimeout=%d" % s["max_session_timeout_ms"])
         if s.get("max_client_connections_per_ip") is not None:
             lines.append("maxClientCnxns=%d" % s["max_client_connections_per_ip"])
+        if "zk_listen_backlog" in s:
+            # Java's default is 50 (Keel's is CLIENT_LISTEN_BACKLOG).
+            lines.append("clientPortListenBacklog=%d" % s["zk_listen_backlog"])
         self.config_path = os.path.join(self.workdir, "zoo.cfg")
         with open(self.config_path, "w") as f:
             f.write("\n".join(lines) + "\n")

@@ -16,6 +16,17 @@ from harness import zkproto as zp
 PING_FRAME = zp.frame(zp.i32(zp.XID_PING) + zp.i32(zp.PING))
 # How many connects (handshakes) are in flight at once.
 CONNECTS_IN_FLIGHT_MAX = 500
+# ZooKeeper as the comparison runs it: no per-address connection limit
+# (its default is 60), Keel's listen backlog (Java's default of 50 drops
+# the SYNs of a burst of connects: each costs a 1 s retransmission), a
+# heap for 10,000 connections, and errors only in its log (it logs a stack
+# trace at WARN for every connection a vanished client reset).
+ZK_SCALE_SETTINGS = {
+    "max_client_connections_per_ip": 0,
+    "zk_listen_backlog": 4096,
+    "zk_jvm_options": ["-Xmx1g", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"],
+    "extra_system_properties": {"org.slf4j.simpleLogger.defaultLogLevel": "error"},
+}
 
 
 def raise_file_limit(needed):

@@ -22,7 +22,7 @@ import pytest
 
 from conftest import report_summary, require_keel
 from harness import mntr
-from scale.fleet import Fleet, rss_bytes
+from scale.fleet import ZK_SCALE_SETTINGS, Fleet, rss_bytes
 
 SESSIONS = int(os.environ.get("KEEL_SCALE_SESSIONS", "50000"))
 WITH_ZOOKEEPER = os.environ.get("KEEL_SCALE_ZOOKEEPER", "1") != "0"
@@ -30,12 +30,6 @@ SESSION_TIMEOUT_MS = 10000  # the test settings' maximum (20 ticks of 500 ms)
 # All gone this long after the timeout: the expiry timer's tick, plus
 # committing and applying the closeSessions of a whole batch at once.
 EXPIRY_SLACK_S = 5.0
-# An mntr answer describes the server a little before it arrives.
-POLL_MARGIN_S = 0.2
-ZK_SETTINGS = {
-    "max_client_connections_per_ip": 0,  # ZooKeeper's default is 60 per address
-    "zk_jvm_options": ["-Xmx1g", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"],
-}
 
 
 def global_sessions(port):
@@ -76,11 +70,13 @@ def create_and_expire(server):
         after = time.monotonic()
         assert n >= 0, "no mntr answer"
         peak = max(peak, n)
+        # The server counted somewhere between `before` and `after`.
         # Not yet due: sessions whose handshake went out less than a
-        # timeout before this poll was asked.
-        due_none = sum(c.count for c in cohorts if before - POLL_MARGIN_S < c.sent_first + timeout_s)
-        # Allowed still there: answered less than timeout + slack ago.
-        allowed = sum(c.count for c in cohorts if after <= c.answered_last + timeout_s + EXPIRY_SLACK_S)
+        # timeout before the poll's answer.
+        due_none = sum(c.count for c in cohorts if after < c.sent_first + timeout_s)
+        # Allowed still there: answered less than timeout + slack before
+        # the poll was asked.
+        allowed = sum(c.count for c in cohorts if before <= c.answered_last + timeout_s + EXPIRY_SLACK_S)
         early = max(early, due_none - n)
         late = max(late, n - allowed)
         if first_gone is None and n < SESSIONS:
@@ -129,7 +125,7 @@ def test_fifty_thousand_sessions_created_and_expired(servers):
         report_summary("sessions: zookeeper not run (KEEL_SCALE_ZOOKEEPER=0)")
         return
     try:
-        zk = servers("zookeeper", name="zk-sessions", settings=ZK_SETTINGS)
+        zk = servers("zookeeper", name="zk-sessions", settings=ZK_SCALE_SETTINGS)
     except Exception as e:  # noqa: BLE001 - the comparison is optional
         pytest.skip("ZooKeeper 3.8 for the comparison did not start: %s" % e)
     zk_line = describe("zookeeper", create_and_expire(zk))
