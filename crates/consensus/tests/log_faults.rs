@@ -41,7 +41,9 @@ fn a_failed_fdatasync_stops_the_log_with_its_directory_named_and_nothing_is_writ
     let scenario = fail::FailScenario::setup();
     let dir = tempfile::tempdir().unwrap();
     let store = LogStore::open(dir.path()).unwrap();
-    assert!(store.persist(&[entry(1)], Some(&hard_state(0)), None).unwrap());
+    assert!(store
+        .persist(&[entry(1)], Some(&hard_state(0)), None)
+        .unwrap());
     assert!(store.failure().is_none());
     // raft-engine panics when an fdatasync fails; the store turns the
     // panic into the error the driver stops with.
@@ -102,6 +104,8 @@ fn a_full_disk_is_not_a_fault_and_the_write_goes_through_once_space_is_back() {
     );
     assert!(store.failure().is_none());
     fail::remove("log_fd::write::no_space_err");
-    assert!(store.persist(&[entry(1)], Some(&hard_state(0)), None).unwrap());
+    assert!(store
+        .persist(&[entry(1)], Some(&hard_state(0)), None)
+        .unwrap());
     scenario.teardown();
 }

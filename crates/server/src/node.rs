@@ -703,7 +703,9 @@ impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
             };
             self.observer.applying(index, &txn, &state.tree);
             let applied = state.tree.apply(term, &txn);
-            state.ttl_clock.applied(&state.tree, &applied.events, now_ms);
+            state
+                .ttl_clock
+                .applied(&state.tree, &applied.events, now_ms);
             self.observer.applied(index, &txn, &applied);
             let asked_here = proposal.origin == self.node.server_id;
             deliver(

@@ -324,7 +324,10 @@ mod tests {
     fn a_pass_on_the_leader_proposes_the_due_deletions_and_elsewhere_none() {
         let node = node_with_container_and_ttl_node(0);
         let mut reaper = Reaper::default();
-        assert!(reaper.pass(&node, false, 2_000, 1_000).is_empty(), "not leading");
+        assert!(
+            reaper.pass(&node, false, 2_000, 1_000).is_empty(),
+            "not leading"
+        );
         // The TTL node is not due yet (500 ms after its mtime).
         let first = reaper.pass(&node, true, 1_400, 400);
         assert!(first.iter().all(|txn| txn.time_ms == 1_400));
@@ -341,13 +344,19 @@ mod tests {
         let mut reaper = Reaper::default();
         const HOUR_MS: i64 = 3_600_000;
         // 100 ms after the write the wall clock says an hour passed.
-        assert_eq!(paths(reaper.pass(&node, true, 1_100 + HOUR_MS, 100)), ["/c"]);
+        assert_eq!(
+            paths(reaper.pass(&node, true, 1_100 + HOUR_MS, 100)),
+            ["/c"]
+        );
         assert!(reaper.pass(&node, true, 1_400 + HOUR_MS, 400).is_empty());
         assert!(
             reaper.pass(&node, true, 1_500 + HOUR_MS, 500).is_empty(),
             "exactly the TTL is not past it"
         );
-        assert_eq!(paths(reaper.pass(&node, true, 1_501 + HOUR_MS, 501)), ["/t"]);
+        assert_eq!(
+            paths(reaper.pass(&node, true, 1_501 + HOUR_MS, 501)),
+            ["/t"]
+        );
     }
 
     #[test]
@@ -355,7 +364,10 @@ mod tests {
         let node = node_with_container_and_ttl_node(0);
         let mut reaper = Reaper::default();
         // An hour back: by the wall clock the TTL has not passed.
-        assert_eq!(paths(reaper.pass(&node, true, 1_600 - 3_600_000, 600)), ["/c"]);
+        assert_eq!(
+            paths(reaper.pass(&node, true, 1_600 - 3_600_000, 600)),
+            ["/c"]
+        );
         // (/c, never applied here, is overdue and proposed again.)
         assert_eq!(paths(reaper.pass(&node, true, 1_500, 3_600_500)), ["/c"]);
         assert_eq!(paths(reaper.pass(&node, true, 1_501, 3_600_501)), ["/t"]);

@@ -45,7 +45,13 @@ impl TtlClock {
             .into_iter()
             .map(|(path, mzxid)| {
                 let applied_at_ms = now_ms;
-                (path, Mark { mzxid, applied_at_ms })
+                (
+                    path,
+                    Mark {
+                        mzxid,
+                        applied_at_ms,
+                    },
+                )
             })
             .collect();
         TtlClock { marks }

@@ -818,7 +818,9 @@ impl World {
         // the one logical clock.
         let machine_node = core.machine().node();
         let monotonic_ms = machine_node.now_ms();
-        let txns = node.reaper.pass(machine_node, leader, time_ms, monotonic_ms);
+        let txns = node
+            .reaper
+            .pass(machine_node, leader, time_ms, monotonic_ms);
         let mut paths = Vec::new();
         for txn in txns {
             core.propose(txn.encode());
