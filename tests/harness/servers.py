@@ -334,6 +334,9 @@ class ZooKeeperServer(BaseServer):
             lines.append("maxClientCnxns=%d" % s["max_client_connections_per_ip"])
         # zoo.cfg lines the keys above do not cover (e.g. localSessionsEnabled=true)
         lines.extend(s.get("zk_config_lines", []))
+        if "zk_listen_backlog" in s:
+            # Java's default is 50 (Keel's is CLIENT_LISTEN_BACKLOG).
+            lines.append("clientPortListenBacklog=%d" % s["zk_listen_backlog"])
         self.config_path = os.path.join(self.workdir, "zoo.cfg")
         with open(self.config_path, "w") as f:
             f.write("\n".join(lines) + "\n")

@@ -320,7 +320,7 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
 
 async fn listen(host: &str, port: u16) -> anyhow::Result<tokio::net::TcpListener> {
     let address = format!("{host}:{port}");
-    tokio::net::TcpListener::bind(&address)
+    keel_server::bind_client_port(&address)
         .await
         .with_context(|| format!("cannot listen on {address}"))
 }

@@ -444,18 +444,6 @@ impl SnapshotSource for SnapshotDir {
 /// How often a log write refused for want of space is tried again.
 pub const LOG_FULL_RETRY_MS: u64 = 250;
 
-/// raft-engine's way of saying the file system is full: it could not
-/// allocate or append (`nospace`), and asks for the batch again.
-fn out_of_space(error: &ConsensusError) -> bool {
-    match error {
-        ConsensusError::Log(raft_engine::Error::TryAgain(reason)) => reason.contains("nospace"),
-        ConsensusError::Log(raft_engine::Error::Io(io)) | ConsensusError::Io(io) => {
-            io.kind() == std::io::ErrorKind::StorageFull || io.to_string().contains("nospace")
-        }
-        _ => false,
-    }
-}
-
 /// Runs a log write until it is not refused for want of space. Raft's
 /// contract stays whole: nothing after this write (acknowledgements,
 /// applying, the next Ready) happens until it is durable, so a full disk
@@ -468,7 +456,7 @@ fn until_space<T>(
     let mut paused: Option<Instant> = None;
     loop {
         match write() {
-            Err(error) if out_of_space(&error) => {
+            Err(error) if crate::store::out_of_space(&error) => {
                 if paused.is_none() {
                     tracing::error!(%error, "the Raft log's file system is full: no write is acknowledged until space is freed (retrying every {LOG_FULL_RETRY_MS} ms; reads go on)");
                     status.log_write_paused.store(true, Ordering::Relaxed);
@@ -726,6 +714,11 @@ impl<S: StateMachine> Driver<S> {
             if Instant::now() >= next_tick {
                 self.core.tick();
                 next_tick = Instant::now() + self.tick;
+            }
+            // A failed write or fdatasync of the purge thread stops the
+            // node as one of this thread's would.
+            if let Some(failed) = self.core.io().store.failure() {
+                return Err(failed);
             }
             let before = self.timings.before_advance();
             self.core.advance()?;

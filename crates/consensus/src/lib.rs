@@ -68,6 +68,16 @@ pub enum ConsensusError {
     /// restart loads its own snapshot and log, and asks again).
     #[error("the snapshot the leader sent for index {index} fails its checks: {reason}")]
     LeaderSnapshot { index: u64, reason: String },
+    /// A write or fdatasync of the Raft log failed, for another reason
+    /// than a full disk. After a failed fsync the kernel may have dropped
+    /// the pages it could not write and report the next fsync clean
+    /// (PostgreSQL's "fsyncgate"), so no retry can prove anything durable:
+    /// the node stops.
+    #[error("the Raft log in {dir} could not be made durable: {reason}. Stopping: nothing written after the last successful fsync was acknowledged. Check the disk (kernel log), then restart: the log is read back up to its last whole entry")]
+    NotDurable {
+        dir: std::path::PathBuf,
+        reason: String,
+    },
     #[error("the log starts at {first_log_index} but the snapshot ends at {snapshot_index}: entries are missing")]
     Gap {
         snapshot_index: u64,

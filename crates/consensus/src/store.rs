@@ -1,9 +1,20 @@
 //! The Raft log on disk: raft-engine holding raft-rs entries, HardState and
 //! ConfState for one group. The contract (etcd's WAL Save): `persist`
 //! returns only when entries and state are on stable storage.
+//!
+//! Errors: a full disk (raft-engine's `nospace`) is returned as it is, and
+//! the driver retries the write until space is freed (`until_space`).
+//! Any other failure of a write or an fdatasync, the log's own or the
+//! purge thread's, is final: the store records it, refuses every later
+//! write and answers `ConsensusError::NotDurable` naming its directory, and
+//! the driver stops on it. raft-engine panics when an fdatasync fails (so
+//! that nothing goes on as if the data were durable); that panic is caught
+//! here and becomes the same error, so the node stops with the reason
+//! instead of losing its Raft thread.
 
-use std::path::Path;
-use std::sync::Arc;
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use raft::eraftpb::{ConfState, Entry, HardState};
 use raft_engine::{Config, Engine, LogBatch, MessageExt, ReadableSize, RecoveryMode};
@@ -37,6 +48,10 @@ pub struct Recovered {
 
 pub struct LogStore {
     engine: Arc<Engine>,
+    dir: PathBuf,
+    /// Set once by the first write or fdatasync that failed (this thread's
+    /// or the purge thread's): the log is no longer trusted.
+    fault: Arc<OnceLock<String>>,
     /// Wakes the purge thread (a bound of one coalesces requests); None
     /// once dropped.
     purge: Option<crossbeam_channel::Sender<()>>,
@@ -50,6 +65,13 @@ impl Drop for LogStore {
         self.purge.take();
         if let Some(purger) = self.purger.take() {
             let _ = purger.join();
+        }
+        if self.fault.get().is_some() {
+            // raft-engine's own drop fdatasyncs its files and panics when
+            // that fails, inside a destructor, which aborts the process
+            // before the node can stop with its error: a failed log is
+            // left to the process's exit instead (one reference leaked).
+            std::mem::forget(Arc::clone(&self.engine));
         }
     }
 }
@@ -67,12 +89,52 @@ impl LogStore {
         };
         let engine = Engine::open(config)?;
         let engine = Arc::new(engine);
-        let (purge, purger) = start_purger(engine.clone())?;
+        let fault = Arc::new(OnceLock::new());
+        let (purge, purger) = start_purger(engine.clone(), dir.to_path_buf(), fault.clone())?;
         Ok(LogStore {
             engine,
+            dir: dir.to_path_buf(),
+            fault,
             purge: Some(purge),
             purger: Some(purger),
         })
+    }
+
+    /// Why the log stopped being trusted, if a write or fdatasync failed
+    /// (the driver checks it every turn: a failure of the purge thread
+    /// stops the node too).
+    pub fn failure(&self) -> Option<ConsensusError> {
+        let reason = self.fault.get()?;
+        Some(ConsensusError::NotDurable {
+            dir: self.dir.clone(),
+            reason: reason.clone(),
+        })
+    }
+
+    /// One raft-engine write (`sync`: followed by fdatasync), its errors
+    /// sorted as the module says.
+    fn write(&self, batch: &mut LogBatch, sync: bool) -> Result<usize, ConsensusError> {
+        if let Some(failed) = self.failure() {
+            return Err(failed);
+        }
+        let written = std::panic::catch_unwind(AssertUnwindSafe(|| self.engine.write(batch, sync)));
+        match written {
+            Ok(Ok(bytes)) => Ok(bytes),
+            Ok(Err(error)) => {
+                let error = ConsensusError::Log(error);
+                if out_of_space(&error) {
+                    return Err(error);
+                }
+                Err(record_fault(&self.dir, &self.fault, error.to_string()))
+            }
+            Err(panic) => {
+                let reason = format!(
+                    "raft-engine gave up on a write or fdatasync: {}",
+                    panic_message(panic.as_ref())
+                );
+                Err(record_fault(&self.dir, &self.fault, reason))
+            }
+        }
     }
 
     pub fn recover(&self) -> Result<Recovered, ConsensusError> {
@@ -123,7 +185,7 @@ impl LogStore {
         if batch.is_empty() {
             return Ok(false);
         }
-        self.engine.write(&mut batch, true)?;
+        self.write(&mut batch, true)?;
         Ok(true)
     }
 
@@ -133,7 +195,7 @@ impl LogStore {
     pub fn persist_commit(&self, hard_state: &HardState) -> Result<(), ConsensusError> {
         let mut batch = LogBatch::with_capacity(0);
         batch.put_message(GROUP_ID, KEY_HARD_STATE.to_vec(), hard_state)?;
-        self.engine.write(&mut batch, false)?;
+        self.write(&mut batch, false)?;
         Ok(())
     }
 
@@ -164,17 +226,79 @@ impl LogStore {
 /// priority of the snapshot writer; it ends when the store is dropped.
 type Purger = (crossbeam_channel::Sender<()>, std::thread::JoinHandle<()>);
 
-fn start_purger(engine: Arc<Engine>) -> Result<Purger, ConsensusError> {
+fn start_purger(
+    engine: Arc<Engine>,
+    dir: PathBuf,
+    fault: Arc<OnceLock<String>>,
+) -> Result<Purger, ConsensusError> {
     let (sender, wakeups) = crossbeam_channel::bounded::<()>(1);
     let thread = std::thread::Builder::new()
         .name("keel-log-purge".into())
         .spawn(move || {
             crate::driver::background_priority();
             for () in wakeups {
-                if let Err(error) = engine.purge_expired_files() {
-                    tracing::error!(%error, "raft log purge failed; retried at the next compaction");
+                if fault.get().is_some() {
+                    return;
                 }
+                // A purge rewrites live entries of old files (a write and
+                // an fdatasync) before it deletes those files.
+                let purged =
+                    std::panic::catch_unwind(AssertUnwindSafe(|| engine.purge_expired_files()));
+                let reason = match purged {
+                    Ok(Ok(_)) => continue,
+                    Ok(Err(error)) => {
+                        let error = ConsensusError::Log(error);
+                        if out_of_space(&error) {
+                            tracing::error!(%error, "raft log purge failed for want of space; retried at the next compaction");
+                            continue;
+                        }
+                        format!("log purge: {error}")
+                    }
+                    Err(panic) => format!(
+                        "log purge: raft-engine gave up on a write or fdatasync: {}",
+                        panic_message(panic.as_ref())
+                    ),
+                };
+                record_fault(&dir, &fault, reason);
+                return;
             }
         })?;
     Ok((sender, thread))
+}
+
+/// raft-engine's ways of saying the file system is full: it could not
+/// allocate or append (`nospace`, a `TryAgain` asking for the batch
+/// again), or the OS said so; a snapshot file write too (`Io`).
+pub(crate) fn out_of_space(error: &ConsensusError) -> bool {
+    match error {
+        ConsensusError::Log(raft_engine::Error::TryAgain(reason)) => reason.contains("nospace"),
+        ConsensusError::Log(raft_engine::Error::Io(io)) | ConsensusError::Io(io) => {
+            io.kind() == std::io::ErrorKind::StorageFull || io.to_string().contains("nospace")
+        }
+        _ => false,
+    }
+}
+
+/// Records the log's first failure (later ones change nothing), logs it
+/// with the directory, and returns it as the error to stop with.
+fn record_fault(dir: &Path, fault: &OnceLock<String>, reason: String) -> ConsensusError {
+    let reason = fault.get_or_init(|| reason).clone();
+    let error = ConsensusError::NotDurable {
+        dir: dir.to_path_buf(),
+        reason,
+    };
+    tracing::error!(dir = %dir.display(), "{error}");
+    error
+}
+
+/// The message of a caught panic (a `&str` or a `String`, as `panic!`
+/// and `unwrap` make them).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_string()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
 }

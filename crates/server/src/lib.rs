@@ -20,6 +20,7 @@ pub mod reaper;
 pub mod sasl;
 mod shared;
 pub mod tls;
+pub mod ttl_clock;
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -57,6 +58,37 @@ pub enum ServerError {
     SaslUsers(#[from] sasl::SaslUsersError),
     #[error("no client port: neither a plain nor a TLS listener was given")]
     NoClientPort,
+}
+
+/// Connections the kernel queues on a client port before the server
+/// accepts them (Linux caps it at net.core.somaxconn). The standard
+/// library's 128 (and ZooKeeper's 50) drop the SYNs of a reconnect storm,
+/// thousands of clients moving over after a leader change, and each
+/// dropped SYN costs its client a 1 s retransmission.
+pub const CLIENT_LISTEN_BACKLOG: u32 = 4_096;
+
+/// Binds a client port (plain or TLS) with `CLIENT_LISTEN_BACKLOG`.
+pub async fn bind_client_port(address: &str) -> std::io::Result<TcpListener> {
+    let mut last_error = None;
+    for address in tokio::net::lookup_host(address).await? {
+        let socket = if address.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        // As tokio's TcpListener::bind: a restarted server rebinds at once.
+        socket.set_reuseaddr(true)?;
+        match socket.bind(address) {
+            Ok(()) => return socket.listen(CLIENT_LISTEN_BACKLOG),
+            Err(error) => last_error = Some(error),
+        }
+    }
+    Err(last_error.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the address resolves to nothing",
+        )
+    }))
 }
 
 /// The client ports a server accepts on: plain ZooKeeper protocol, and

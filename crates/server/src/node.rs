@@ -29,6 +29,7 @@ use keel_tree::{Applied, DataTree, Event, Txn, TxnOp};
 use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::profile::{self, Held, Lock, Op};
+use crate::ttl_clock::TtlClock;
 
 /// xid of transactions the server makes itself (expiry, reaper): no reply.
 pub const INTERNAL_XID: i32 = i32::MIN;
@@ -111,6 +112,9 @@ struct NodeState<O> {
     /// Leaf lock: the reply registry. A BTreeMap so that every walk over
     /// it (a snapshot install closes every route) has one order.
     routes: Mutex<BTreeMap<i64, Route<O>>>,
+    /// When this node applied each TTL node's last change (monotonic ms):
+    /// the reaper's clock-jump-proof half of the TTL rule.
+    ttl_clock: TtlClock,
 }
 
 impl<O: Outlet> NodeState<O> {
@@ -284,11 +288,13 @@ impl<O: Outlet> Node<O> {
     pub fn new(tree: DataTree, server_id: u64, tick_ms: u64, clock: Arc<dyn Clock>) -> Node<O> {
         assert!(tick_ms > 0, "a session tracker needs a tick");
         let sessions = tracker_for(&tree, tick_ms, clock.now_ms());
+        let ttl_clock = TtlClock::starting(&tree, clock.now_ms());
         Node {
             state: Arc::new(RwLock::new(NodeState {
                 tree,
                 watches: Mutex::new(WatchManager::new()),
                 routes: Mutex::new(BTreeMap::new()),
+                ttl_clock,
             })),
             sessions: Arc::new(Mutex::new(sessions)),
             clock,
@@ -311,6 +317,13 @@ impl<O: Outlet> Node<O> {
         profile::acquire(Lock::NodeRead, || {
             RwLockReadGuard::map(self.state.read(), |state| &state.tree)
         })
+    }
+
+    /// `f` over the tree and the TTL clock, read-locked together (the
+    /// reaper): no apply falls between them. Hold it briefly.
+    pub fn with_tree_and_ttl_clock<T>(&self, f: impl FnOnce(&DataTree, &TtlClock) -> T) -> T {
+        let state = self.read_state();
+        f(&state.tree, &state.ttl_clock)
     }
 
     fn read_state(&self) -> Held<RwLockReadGuard<'_, NodeState<O>>> {
@@ -631,7 +644,9 @@ impl<O: Outlet, B: ApplyObserver> NodeMachine<O, B> {
     fn replace(&mut self, tree: DataTree) {
         let mut state = self.node.write_state();
         let state = &mut *state;
-        *self.node.sessions() = tracker_for(&tree, self.node.tick_ms, self.node.now_ms());
+        let now_ms = self.node.now_ms();
+        *self.node.sessions() = tracker_for(&tree, self.node.tick_ms, now_ms);
+        state.ttl_clock = TtlClock::starting(&tree, now_ms);
         state.tree = tree;
         // The changes the snapshot jumped over fired no watch. As a
         // ZooKeeper follower that resyncs from a SNAP, drop every client
@@ -725,6 +740,9 @@ impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
             };
             self.observer.applying(index, &txn, &state.tree);
             let applied = state.tree.apply(term, &txn);
+            state
+                .ttl_clock
+                .applied(&state.tree, &applied.events, now_ms);
             self.observer.applied(index, &txn, &applied);
             let asked_here = proposal.origin == self.node.server_id;
             deliver(

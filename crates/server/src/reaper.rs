@@ -6,8 +6,16 @@
 //! candidate of the next pass, as in ZooKeeper: a path nested N deep goes
 //! in about N intervals.
 //!
+//! A TTL node goes only when two clocks agree its TTL has passed: the
+//! wall-clock rule every replica checks (`wall now - mtime > ttl`, as
+//! ZooKeeper's) and this node's monotonic clock, counted from when it
+//! applied the node's last change (`ttl_clock.rs`). A wall clock jumping
+//! forward therefore reaps nothing early; one jumping back delays reaping
+//! by the jump, as in ZooKeeper (late, never early).
+//!
 //! `Reaper::pass` is the whole decision, without IO: the server's timer
-//! (`run`) and the simulator's tick call it and propose what it returns.
+//! (`run`) and the simulator's tick call it with both clocks' readings and
+//! propose what it returns.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -113,27 +121,42 @@ impl Reaper {
     /// One pass on this node, the step the server's timer (`run`) and the
     /// simulator's tick both take every `container_check_interval_ms`: on
     /// the leader, the DeleteContainer transactions to propose now, made
-    /// at `time_ms` (the clock node times are kept in); elsewhere none,
-    /// and what this node proposed while leading is forgotten (the new
-    /// leader redoes it).
-    pub fn pass<O: Outlet>(&mut self, node: &Node<O>, leader: bool, time_ms: i64) -> Vec<Txn> {
+    /// at `wall_ms` (the wall clock node times are kept in), of the
+    /// candidates due by both clocks (`monotonic_ms` is the node's clock,
+    /// `Node::now_ms`, which its apply step stamps TTL changes with);
+    /// elsewhere none, and what this node proposed while leading is
+    /// forgotten (the new leader redoes it).
+    pub fn pass<O: Outlet>(
+        &mut self,
+        node: &Node<O>,
+        leader: bool,
+        wall_ms: i64,
+        monotonic_ms: u64,
+    ) -> Vec<Txn> {
         if !leader {
             self.forget();
             return Vec::new();
         }
-        let candidates: Vec<(String, NodeStamp)> = {
-            let tree = node.tree();
-            tree.reap_candidates(time_ms)
+        let candidates = node.with_tree_and_ttl_clock(|tree, ttl_clock| {
+            // A change this node has no record of is not old enough: it
+            // cannot tell how old it is (never happens: the apply step
+            // records every change; the simulator checks that it does).
+            let local_age_ms = |path: &str, mzxid: i64| {
+                let age_ms = ttl_clock.age_ms(path, mzxid, monotonic_ms).unwrap_or(0);
+                i64::try_from(age_ms).unwrap_or(i64::MAX)
+            };
+            let paths = tree.reap_candidates_aged(wall_ms, local_age_ms);
+            paths
                 .into_iter()
                 .filter_map(|path| {
                     let stamp = NodeStamp::of(&tree.node(&path)?.stat);
                     Some((path, stamp))
                 })
-                .collect()
-        };
-        self.select(candidates, node.now_ms())
+                .collect::<Vec<(String, NodeStamp)>>()
+        });
+        self.select(candidates, monotonic_ms)
             .into_iter()
-            .map(|path| internal_txn(0, TxnOp::DeleteContainer { path }, time_ms))
+            .map(|path| internal_txn(0, TxnOp::DeleteContainer { path }, wall_ms))
             .collect()
     }
 }
@@ -150,7 +173,8 @@ pub async fn run(shared: Arc<Shared>) {
         passes.tick().await;
         let leader = shared.raft().is_leader();
         let _op = leader.then(|| crate::profile::enter(crate::profile::Op::REAPER));
-        for txn in reaper.pass(&shared.node, leader, wall_clock_ms()) {
+        let monotonic_ms = shared.node.now_ms();
+        for txn in reaper.pass(&shared.node, leader, wall_clock_ms(), monotonic_ms) {
             if let TxnOp::DeleteContainer { path } = &txn.op {
                 tracing::debug!(path, "reaping");
             }
@@ -211,11 +235,11 @@ mod tests {
         assert!(second.iter().all(|path| !first.contains(path)));
     }
 
-    struct FixedClock(u64);
+    struct ManualClock(std::sync::atomic::AtomicU64);
 
-    impl crate::node::Clock for FixedClock {
+    impl crate::node::Clock for ManualClock {
         fn now_ms(&self) -> u64 {
-            self.0
+            self.0.load(std::sync::atomic::Ordering::Relaxed)
         }
     }
 
@@ -253,8 +277,10 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_pass_on_the_leader_proposes_the_due_deletions_and_elsewhere_none() {
+    /// A node (loaded at monotonic time `loaded_ms`) holding an emptied
+    /// container /c and a TTL node /t of 500 ms, both written at wall
+    /// time 1,000.
+    fn node_with_container_and_ttl_node(loaded_ms: u64) -> Node<Nowhere> {
         use keel_jute::Request;
         let mut tree = keel_tree::DataTree::new();
         let session = TxnOp::CreateSession { timeout_ms: 60_000 };
@@ -278,26 +304,85 @@ mod tests {
             ttl: 500,
         };
         apply(&mut tree, 1_000, Request::CreateTtl(ttl));
-        let node: Node<Nowhere> = Node::new(tree, 1, 100, Arc::new(FixedClock(7)));
+        let clock = ManualClock(std::sync::atomic::AtomicU64::new(loaded_ms));
+        Node::new(tree, 1, 100, Arc::new(clock))
+    }
+
+    fn paths(txns: Vec<Txn>) -> Vec<String> {
+        txns.into_iter()
+            .map(|txn| {
+                assert_eq!(txn.xid, crate::node::INTERNAL_XID);
+                match txn.op {
+                    TxnOp::DeleteContainer { path } => path,
+                    other => panic!("{other:?}"),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_pass_on_the_leader_proposes_the_due_deletions_and_elsewhere_none() {
+        let node = node_with_container_and_ttl_node(0);
         let mut reaper = Reaper::default();
-        assert!(reaper.pass(&node, false, 2_000).is_empty(), "not leading");
-        let paths = |txns: Vec<Txn>| -> Vec<String> {
-            txns.into_iter()
-                .map(|txn| {
-                    assert_eq!(txn.xid, crate::node::INTERNAL_XID);
-                    assert_eq!(txn.time_ms, 1_400);
-                    match txn.op {
-                        TxnOp::DeleteContainer { path } => path,
-                        other => panic!("{other:?}"),
-                    }
-                })
-                .collect()
-        };
+        assert!(
+            reaper.pass(&node, false, 2_000, 1_000).is_empty(),
+            "not leading"
+        );
         // The TTL node is not due yet (500 ms after its mtime).
-        assert_eq!(paths(reaper.pass(&node, true, 1_400)), ["/c"]);
-        let due = reaper.pass(&node, true, 1_600);
+        let first = reaper.pass(&node, true, 1_400, 400);
+        assert!(first.iter().all(|txn| txn.time_ms == 1_400));
+        assert_eq!(paths(first), ["/c"]);
+        let due = reaper.pass(&node, true, 1_600, 600);
         assert_eq!(due.len(), 1, "/c is in flight; /t is due: {due:?}");
         assert_eq!(due[0].time_ms, 1_600);
+        assert_eq!(paths(due), ["/t"]);
+    }
+
+    #[test]
+    fn a_wall_clock_jump_forward_reaps_no_ttl_node_before_its_ttl_passed_on_the_monotonic_clock() {
+        let node = node_with_container_and_ttl_node(0);
+        let mut reaper = Reaper::default();
+        const HOUR_MS: i64 = 3_600_000;
+        // 100 ms after the write the wall clock says an hour passed.
+        assert_eq!(
+            paths(reaper.pass(&node, true, 1_100 + HOUR_MS, 100)),
+            ["/c"]
+        );
+        assert!(reaper.pass(&node, true, 1_400 + HOUR_MS, 400).is_empty());
+        assert!(
+            reaper.pass(&node, true, 1_500 + HOUR_MS, 500).is_empty(),
+            "exactly the TTL is not past it"
+        );
+        assert_eq!(
+            paths(reaper.pass(&node, true, 1_501 + HOUR_MS, 501)),
+            ["/t"]
+        );
+    }
+
+    #[test]
+    fn a_wall_clock_jump_back_delays_a_ttl_node_by_the_jump_and_never_reaps_it_early() {
+        let node = node_with_container_and_ttl_node(0);
+        let mut reaper = Reaper::default();
+        // An hour back: by the wall clock the TTL has not passed.
+        assert_eq!(
+            paths(reaper.pass(&node, true, 1_600 - 3_600_000, 600)),
+            ["/c"]
+        );
+        // (/c, never applied here, is overdue and proposed again.)
+        assert_eq!(paths(reaper.pass(&node, true, 1_500, 3_600_500)), ["/c"]);
+        assert_eq!(paths(reaper.pass(&node, true, 1_501, 3_600_501)), ["/t"]);
+    }
+
+    #[test]
+    fn a_node_that_just_loaded_its_tree_counts_ttl_nodes_from_the_load() {
+        // Loaded (a restart, a snapshot from the leader) at monotonic 10,000:
+        // the wall clock says /t is long due, but this node cannot know
+        // how old the change is, so it counts from the load: late, not early.
+        let node = node_with_container_and_ttl_node(10_000);
+        let mut reaper = Reaper::default();
+        assert_eq!(paths(reaper.pass(&node, true, 60_000, 10_000)), ["/c"]);
+        assert!(reaper.pass(&node, true, 60_400, 10_400).is_empty());
+        assert_eq!(paths(reaper.pass(&node, true, 60_600, 10_600)), ["/t"]);
     }
 
     #[test]

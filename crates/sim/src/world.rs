@@ -814,7 +814,13 @@ impl World {
         }
         let core = node.core.as_mut().expect("a live epoch has a core");
         let leader = core.is_leader();
-        let txns = node.reaper.pass(core.machine().node(), leader, time_ms);
+        // The simulated wall clock and every node's monotonic clock are
+        // the one logical clock.
+        let machine_node = core.machine().node();
+        let monotonic_ms = machine_node.now_ms();
+        let txns = node
+            .reaper
+            .pass(machine_node, leader, time_ms, monotonic_ms);
         let mut paths = Vec::new();
         for txn in txns {
             core.propose(txn.encode());
@@ -2359,6 +2365,20 @@ impl World {
     /// had a child is empty, and no TTL node has outlived its TTL, for
     /// longer than REAP_LATE_AFTER_MS.
     fn check_reaped_after_settle(&mut self) {
+        // Every replica's TTL clock holds exactly its tree's TTL nodes at
+        // their last change: the reaper never lacks a node's age.
+        let problems: Vec<String> = self
+            .nodes
+            .iter()
+            .filter_map(|n| {
+                let node = n.core.as_ref()?.machine().node();
+                let covered = node.with_tree_and_ttl_clock(|tree, clock| clock.check_covers(tree));
+                covered.err().map(|problem| format!("n{}: {problem}", n.id))
+            })
+            .collect();
+        for problem in problems {
+            self.fail(problem);
+        }
         let Some(tree) = self
             .nodes
             .iter()

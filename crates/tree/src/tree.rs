@@ -334,6 +334,20 @@ impl DataTree {
     /// children unmodified for longer than their ttl: ZooKeeper's
     /// ContainerManager candidates, sorted by path.
     pub fn reap_candidates(&self, now_ms: i64) -> Vec<String> {
+        self.reap_candidates_aged(now_ms, |_, _| i64::MAX)
+    }
+
+    /// `reap_candidates`, where a TTL node must also be older than its TTL
+    /// by `local_age_ms(path, mzxid)`: how long the caller has known the
+    /// node's last change (mzxid), on a clock of its own. Both must say the
+    /// TTL passed: `now_ms - mtime` (wall clocks, as ZooKeeper compares
+    /// them) and the local age (a monotonic clock that no wall-clock jump
+    /// moves). The tree reads no clock; the caller measures.
+    pub fn reap_candidates_aged(
+        &self,
+        now_ms: i64,
+        mut local_age_ms: impl FnMut(&str, i64) -> i64,
+    ) -> Vec<String> {
         let early = crate::planted::reap_early();
         let late = crate::planted::reap_late();
         let mut candidates = Vec::new();
@@ -355,12 +369,39 @@ impl DataTree {
                     && ttl_ms != 0
                     && (now_ms.saturating_sub(slot.stat.mtime) > ttl_ms || early)
                 {
-                    candidates.push(self.path_of(*id));
+                    let path = self.path_of(*id);
+                    if early || local_age_ms(&path, slot.stat.mzxid) > ttl_ms {
+                        candidates.push(path);
+                    }
                 }
             }
         }
         candidates.sort();
         candidates
+    }
+
+    /// Every TTL node's path and the zxid of its last change (mzxid), in
+    /// no particular order.
+    pub fn ttl_nodes(&self) -> Vec<(String, i64)> {
+        self.ttls
+            .iter()
+            .map(|id| (self.path_of(*id), self.arena.get(*id).stat.mzxid))
+            .collect()
+    }
+
+    /// How many TTL nodes the tree holds.
+    pub fn ttl_node_count(&self) -> usize {
+        self.ttls.len()
+    }
+
+    /// The mzxid of the TTL node at `path`; None when there is no node
+    /// there or it is not a TTL node.
+    pub fn ttl_mzxid(&self, path: &str) -> Option<i64> {
+        let slot = self.arena.get(self.resolve(path)?);
+        match owner_kind(slot.stat.ephemeral_owner) {
+            OwnerKind::Ttl(_) => Some(slot.stat.mzxid),
+            _ => None,
+        }
     }
 
     // ---- lookup

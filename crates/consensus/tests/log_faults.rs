@@ -1,0 +1,111 @@
+//! A failed write or fdatasync of the Raft log stops the node with the
+//! log's directory named; a full disk does not (the driver waits for
+//! space). raft-engine's fail points make its IO fail on demand (a test
+//! build only: see Cargo.toml). These tests are alone in this binary
+//! because fail points are process-wide; `FailScenario` runs them one at
+//! a time.
+
+use keel_consensus::{ConsensusError, LogStore};
+use raft::eraftpb::{Entry, HardState};
+
+fn entry(index: u64) -> Entry {
+    Entry {
+        index,
+        term: 1,
+        data: vec![7; 64].into(),
+        ..Default::default()
+    }
+}
+
+fn hard_state(commit: u64) -> HardState {
+    HardState {
+        term: 1,
+        vote: 1,
+        commit,
+        ..Default::default()
+    }
+}
+
+fn not_durable(error: ConsensusError, dir: &std::path::Path) -> String {
+    match &error {
+        ConsensusError::NotDurable { dir: named, .. } => assert_eq!(named, dir),
+        other => panic!("expected NotDurable, got {other:?}"),
+    }
+    let message = error.to_string();
+    assert!(message.contains(&dir.display().to_string()), "{message}");
+    message
+}
+
+#[test]
+fn a_failed_fdatasync_stops_the_log_with_its_directory_named_and_nothing_is_written_after_it() {
+    let scenario = fail::FailScenario::setup();
+    let dir = tempfile::tempdir().unwrap();
+    let store = LogStore::open(dir.path()).unwrap();
+    assert!(store
+        .persist(&[entry(1)], Some(&hard_state(0)), None)
+        .unwrap());
+    assert!(store.failure().is_none());
+    // raft-engine panics when an fdatasync fails; the store turns the
+    // panic into the error the driver stops with.
+    fail::cfg("log_fd::sync::err", "return").unwrap();
+    let error = store.persist(&[entry(2)], None, None).unwrap_err();
+    let message = not_durable(error, dir.path());
+    assert!(message.contains("fdatasync"), "{message}");
+    // Healthy again or not, the log is no longer trusted.
+    fail::remove("log_fd::sync::err");
+    let later = store.persist(&[entry(3)], None, None).unwrap_err();
+    not_durable(later, dir.path());
+    not_durable(store.failure().expect("recorded"), dir.path());
+    // A failed store is never dropped (raft-engine's drop would fdatasync
+    // again, and abort on its failure): it keeps its directory's lock, so
+    // its files are read back from a copy, as a restart reads them.
+    drop(store);
+    let copy = tempfile::tempdir().unwrap();
+    for file in std::fs::read_dir(dir.path()).unwrap() {
+        let file = file.unwrap();
+        std::fs::copy(file.path(), copy.path().join(file.file_name())).unwrap();
+    }
+    // What was durable before the failure is read back.
+    let reopened = LogStore::open(copy.path()).unwrap();
+    let recovered = reopened.recover().unwrap();
+    assert!(recovered.entries.iter().any(|e| e.index == 1));
+    assert!(!recovered.entries.iter().any(|e| e.index == 3));
+    scenario.teardown();
+}
+
+#[test]
+fn a_failed_write_stops_the_log_too() {
+    let scenario = fail::FailScenario::setup();
+    let dir = tempfile::tempdir().unwrap();
+    let store = LogStore::open(dir.path()).unwrap();
+    fail::cfg("log_file::write::err", "return").unwrap();
+    let error = store
+        .persist(&[entry(1)], Some(&hard_state(0)), None)
+        .unwrap_err();
+    not_durable(error, dir.path());
+    fail::remove("log_file::write::err");
+    assert!(store.failure().is_some());
+    assert!(store.persist_commit(&hard_state(0)).is_err());
+    scenario.teardown();
+}
+
+#[test]
+fn a_full_disk_is_not_a_fault_and_the_write_goes_through_once_space_is_back() {
+    let scenario = fail::FailScenario::setup();
+    let dir = tempfile::tempdir().unwrap();
+    let store = LogStore::open(dir.path()).unwrap();
+    fail::cfg("log_fd::write::no_space_err", "return").unwrap();
+    let error = store
+        .persist(&[entry(1)], Some(&hard_state(0)), None)
+        .unwrap_err();
+    assert!(
+        matches!(error, ConsensusError::Log(_)),
+        "a full disk is retried by the driver, not a fault: {error:?}"
+    );
+    assert!(store.failure().is_none());
+    fail::remove("log_fd::write::no_space_err");
+    assert!(store
+        .persist(&[entry(1)], Some(&hard_state(0)), None)
+        .unwrap());
+    scenario.teardown();
+}
