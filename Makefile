@@ -58,10 +58,10 @@ clean-test:
 # `testing` features (fuzzing helpers, planted bugs) into its keel binary;
 # the Python suites run the production binary, built without them.
 test: test-deps cargo-test build clean-test
-	$(PYTEST) $(SUITES) $(PYTEST_ARGS)
+	$(PYTEST) $(SUITES) --durations=25 $(PYTEST_ARGS)
 
 test-python: test-deps clean-test
-	$(PYTEST) $(SUITES) $(PYTEST_ARGS)
+	$(PYTEST) $(SUITES) --durations=25 $(PYTEST_ARGS)
 
 test-compat: test-deps build clean-test
 	$(PYTEST) tests/compat tests/badinput $(PYTEST_ARGS)
