@@ -131,11 +131,17 @@ class Prober(threading.Thread):
             state = srvr_state(self.port)
             self.probes.append((outcome, seconds, state))
             if state == "not serving":
+                answers = []
                 for word in LOADING_ANSWERS:
                     try:
-                        self.loading_answers.append((word, four_letter_word(self.port, word, timeout=HANG_S)))
+                        answers.append((word, four_letter_word(self.port, word, timeout=HANG_S)))
                     except OSError:
                         pass
+                # Only answers bracketed by two "not serving" srvr count: the
+                # node may start serving between the words (a loaded machine
+                # widened that window enough to catch mntr's serving answer).
+                if srvr_state(self.port) == "not serving":
+                    self.loading_answers.extend(answers)
             if sum(1 for p in self.probes if p[0] == "served") >= SERVED_PROBES:
                 return
             time.sleep(PROBE_EVERY_S)
