@@ -184,6 +184,7 @@ pub fn load_newest<T, E: std::fmt::Display>(
                     index,
                     term,
                     dedup: envelope.dedup,
+                    configuration: envelope.configuration,
                 };
                 return Ok(Some((state, position)));
             }

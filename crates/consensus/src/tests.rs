@@ -11,6 +11,7 @@ use crate::core::PlantedBug;
 use crate::core::{storage_from, Core, CoreConfig, Durable, Io, Outbound, SnapshotSource};
 use crate::proposal::{encode_entry, Dedup, Envelope, Proposal, ProposalId};
 use crate::transport::PeerInput;
+use crate::membership::{Members, Membership, ReconfigError};
 use crate::{Committed, ConsensusError, RaftStatus, SnapshotJob, SnapshotWriter, StateMachine};
 
 struct NoIo;
@@ -47,12 +48,15 @@ impl SnapshotSource for NoSnapshots {
     }
 }
 
-/// Records what it applied, as (origin, payload).
+/// Records what it applied, as (origin, payload), and the configurations
+/// that came into effect (member ids, reply context).
 #[derive(Default)]
 struct Recorder {
     applied: Vec<(u64, Vec<u8>)>,
     index: u64,
     term: u64,
+    configurations: Vec<(Vec<u64>, Option<Vec<u8>>)>,
+    refused: Vec<(Vec<u8>, ReconfigError)>,
 }
 
 struct Done;
@@ -89,6 +93,22 @@ impl StateMachine for Recorder {
     }
     fn read_ready(&mut self, _: Vec<u8>) {}
     fn read_failed(&mut self, _: Vec<u8>) {}
+    fn reconfigured(
+        &mut self,
+        index: u64,
+        term: u64,
+        members: &Members,
+        _: i64,
+        reply: Option<&[u8]>,
+    ) -> u64 {
+        (self.index, self.term) = (index, term);
+        self.configurations
+            .push((members.keys().copied().collect(), reply.map(<[u8]>::to_vec)));
+        index
+    }
+    fn reconfig_failed(&mut self, context: Vec<u8>, error: ReconfigError) {
+        self.refused.push((context, error));
+    }
 }
 
 fn single_node(dedup: Dedup) -> Core<Recorder, NoIo, NoSnapshots> {
@@ -113,6 +133,8 @@ fn single_node(dedup: Dedup) -> Core<Recorder, NoIo, NoSnapshots> {
         dedup,
         seed: 7,
         log_kept_behind_snapshot: 10,
+        membership: Membership::default(),
+        reconfig_enabled: true,
         #[cfg(feature = "testing")]
         planted_bug: PlantedBug::None,
     };
