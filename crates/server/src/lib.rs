@@ -10,11 +10,13 @@ pub mod config;
 mod conn;
 pub mod fifo;
 pub mod fourlw;
+pub mod join;
 pub mod metrics;
 pub mod node;
 mod port;
 pub mod profile;
 mod reaper;
+pub mod reconfig;
 mod shared;
 
 use std::future::Future;
@@ -113,6 +115,13 @@ pub async fn run(
         node = start_node(config, stats.clone()) => node?,
     };
     let _ = publish_node.send(Some(node.shared.clone()));
+    let asking = node.shared.config.joining().then(|| {
+        let raft = node.raft.clone();
+        let id = node.shared.config.server_id;
+        tokio::spawn(join::ask(node.shared.config.clone(), move || {
+            raft.membership().members.contains_key(&id)
+        }))
+    });
     let serve = async {
         catch_up(&node.shared, &node.startup).await;
         node.shared.stats.caught_up.store(true, Ordering::Relaxed);
@@ -132,6 +141,9 @@ pub async fn run(
         _ = watch_driver(&node.driver) => Err(ServerError::RaftStopped("driver thread exited".into())),
         () = serve => Ok(()),
     };
+    if let Some(asking) = asking {
+        asking.abort();
+    }
     node.raft.shutdown();
     let joined = tokio::task::block_in_place(|| node.driver.join());
     if let Some(metrics) = metrics {
@@ -251,7 +263,10 @@ async fn start_node(config: ServerConfig, stats: Arc<Stats>) -> Result<Started, 
         cluster_name: config.cluster_name.clone(),
         preferred_leader: (config.preferred_leader != 0).then_some(config.preferred_leader),
         observers: config.observers.clone(),
+        clients: config.peer_clients(),
         peer_auth: config.peer_auth()?,
+        join: config.joining(),
+        reconfig_enabled: config.reconfig_enabled,
     };
     if let Some(path) = &config.peer_secret_file {
         keel_consensus::peer_auth::warn_if_readable_by_others(path);

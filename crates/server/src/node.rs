@@ -21,7 +21,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use keel_consensus::{Committed, MachineError, SnapshotJob, SnapshotWriter, StateMachine};
+use keel_consensus::{
+    Committed, MachineError, Members, ReconfigError, SnapshotJob, SnapshotWriter, StateMachine,
+};
 use keel_jute::{opcode, ErrorCode, Id, Request, Response};
 use keel_session::SessionTracker;
 use keel_tree::watch::{WatchKind, WatchManager};
@@ -53,6 +55,8 @@ pub enum CloseReason {
     ProposalDropped,
     #[error("too many syncs pending")]
     SyncRefused,
+    #[error("reconfig lost (leader change or timeout)")]
+    ReconfigLost,
 }
 
 /// What the node sends to one connection.
@@ -722,6 +726,68 @@ impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
             let state = self.node.read_state();
             state.send(sync.session_id, Outbound::Close { reason });
         }
+    }
+
+    fn reconfigured(
+        &mut self,
+        index: u64,
+        term: u64,
+        members: &Members,
+        time_ms: i64,
+        reply: Option<&[u8]>,
+    ) -> u64 {
+        let _op = profile::enter(Op::APPLY);
+        let mut state = self.node.write_state();
+        let state = &mut *state;
+        let applied = state.tree.set_config(term, time_ms, |zxid| {
+            crate::reconfig::render(members, zxid as u64).into_bytes()
+        });
+        let watches = state.watches.get_mut();
+        let routes = state.routes.get_mut();
+        for event in &applied.events {
+            for session_id in watches.trigger(&event.path, event.event_type.code()) {
+                if let Some(route) = routes.get(&session_id) {
+                    route.outlet.send(Outbound::Event {
+                        zxid: applied.zxid,
+                        event: event.clone(),
+                    });
+                }
+            }
+        }
+        if let Some(to) = reply.and_then(crate::reconfig::ReplyTo::decode) {
+            if let Some(route) = routes.get(&to.session_id) {
+                route.outlet.send(Outbound::Reply {
+                    xid: to.xid,
+                    zxid: applied.zxid,
+                    op_code: opcode::RECONFIG,
+                    result: applied.result.clone(),
+                });
+            }
+        }
+        state.tree.set_applied(index, term);
+        self.observer.settled(&state.tree);
+        applied.zxid as u64
+    }
+
+    fn reconfig_failed(&mut self, context: Vec<u8>, error: ReconfigError) {
+        let _op = profile::enter(Op::APPLY);
+        let Some(to) = crate::reconfig::ReplyTo::decode(&context) else {
+            return tracing::error!("reconfig context does not decode");
+        };
+        tracing::info!(session = format_args!("{:#x}", to.session_id), %error, "reconfig refused");
+        let state = self.node.read_state();
+        let message = match crate::reconfig::error_code(&error) {
+            Some(code) => Outbound::Reply {
+                xid: to.xid,
+                zxid: state.tree.last_zxid(),
+                op_code: opcode::RECONFIG,
+                result: Err(code),
+            },
+            None => Outbound::Close {
+                reason: CloseReason::ReconfigLost,
+            },
+        };
+        state.send(to.session_id, message);
     }
 
     fn role_changed(&mut self, leader: bool) {

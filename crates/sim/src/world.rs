@@ -652,6 +652,8 @@ impl World {
             dedup,
             seed,
             log_kept_behind_snapshot: SIM_LOG_KEPT_BEHIND_SNAPSHOT,
+            membership: Default::default(),
+            reconfig_enabled: false,
             planted_bug,
         };
         let io = SimIo {
@@ -886,6 +888,8 @@ impl World {
             Outbound::Raft(m) => (m.to, PeerInput::Raft(Box::new(m))),
             Outbound::Forward { to, batch } => (to, PeerInput::Forward(batch)),
             Outbound::Touch { to, sessions } => (to, PeerInput::Touch(sessions)),
+            Outbound::Reconfig { to, request } => (to, PeerInput::Reconfig(request)),
+            Outbound::ReconfigAnswer { to, answer } => (to, PeerInput::ReconfigAnswer(answer)),
         };
         self.stats.messages += 1;
         if self.cut.contains(&(from, to)) || self.rng.chance(self.drop_per_million) {
@@ -2168,6 +2172,8 @@ fn copy_input(input: &PeerInput) -> PeerInput {
         PeerInput::Raft(m) => PeerInput::Raft(m.clone()),
         PeerInput::Forward(b) => PeerInput::Forward(b.clone()),
         PeerInput::Touch(s) => PeerInput::Touch(s.clone()),
+        PeerInput::Reconfig(r) => PeerInput::Reconfig(r.clone()),
+        PeerInput::ReconfigAnswer(a) => PeerInput::ReconfigAnswer(a.clone()),
     }
 }
 
