@@ -587,6 +587,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
                     return;
                 }
                 self.reconfig.heard.insert(message.from, self.ticks);
+                self.settle_first_snapshot(&message);
                 if let Err(error) = self.raw.step(*message) {
                     tracing::debug!(%error, "raft message refused");
                 }

@@ -67,6 +67,8 @@ pub(super) struct State {
     promote_wait_since: Option<u64>,
     /// Tick of the last leadership transfer asked for a change.
     last_transfer_tick: Option<u64>,
+    /// Tick at which each new member was last sent its first snapshot.
+    snapshot_pokes: BTreeMap<u64, u64>,
 }
 
 impl State {
@@ -79,6 +81,7 @@ impl State {
             heard: BTreeMap::new(),
             promote_wait_since: None,
             last_transfer_tick: None,
+            snapshot_pokes: BTreeMap::new(),
         }
     }
 }
@@ -300,12 +303,12 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             .heard
             .get(&id)
             .is_some_and(|tick| tick + HEARD_WITHIN_TICKS >= self.ticks);
-        let matched = self
-            .raw
-            .raft
-            .prs()
-            .get(id)
-            .is_some_and(|p| p.matched + CAUGHT_UP_ENTRIES_MAX >= last_index);
+        // A member added since has caught up only once it holds the
+        // snapshot that holds it (before, its matched index is 0).
+        let floor = self.raw.store().floors.get(&id).copied().unwrap_or(0);
+        let matched = self.raw.raft.prs().get(id).is_some_and(|p| {
+            p.matched >= floor && p.matched + CAUGHT_UP_ENTRIES_MAX >= last_index
+        });
         heard && matched
     }
 
@@ -516,6 +519,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         for removed in before.difference(&after) {
             floors.remove(removed);
             self.reconfig.heard.remove(removed);
+            self.reconfig.snapshot_pokes.remove(removed);
         }
         let completed = self
             .reconfig
@@ -643,7 +647,14 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             .collect();
         let me = self.config.node_id;
         for (id, floor) in floors {
-            if id == me {
+            // Once the member answered anything it has a snapshot (it takes
+            // nothing before): raft-rs goes on by itself.
+            let poked_lately = self
+                .reconfig
+                .snapshot_pokes
+                .get(&id)
+                .is_some_and(|tick| tick + super::SNAPSHOT_RETRY_TICKS > self.ticks);
+            if id == me || self.reconfig.heard.contains_key(&id) || poked_lately {
                 continue;
             }
             let Some(progress) = self.raw.raft.mut_prs().get_mut(id) else {
@@ -660,6 +671,37 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             progress.recent_active = true;
             progress.resume();
             self.raw.raft.send_append(id);
+            let sent = self
+                .raw
+                .raft
+                .prs()
+                .get(id)
+                .is_some_and(|p| p.state == raft::ProgressState::Snapshot);
+            if sent {
+                self.reconfig.snapshot_pokes.insert(id, self.ticks);
+            }
+        }
+    }
+
+    /// A new member acknowledged the snapshot that holds it: the leader
+    /// stops asking raft-rs for one (raft-rs clears the request only on a
+    /// snapshot report, and would otherwise send it again with its next
+    /// append, in this very step).
+    pub(super) fn settle_first_snapshot(&mut self, message: &Message) {
+        if !self.leader
+            || message.get_msg_type() != MessageType::MsgAppendResponse
+            || message.reject
+        {
+            return;
+        }
+        let Some(floor) = self.raw.store().floors.get(&message.from).copied() else {
+            return;
+        };
+        if message.index < floor {
+            return;
+        }
+        if let Some(progress) = self.raw.raft.mut_prs().get_mut(message.from) {
+            progress.pending_request_snapshot = raft::INVALID_INDEX;
         }
     }
 
