@@ -330,6 +330,8 @@ class ZooKeeperServer(BaseServer):
             lines.append("forceSync=%s" % ("yes" if s["zk_force_sync"] else "no"))
         if "max_session_timeout_ms" in s:
             lines.append("maxSessionTimeout=%d" % s["max_session_timeout_ms"])
+        if s.get("reconfig_enabled"):
+            lines.append("reconfigEnabled=true")
         if s.get("max_client_connections_per_ip") is not None:
             lines.append("maxClientCnxns=%d" % s["max_client_connections_per_ip"])
         self.config_path = os.path.join(self.workdir, "zoo.cfg")

@@ -145,6 +145,12 @@ pub async fn serve(port: &ClientPort, stream: TcpStream, peer: SocketAddr) {
             .fetch_add(1, Ordering::Relaxed);
         return tracing::info!(%peer, "session request closed: still loading the data");
     };
+    if shared.node.removed() {
+        port.stats
+            .connection_rejected
+            .fetch_add(1, Ordering::Relaxed);
+        return tracing::info!(%peer, "session request closed: this server was removed from the cluster");
+    }
     let (sender, inbox) = mpsc::channel(CONNECTION_OUTBOUND_MAX);
     let id = shared
         .next_connection_id

@@ -307,6 +307,9 @@ struct Replay {
     applied_index: u64,
     commit_index: u64,
     last_index: u64,
+    /// A cluster member whose configuration has no id yet: the first
+    /// leader has not established it (/zookeeper/config would be empty).
+    config_unestablished: bool,
 }
 
 impl Replay {
@@ -320,6 +323,10 @@ impl Replay {
             applied_index: status.applied_index.load(Ordering::Acquire),
             commit_index: status.commit_index.load(Ordering::Acquire),
             last_index: status.last_index.load(Ordering::Acquire),
+            config_unestablished: status.cluster && {
+                let membership = shared.raft().membership();
+                membership.config_id == 0 && !membership.members.is_empty()
+            },
         }
     }
 
@@ -327,6 +334,7 @@ impl Replay {
         self.leader_id != 0
             && self.applied_term >= self.term
             && self.applied_index >= self.commit_index
+            && !self.config_unestablished
     }
 }
 

@@ -57,6 +57,8 @@ pub enum CloseReason {
     SyncRefused,
     #[error("reconfig lost (leader change or timeout)")]
     ReconfigLost,
+    #[error("this server was removed from the cluster's configuration")]
+    Removed,
 }
 
 /// What the node sends to one connection.
@@ -135,6 +137,9 @@ pub struct Node<O> {
     clock: Arc<dyn Clock>,
     server_id: u64,
     tick_ms: u64,
+    /// The configuration in effect does not hold this server: it serves no
+    /// client (ZooKeeper's removed server stops serving too).
+    removed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl<O> Clone for Node<O> {
@@ -145,6 +150,7 @@ impl<O> Clone for Node<O> {
             clock: self.clock.clone(),
             server_id: self.server_id,
             tick_ms: self.tick_ms,
+            removed: self.removed.clone(),
         }
     }
 }
@@ -231,7 +237,13 @@ impl<O: Outlet> Node<O> {
             clock,
             server_id,
             tick_ms,
+            removed: Arc::default(),
         }
+    }
+
+    /// This server is not in the configuration in effect (it was removed).
+    pub fn removed(&self) -> bool {
+        self.removed.load(std::sync::atomic::Ordering::Acquire)
     }
 
     pub fn server_id(&self) -> u64 {
@@ -761,6 +773,18 @@ impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
                     zxid: applied.zxid,
                     op_code: opcode::RECONFIG,
                     result: applied.result.clone(),
+                });
+            }
+        }
+        let removed = !members.contains_key(&self.node.server_id);
+        self.node
+            .removed
+            .store(removed, std::sync::atomic::Ordering::Release);
+        if removed {
+            tracing::warn!("this server is no longer a member: its clients are closed");
+            for route in routes.values() {
+                route.outlet.send(Outbound::Close {
+                    reason: CloseReason::Removed,
                 });
             }
         }

@@ -495,6 +495,19 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             tracing::error!(index, %error, "conf change context does not decode");
             None
         });
+        // A member this entry removes hears of its commit from no one once
+        // the leader drops its progress: the leader sends it the entries up
+        // to here itself (`farewell`), from where it had acknowledged.
+        let matched_before: BTreeMap<u64, u64> = if self.leader {
+            self.raw
+                .raft
+                .prs()
+                .iter()
+                .map(|(id, progress)| (*id, progress.matched))
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
         let conf_state = match self.raw.apply_conf_change(&change) {
             Ok(conf_state) => conf_state,
             Err(error) => {
@@ -521,6 +534,11 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             self.reconfig.heard.remove(removed);
             self.reconfig.snapshot_pokes.remove(removed);
         }
+        for removed in before.difference(&after) {
+            if let Some(matched) = matched_before.get(removed) {
+                self.farewell(*removed, *matched, index);
+            }
+        }
         let completed = self
             .reconfig
             .membership
@@ -533,6 +551,36 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             self.machine.skip(index, term);
         }
         self.publish_membership();
+    }
+
+    /// Sends a member just removed (by the entry at `index`) the entries it
+    /// lacks up to `index`, committed: it applies its own removal, answers
+    /// a client that asked there, and stops serving. Best effort: a member
+    /// that never acknowledged anything, or whose entries are compacted
+    /// away, is not told (its client's request times out).
+    fn farewell(&mut self, to: u64, matched: u64, index: u64) {
+        if to == self.config.node_id || matched == 0 {
+            return;
+        }
+        let log = &self.raw.raft.raft_log;
+        let Ok(prev_term) = log.term(matched) else {
+            return;
+        };
+        let entries = match log.entries(matched + 1, None, raft::GetEntriesContext::empty(false)) {
+            Ok(entries) => entries.into_iter().filter(|e| e.index <= index).collect(),
+            Err(_) => return,
+        };
+        let mut message = Message::default();
+        message.set_msg_type(MessageType::MsgAppend);
+        message.to = to;
+        message.from = self.config.node_id;
+        message.term = self.raw.raft.term;
+        message.log_term = prev_term;
+        message.index = matched;
+        message.set_entries(entries);
+        message.commit = index;
+        tracing::info!(to, index, "telling a removed member of its removal");
+        self.io.send(Outbound::Raft(message));
     }
 
     /// The change under way reached its target at (index, term).
