@@ -264,6 +264,15 @@ def test_a_killed_member_is_replaced_by_a_fresh_one_that_asks_to_join(keel_clust
         # The new configuration's quorum is 1, 2, 4: 3 is not needed any more.
         cluster.nodes[0].kill()
         check_step(cluster, [cluster.nodes[1], fresh], writer, "member 1 killed after the replacement")
+        # Restarted with its first --peers (1, 2, 3), member 1 takes the
+        # members from its data dir and follows again; so does the new
+        # member restarted with --join.
+        cluster.nodes[0].start(timeout=60)
+        check_step(cluster, alive + [fresh], writer, "member 1 restarted with its old --peers")
+        fresh.stop()
+        fresh.start(timeout=60)
+        check_step(cluster, alive + [fresh], writer, "member 4 restarted")
+        assert "membership=dynamic" in open(os.path.join(cluster.nodes[0].data_dir, "IDENTITY")).read()
     finally:
         writer.stop()
 
