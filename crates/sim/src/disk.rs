@@ -10,7 +10,7 @@ use std::rc::Rc;
 
 use keel_consensus::core::{Io, Outbound, SnapshotSource};
 use keel_consensus::ConsensusError;
-use keel_consensus::{Dedup, Envelope};
+use keel_consensus::{Configuration, Dedup, Envelope};
 use keel_tree::DataTree;
 use raft::eraftpb::{ConfState, Entry, HardState};
 
@@ -62,9 +62,9 @@ impl SimDisk {
     }
 
     /// The newest snapshot whose envelope and tree decode and pass their
-    /// checks, as the server's restart does (`snapfile::load_newest`);
-    /// an empty tree if none.
-    pub fn load_tree(&self) -> (DataTree, Dedup) {
+    /// checks, as the server's restart does (`snapfile::load_newest`),
+    /// with its configuration; an empty tree if none.
+    pub fn load_tree(&self) -> (DataTree, Dedup, Option<Configuration>) {
         self.snapshots
             .iter()
             .rev()
@@ -73,7 +73,7 @@ impl SimDisk {
                 keel_tree::snapshot::decode(state)
                     .ok()
                     .filter(|tree| tree.applied_index() == *index)
-                    .map(|tree| (tree, envelope.dedup))
+                    .map(|tree| (tree, envelope.dedup, envelope.configuration))
             })
             .unwrap_or_default()
     }
@@ -97,10 +97,33 @@ pub struct SimIo {
     pub busy_ms: u64,
     /// Set by a fault: the next persist dies mid-write.
     pub crash_in_next_write: Option<bool>,
+    /// The members this node's transport knows (`Io::set_peers`): it sends
+    /// to and accepts from these only, as the server's transport does.
+    pub peers: std::collections::BTreeSet<u64>,
+}
+
+/// The member a message is for.
+pub fn target(message: &Outbound) -> u64 {
+    match message {
+        Outbound::Raft(m) => m.to,
+        Outbound::Forward { to, .. }
+        | Outbound::Touch { to, .. }
+        | Outbound::Reconfig { to, .. }
+        | Outbound::ReconfigAnswer { to, .. } => *to,
+    }
 }
 
 impl Io for SimIo {
+    fn set_peers(&mut self, peers: &BTreeMap<u64, (String, bool)>) {
+        self.peers = peers.keys().copied().collect();
+    }
+
     fn send(&mut self, message: Outbound) {
+        // The server's transport queues a message only for a member it
+        // knows (a member forgotten later still gets what was queued).
+        if !self.peers.contains(&target(&message)) {
+            return;
+        }
         self.sent.push(Sent {
             message,
             after_ms: self.busy_ms,
@@ -203,6 +226,7 @@ mod tests {
             fsync_ms: 2,
             busy_ms: 0,
             crash_in_next_write: None,
+            peers: Default::default(),
         };
         io.persist(&[entry(1, 1), entry(2, 1), entry(3, 1)], None, None)
             .unwrap();
@@ -232,6 +256,7 @@ mod tests {
                 fsync_ms: 1,
                 busy_ms: 0,
                 crash_in_next_write: Some(reached),
+                peers: Default::default(),
             };
             assert!(io.persist(&[entry(1, 1), entry(2, 1)], None, None).is_err());
             assert_eq!(disk.borrow().entries.len(), if reached { 2 } else { 0 });
