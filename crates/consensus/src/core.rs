@@ -108,6 +108,12 @@ pub enum Outbound {
         to: u64,
         answer: Vec<u8>,
     },
+    /// The members' addresses this node knows (an encoded `Membership`),
+    /// for a peer that may lag behind a change adding one of them.
+    Members {
+        to: u64,
+        members: Vec<u8>,
+    },
 }
 
 /// The node's IO: the network, the raft log and the snapshot files. The
@@ -595,6 +601,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             }
             PeerInput::Reconfig(request) => self.reconfig_from_peer(&request),
             PeerInput::ReconfigAnswer(answer) => self.reconfig_answered(&answer),
+            PeerInput::Members(members) => self.learn_members(&members),
             PeerInput::Forward(batch) => match decode_entry(&batch) {
                 Ok(proposals) => {
                     self.pending_bytes += batch.len();
@@ -1047,6 +1054,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         if !self.leader
             || preferred == self.config.node_id
             || self.ticks < self.last_transfer_tick + ELECTION_TICKS as u64
+            || !self.change_keeps_voter(preferred)
         {
             return;
         }

@@ -646,6 +646,7 @@ impl Io for ShellIo {
             Outbound::Touch { to, sessions } => transport.touch(to, &sessions),
             Outbound::Reconfig { to, request } => transport.reconfig(to, &request),
             Outbound::ReconfigAnswer { to, answer } => transport.reconfig_answer(to, &answer),
+            Outbound::Members { to, members } => transport.members(to, &members),
         }
     }
 

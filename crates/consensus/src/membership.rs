@@ -50,6 +50,11 @@ pub const CAUGHT_UP_ENTRIES_MAX: u64 = 100;
 /// anyway if the target keeps a synced quorum without it (ZooKeeper
 /// commits a reconfig once a quorum of the new configuration is synced).
 pub const PROMOTE_WAIT_TICKS: u64 = 300;
+/// Every member tells every peer the addresses it knows this often (ticks):
+/// a node that lags behind a change adding a member, which then leads, has
+/// no address for it and refuses its connections until told (ZooKeeper's
+/// election notifications carry the configuration for the same reason).
+pub const MEMBERS_GOSSIP_TICKS: u64 = 2 * crate::core::ELECTION_TICKS as u64;
 /// A member heard from within this many ticks counts as connected.
 pub const HEARD_WITHIN_TICKS: u64 = crate::core::ELECTION_TICKS as u64;
 /// A reconfig asked here and not answered after this many ticks is given

@@ -247,6 +247,7 @@ impl Net {
             Outbound::Touch { to, sessions } => (to, PeerInput::Touch(sessions)),
             Outbound::Reconfig { to, request } => (to, PeerInput::Reconfig(request)),
             Outbound::ReconfigAnswer { to, answer } => (to, PeerInput::ReconfigAnswer(answer)),
+            Outbound::Members { to, members } => (to, PeerInput::Members(members)),
         };
         if let Some(node) = self.nodes.get_mut(&to) {
             node.peer(input);

@@ -96,6 +96,7 @@ pub(crate) const KIND_WELCOME: u8 = 5;
 pub(crate) const KIND_PROOF: u8 = 6;
 const KIND_RECONFIG: u8 = 7;
 const KIND_RECONFIG_ANSWER: u8 = 8;
+const KIND_MEMBERS: u8 = 9;
 /// Member ids the transport keeps heartbeat slots for (ids are 1..=255).
 const MEMBER_ID_MAX: u64 = crate::membership::MEMBERS_MAX as u64;
 /// Longest reconfig request or answer frame.
@@ -116,6 +117,8 @@ pub enum PeerInput {
     Reconfig(Vec<u8>),
     /// The leader's refusal of a reconfig asked at this node.
     ReconfigAnswer(Vec<u8>),
+    /// A peer's view of the members' addresses.
+    Members(Vec<u8>),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -539,6 +542,11 @@ impl Transport {
     /// The leader's refusal, for the node whose client asked.
     pub fn reconfig_answer(&self, origin: u64, answer: &[u8]) {
         self.enqueue(origin, Lane::Control, KIND_RECONFIG_ANSWER, answer.to_vec());
+    }
+
+    /// This node's view of the members' addresses, for a peer.
+    pub fn members(&self, to: u64, members: &[u8]) {
+        self.enqueue(to, Lane::Control, KIND_MEMBERS, members.to_vec());
     }
 
     pub fn touch(&self, leader_id: u64, sessions: &[i64]) {
@@ -1239,6 +1247,7 @@ fn decode_input(
         KIND_RECONFIG_ANSWER if payload.len() <= RECONFIG_FRAME_BYTES_MAX => {
             PeerInput::ReconfigAnswer(payload)
         }
+        KIND_MEMBERS if payload.len() <= RECONFIG_FRAME_BYTES_MAX => PeerInput::Members(payload),
         KIND_TOUCH if payload.len().is_multiple_of(8) => PeerInput::Touch(
             payload
                 .chunks_exact(8)

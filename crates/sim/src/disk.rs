@@ -109,7 +109,8 @@ pub fn target(message: &Outbound) -> u64 {
         Outbound::Forward { to, .. }
         | Outbound::Touch { to, .. }
         | Outbound::Reconfig { to, .. }
-        | Outbound::ReconfigAnswer { to, .. } => *to,
+        | Outbound::ReconfigAnswer { to, .. }
+        | Outbound::Members { to, .. } => *to,
     }
 }
 

@@ -1058,6 +1058,7 @@ impl World {
             Outbound::Touch { to, sessions } => (to, PeerInput::Touch(sessions)),
             Outbound::Reconfig { to, request } => (to, PeerInput::Reconfig(request)),
             Outbound::ReconfigAnswer { to, answer } => (to, PeerInput::ReconfigAnswer(answer)),
+            Outbound::Members { to, members } => (to, PeerInput::Members(members)),
         };
         self.stats.messages += 1;
         if self.cut.contains(&(from, to)) || self.rng.chance(self.drop_per_million) {
@@ -2351,6 +2352,7 @@ fn copy_input(input: &PeerInput) -> PeerInput {
         PeerInput::Touch(s) => PeerInput::Touch(s.clone()),
         PeerInput::Reconfig(r) => PeerInput::Reconfig(r.clone()),
         PeerInput::ReconfigAnswer(a) => PeerInput::ReconfigAnswer(a.clone()),
+        PeerInput::Members(m) => PeerInput::Members(m.clone()),
     }
 }
 

@@ -17,7 +17,7 @@ use crate::driver::StateMachine;
 use crate::membership::{
     decode_answer, decode_context, encode_answer, encode_context, roles, Change, Members,
     Membership, Pending, ReconfigError, ReconfigRequest, Role, Ticket, CAUGHT_UP_ENTRIES_MAX,
-    HEARD_WITHIN_TICKS, PROMOTE_WAIT_TICKS, RECONFIG_ANSWER_TICKS_MAX,
+    HEARD_WITHIN_TICKS, MEMBERS_GOSSIP_TICKS, PROMOTE_WAIT_TICKS, RECONFIG_ANSWER_TICKS_MAX,
 };
 
 /// What the leader did about a change under way.
@@ -69,6 +69,9 @@ pub(super) struct State {
     last_transfer_tick: Option<u64>,
     /// Tick at which each new member was last sent its first snapshot.
     snapshot_pokes: BTreeMap<u64, u64>,
+    /// Addresses peers told of, for members this node's own configuration
+    /// does not hold yet (it lags behind the change that added them).
+    learned: BTreeMap<u64, (String, bool)>,
 }
 
 impl State {
@@ -82,6 +85,7 @@ impl State {
             promote_wait_since: None,
             last_transfer_tick: None,
             snapshot_pokes: BTreeMap::new(),
+            learned: BTreeMap::new(),
         }
     }
 }
@@ -335,11 +339,84 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             tracing::warn!(request, "reconfig not answered in time; given up");
             self.machine.reconfig_failed(asked.context, ReconfigError::Lost);
         }
+        if self.ticks % MEMBERS_GOSSIP_TICKS == 0 {
+            self.gossip_members();
+        }
         if !self.leader {
             return;
         }
         self.send_first_snapshots();
         self.carry_on();
+    }
+
+    /// The addresses this node knows, to every peer (`MEMBERS_GOSSIP_TICKS`).
+    fn gossip_members(&mut self) {
+        let book = self.book();
+        if book.len() <= 1 {
+            return;
+        }
+        let members: Members = book
+            .iter()
+            .map(|(id, (peer, bootstrap))| {
+                let member = crate::membership::Member {
+                    id: *id,
+                    role: Role::Voter,
+                    peer: peer.clone(),
+                    election_port: 0,
+                    client: String::new(),
+                    bootstrap: *bootstrap,
+                };
+                (*id, member)
+            })
+            .collect();
+        let mut bytes = Vec::new();
+        Membership {
+            members,
+            config_id: 0,
+            pending: None,
+        }
+        .encode(&mut bytes);
+        let me = self.config.node_id;
+        for to in book.keys().copied().filter(|id| *id != me) {
+            self.io.send(Outbound::Members {
+                to,
+                members: bytes.clone(),
+            });
+        }
+    }
+
+    /// A peer's addresses: members this node does not know are learned (its
+    /// own configuration, once it catches up, replaces them).
+    pub(super) fn learn_members(&mut self, bytes: &[u8]) {
+        let told = match Membership::decode(bytes) {
+            Ok(told) => told,
+            Err(error) => return tracing::warn!(%error, "members from a peer do not decode"),
+        };
+        let known = self.book();
+        let mut learned = false;
+        for member in told.members.into_values() {
+            if known.contains_key(&member.id) || member.id == self.config.node_id {
+                continue;
+            }
+            tracing::info!(id = member.id, peer = %member.peer, "learned a member's address from a peer");
+            self.reconfig
+                .learned
+                .insert(member.id, (member.peer, member.bootstrap));
+            learned = true;
+        }
+        if learned {
+            self.publish_membership();
+        }
+    }
+
+    /// Leader affinity yields to a change under way that does not keep
+    /// `id` a voter (the change would hand leadership back and forth).
+    pub(super) fn change_keeps_voter(&self, id: u64) -> bool {
+        self.reconfig.membership.pending.as_ref().is_none_or(|p| {
+            p.target
+                .get(&id)
+                .is_some_and(|member| member.role == Role::Voter)
+        })
     }
 
     /// The leader's next step of the change under way (or the bootstrap
@@ -533,6 +610,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             floors.remove(removed);
             self.reconfig.heard.remove(removed);
             self.reconfig.snapshot_pokes.remove(removed);
+            self.reconfig.learned.remove(removed);
         }
         for removed in before.difference(&after) {
             if let Some(matched) = matched_before.get(removed) {
@@ -615,6 +693,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     pub(super) fn installed_membership(&mut self, membership: Membership) {
         self.reconfig.membership = membership;
         self.reconfig.appended_target = None;
+        self.reconfig.learned.clear();
         self.publish_membership();
     }
 
@@ -635,12 +714,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     /// Publishes the membership (status, for the server) and the peer
     /// addresses (the transport).
     pub(super) fn publish_membership(&mut self) {
-        let mut book = self.reconfig.membership.addresses();
-        if let Some(target) = &self.reconfig.appended_target {
-            for member in target.values() {
-                book.insert(member.id, (member.peer.clone(), member.bootstrap));
-            }
-        }
+        let book = self.book();
         self.io.set_peers(&book);
         let me = self.config.node_id;
         let conf = self.conf();
@@ -656,6 +730,20 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             .membership
             .write()
             .unwrap_or_else(|e| e.into_inner()) = self.reconfig.membership.clone();
+    }
+
+    /// Every member's address this node knows: the applied membership, the
+    /// target of the change appended, and what peers told of members it
+    /// does not hold yet.
+    fn book(&self) -> BTreeMap<u64, (String, bool)> {
+        let mut book = self.reconfig.learned.clone();
+        book.extend(self.reconfig.membership.addresses());
+        if let Some(target) = &self.reconfig.appended_target {
+            for member in target.values() {
+                book.insert(member.id, (member.peer.clone(), member.bootstrap));
+            }
+        }
+        book
     }
 
     /// The leader changed: requests asked here whose change never reached
