@@ -776,6 +776,10 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             return Ok(());
         }
         let mut ready = self.raw.ready();
+        // What the disk holds, taken before a snapshot install: MemStorage's
+        // apply_snapshot raises its term to the snapshot's without any
+        // write, and a term learned in this Ready must still be synced.
+        let durable = self.raw.store().rl().hard_state().clone();
         if let Some(soft) = ready.ss() {
             self.role(soft.raft_state == StateRole::Leader, soft.leader_id);
         }
@@ -788,7 +792,6 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         let entries = ready.take_entries();
         let hard_state = ready.hs().cloned();
         if !entries.is_empty() || hard_state.is_some() {
-            let durable = self.raw.store().rl().hard_state().clone();
             if must_sync(&entries, hard_state.as_ref(), &durable) {
                 self.io.persist(&entries, hard_state.as_ref(), None)?;
                 self.status.fsyncs.fetch_add(1, Ordering::Relaxed);
