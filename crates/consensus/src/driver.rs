@@ -1025,7 +1025,10 @@ impl IdentityKeeper {
                 dynamic: true,
             };
             identity.write(&self.data_dir)?;
-            tracing::info!(cluster_id = format_args!("{cluster_id:#x}"), "joined the cluster");
+            tracing::info!(
+                cluster_id = format_args!("{cluster_id:#x}"),
+                "joined the cluster"
+            );
             self.identity = Some(identity);
             return Ok(());
         };

@@ -39,10 +39,8 @@ pub use driver::{
     SnapshotJob, SnapshotPosition, SnapshotWriter, StateMachine, SubmitError, PROPOSAL_QUEUE_MAX,
 };
 pub use handshake::{HANDSHAKE_TIMEOUT_MS, PEER_PROTOCOL_VERSION};
+pub use membership::{Change, Member, Members, Membership, ReconfigError, Role, MEMBERS_MAX};
 pub use peer_auth::{PeerAuth, PeerAuthError, PeerSecret, PeerTls};
-pub use membership::{
-    Change, Member, Members, Membership, ReconfigError, Role, MEMBERS_MAX,
-};
 pub use proposal::{Committed, Configuration, Dedup, Envelope, ProposalError, ProposalId};
 pub use store::LogStore;
 

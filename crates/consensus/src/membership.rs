@@ -233,7 +233,11 @@ impl Writer<'_> {
         self.0.extend_from_slice(&value.to_be_bytes());
     }
     fn short_text(&mut self, text: &str) {
-        assert!(text.len() <= ADDRESS_BYTES_MAX, "address of {} bytes", text.len());
+        assert!(
+            text.len() <= ADDRESS_BYTES_MAX,
+            "address of {} bytes",
+            text.len()
+        );
         self.u8(text.len() as u8);
         self.0.extend_from_slice(text.as_bytes());
     }
@@ -505,9 +509,7 @@ impl ReconfigRequest {
                 if count > MEMBERS_MAX {
                     return Err(MembershipError::Malformed("too many leaving"));
                 }
-                let leaving = (0..count)
-                    .map(|_| reader.u64())
-                    .collect::<Result<_, _>>()?;
+                let leaving = (0..count).map(|_| reader.u64()).collect::<Result<_, _>>()?;
                 Change::Incremental { joining, leaving }
             }
             1 => Change::Replace(reader.members()?.into_values().collect()),
@@ -594,7 +596,9 @@ mod tests {
     }
 
     fn table(ids: &[(u64, Role)]) -> Members {
-        ids.iter().map(|&(id, role)| (id, member(id, role))).collect()
+        ids.iter()
+            .map(|&(id, role)| (id, member(id, role)))
+            .collect()
     }
 
     #[test]
@@ -639,7 +643,10 @@ mod tests {
                 context: b"ctx".to_vec(),
             },
         };
-        assert_eq!(ReconfigRequest::decode(&request.encode()), Ok(request.clone()));
+        assert_eq!(
+            ReconfigRequest::decode(&request.encode()),
+            Ok(request.clone())
+        );
         let replace = ReconfigRequest {
             change: Change::Replace(vec![member(1, Role::Voter), member(5, Role::Observer)]),
             expected_config_id: None,

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use raft::eraftpb::{ConfState, Entry, HardState, MessageType};
 
-use crate::core::{bootstrap_membership, storage_from, Core, CoreConfig, Durable, Io, Outbound};
 use crate::core::SnapshotSource;
+use crate::core::{bootstrap_membership, storage_from, Core, CoreConfig, Durable, Io, Outbound};
 use crate::membership::{Change, Member, Members, Membership, ReconfigError, Role};
 use crate::proposal::Dedup;
 use crate::transport::PeerInput;
@@ -261,7 +261,11 @@ impl Net {
             }
             self.round();
         }
-        assert!(done(self), "not done after {rounds} rounds: {}", self.describe());
+        assert!(
+            done(self),
+            "not done after {rounds} rounds: {}",
+            self.describe()
+        );
     }
 
     fn describe(&self) -> String {
@@ -390,12 +394,17 @@ fn removing_the_leader_hands_leadership_off_first() {
     });
     let new_leader = net.leader().expect("a leader");
     assert_ne!(new_leader, leader);
-    assert!(net.nodes[&leader].machine().configurations.len() >= 2 || {
-        // The old leader was answered: it applied the change before it left.
-        net.nodes[&leader].machine().refused.is_empty()
-    });
+    assert!(
+        net.nodes[&leader].machine().configurations.len() >= 2 || {
+            // The old leader was answered: it applied the change before it left.
+            net.nodes[&leader].machine().refused.is_empty()
+        }
+    );
     // The two left commit writes alone.
-    net.nodes.get_mut(&new_leader).unwrap().propose(b"after".to_vec());
+    net.nodes
+        .get_mut(&new_leader)
+        .unwrap()
+        .propose(b"after".to_vec());
     net.run_until(200, |net| {
         rest.iter().all(|id| net.nodes[id].machine().applied == 1)
     });
@@ -413,7 +422,9 @@ fn refusals_come_back_in_zookeepers_order_to_the_node_that_asked() {
             authorized,
             b"c".to_vec(),
         );
-        net.run_until(200, |net| !net.nodes[&follower].machine().refused.is_empty());
+        net.run_until(200, |net| {
+            !net.nodes[&follower].machine().refused.is_empty()
+        });
         let (_, error) = net
             .nodes
             .get_mut(&follower)
@@ -475,7 +486,10 @@ fn an_observer_moves_in_and_out() {
     net.run_until(2_000, |net| net.everyone_has(&[1, 2, 3, 4]));
     let leader = net.leader().unwrap();
     assert_ne!(leader, 4, "an observer never leads");
-    net.nodes.get_mut(&leader).unwrap().propose(b"seen by 4".to_vec());
+    net.nodes
+        .get_mut(&leader)
+        .unwrap()
+        .propose(b"seen by 4".to_vec());
     net.run_until(200, |net| net.nodes[&4].machine().applied == 1);
     net.nodes.get_mut(&leader).unwrap().reconfigure(
         Change::Incremental {

@@ -442,6 +442,9 @@ mod tests {
         version_1.extend_from_slice(&body);
         version_1.extend_from_slice(b"tree");
         let (old, rest) = Envelope::split(&version_1).expect("version 1 reads");
-        assert_eq!((old.dedup.applied(7), old.configuration, rest), (9, None, &b"tree"[..]));
+        assert_eq!(
+            (old.dedup.applied(7), old.configuration, rest),
+            (9, None, &b"tree"[..])
+        );
     }
 }

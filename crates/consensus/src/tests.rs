@@ -9,9 +9,9 @@ use raft::eraftpb::{ConfState, Entry, HardState};
 #[cfg(feature = "testing")]
 use crate::core::PlantedBug;
 use crate::core::{storage_from, Core, CoreConfig, Durable, Io, Outbound, SnapshotSource};
+use crate::membership::{Members, Membership, ReconfigError};
 use crate::proposal::{encode_entry, Dedup, Envelope, Proposal, ProposalId};
 use crate::transport::PeerInput;
-use crate::membership::{Members, Membership, ReconfigError};
 use crate::{Committed, ConsensusError, RaftStatus, SnapshotJob, SnapshotWriter, StateMachine};
 
 struct NoIo;

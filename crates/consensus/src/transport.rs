@@ -487,10 +487,13 @@ impl Transport {
             let control = spawn_sender(link.clone(), Lane::Control)?;
             let bulk = spawn_sender(link, Lane::Bulk)?;
             tracing::info!(peer_id, %address, "peer added");
-            current.insert(peer_id, Peer {
-                address,
-                outgoing: Outgoing { control, bulk },
-            });
+            current.insert(
+                peer_id,
+                Peer {
+                    address,
+                    outgoing: Outgoing { control, bulk },
+                },
+            );
         }
         let mut known: Vec<u64> = peers.keys().copied().collect();
         known.sort_unstable();

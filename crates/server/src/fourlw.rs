@@ -228,7 +228,10 @@ fn quorum_conf(shared: &Shared) -> String {
     let membership = shared.raft().membership();
     let me = membership.members.get(&shared.config.server_id);
     let peer = me.map_or_else(|| shared.config.peer_address.clone(), |m| m.peer.clone());
-    let quorum_port = peer.rsplit_once(':').map_or("", |(_, port)| port).to_string();
+    let quorum_port = peer
+        .rsplit_once(':')
+        .map_or("", |(_, port)| port)
+        .to_string();
     let election_port = match me.map(|m| m.election_port) {
         Some(port) if port != 0 => port.to_string(),
         _ => quorum_port.clone(),

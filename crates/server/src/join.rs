@@ -107,7 +107,11 @@ pub async fn ask(config: ServerConfig, member: impl Fn() -> bool) {
             Outcome::Added => return tracing::info!("the cluster added this node"),
             Outcome::Wait(reason) => return wait_for_operator(&reason),
             Outcome::Retry(reason) => {
-                tracing::info!(attempt, reason, "asking to join again in {JOIN_RETRY_MS} ms")
+                tracing::info!(
+                    attempt,
+                    reason,
+                    "asking to join again in {JOIN_RETRY_MS} ms"
+                )
             }
         }
         tokio::time::sleep(Duration::from_millis(JOIN_RETRY_MS)).await;

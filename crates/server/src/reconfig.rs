@@ -154,7 +154,9 @@ pub fn parse_request(request: &keel_jute::ReconfigRequest) -> Result<Change, Bad
     if !request.new_members.is_empty() {
         let members = parse_members(&request.new_members)?;
         if !members.iter().any(|m| m.role == Role::Voter) {
-            return Err(bad("Observers w/o participants is an invalid configuration"));
+            return Err(bad(
+                "Observers w/o participants is an invalid configuration",
+            ));
         }
         return Ok(Change::Replace(members));
     }
@@ -276,11 +278,19 @@ mod tests {
 
     #[test]
     fn a_server_string_reads_as_zookeeper_reads_it_and_renders_back() {
-        let member =
-            parse_server("server.4", "127.0.0.1:2891:3891:participant;127.0.0.1:2184", true)
-                .unwrap();
+        let member = parse_server(
+            "server.4",
+            "127.0.0.1:2891:3891:participant;127.0.0.1:2184",
+            true,
+        )
+        .unwrap();
         assert_eq!(
-            (member.id, member.role, member.peer.as_str(), member.election_port),
+            (
+                member.id,
+                member.role,
+                member.peer.as_str(),
+                member.election_port
+            ),
             (4, Role::Voter, "127.0.0.1:2891", 3891)
         );
         assert_eq!(
@@ -291,7 +301,10 @@ mod tests {
         assert_eq!(observer.role, Role::Observer);
         assert_eq!(render_member(&observer), "h:1:2:observer;0.0.0.0:2185");
         let ipv6 = parse_server("server.6", "[::1]:2888:3888;[::1]:2181", false).unwrap();
-        assert_eq!(render_member(&ipv6), "[::1]:2888:3888:participant;[::1]:2181");
+        assert_eq!(
+            render_member(&ipv6),
+            "[::1]:2888:3888:participant;[::1]:2181"
+        );
     }
 
     #[test]
@@ -324,10 +337,12 @@ mod tests {
                 leaving: vec![2, 3]
             }
         );
-        let Change::Incremental { joining, .. } =
-            parse_request(&request("server.4=h:1:2;3,server.5=h:4:5:observer;6", "", ""))
-                .unwrap()
-        else {
+        let Change::Incremental { joining, .. } = parse_request(&request(
+            "server.4=h:1:2;3,server.5=h:4:5:observer;6",
+            "",
+            "",
+        ))
+        .unwrap() else {
             panic!("incremental")
         };
         assert_eq!(joining.iter().map(|m| m.id).collect::<Vec<_>>(), [4, 5]);
@@ -346,9 +361,21 @@ mod tests {
     fn the_configuration_renders_as_quorum_maj_does() {
         let mut members = Members::new();
         for member in [
-            parse_server("server.2", "127.0.0.1:2889:3889:participant;127.0.0.1:2182", true),
-            parse_server("server.1", "127.0.0.1:2888:3888:participant;127.0.0.1:2181", true),
-            parse_server("server.3", "127.0.0.1:2890:3890:observer;127.0.0.1:2183", true),
+            parse_server(
+                "server.2",
+                "127.0.0.1:2889:3889:participant;127.0.0.1:2182",
+                true,
+            ),
+            parse_server(
+                "server.1",
+                "127.0.0.1:2888:3888:participant;127.0.0.1:2181",
+                true,
+            ),
+            parse_server(
+                "server.3",
+                "127.0.0.1:2890:3890:observer;127.0.0.1:2183",
+                true,
+            ),
         ] {
             let member = member.unwrap();
             members.insert(member.id, member);

@@ -650,11 +650,12 @@ impl World {
             joining: Vec::new(),
             leaving: vec![id],
         };
-        self.node(asked)
-            .core
-            .as_mut()
-            .expect("alive")
-            .reconfigure(change, None, true, OPERATOR_CONTEXT.to_vec());
+        self.node(asked).core.as_mut().expect("alive").reconfigure(
+            change,
+            None,
+            true,
+            OPERATOR_CONTEXT.to_vec(),
+        );
         self.request_advance(asked);
         self.schedule(
             back_after_ms * 1000,
@@ -696,11 +697,12 @@ impl World {
                 joining: vec![self.member_entry(id)],
                 leaving: Vec::new(),
             };
-            self.node(asked)
-                .core
-                .as_mut()
-                .expect("alive")
-                .reconfigure(change, None, true, OPERATOR_CONTEXT.to_vec());
+            self.node(asked).core.as_mut().expect("alive").reconfigure(
+                change,
+                None,
+                true,
+                OPERATOR_CONTEXT.to_vec(),
+            );
             self.request_advance(asked);
         }
     }
@@ -1318,10 +1320,13 @@ impl World {
         let last_zxid = self.clients[client].last_zxid;
         let candidates: Vec<u64> = (1..=self.options.nodes as u64)
             .filter(|&id| {
-                self.nodes[(id - 1) as usize].core.as_ref().is_some_and(|core| {
-                    core.machine().node().last_zxid() >= last_zxid
-                        && !core.machine().node().removed()
-                })
+                self.nodes[(id - 1) as usize]
+                    .core
+                    .as_ref()
+                    .is_some_and(|core| {
+                        core.machine().node().last_zxid() >= last_zxid
+                            && !core.machine().node().removed()
+                    })
             })
             .collect();
         if candidates.is_empty() {

@@ -268,8 +268,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             return Err(ReconfigError::Disabled);
         }
         let membership = &self.reconfig.membership;
-        if membership.pending.is_some() || self.raw.raft.has_pending_conf() || self.conf().joint()
-        {
+        if membership.pending.is_some() || self.raw.raft.has_pending_conf() || self.conf().joint() {
             return Err(ReconfigError::InProgress);
         }
         if let Some(expected) = request.expected_config_id {
@@ -310,9 +309,10 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         // A member added since has caught up only once it holds the
         // snapshot that holds it (before, its matched index is 0).
         let floor = self.raw.store().floors.get(&id).copied().unwrap_or(0);
-        let matched = self.raw.raft.prs().get(id).is_some_and(|p| {
-            p.matched >= floor && p.matched + CAUGHT_UP_ENTRIES_MAX >= last_index
-        });
+        let matched =
+            self.raw.raft.prs().get(id).is_some_and(|p| {
+                p.matched >= floor && p.matched + CAUGHT_UP_ENTRIES_MAX >= last_index
+            });
         heard && matched
     }
 
@@ -337,7 +337,8 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         for request in expired {
             let asked = self.reconfig.asked.remove(&request).expect("listed");
             tracing::warn!(request, "reconfig not answered in time; given up");
-            self.machine.reconfig_failed(asked.context, ReconfigError::Lost);
+            self.machine
+                .reconfig_failed(asked.context, ReconfigError::Lost);
         }
         if self.ticks % MEMBERS_GOSSIP_TICKS == 0 {
             self.gossip_members();
@@ -531,7 +532,10 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             .max()
             .map(|(_, id)| id);
         if let Some(target) = target {
-            tracing::info!(target, "handing leadership over: this leader leaves the voters");
+            tracing::info!(
+                target,
+                "handing leadership over: this leader leaves the voters"
+            );
             self.reconfig.last_transfer_tick = Some(self.ticks);
             self.raw.transfer_leader(target);
         }
@@ -548,7 +552,10 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         change.set_transition(transition);
         change.set_changes(changes.into());
         tracing::info!(change = ?change.changes, ?transition, "proposing a configuration step");
-        match self.raw.propose_conf_change(encode_context(pending), change) {
+        match self
+            .raw
+            .propose_conf_change(encode_context(pending), change)
+        {
             Ok(()) => true,
             Err(error) => {
                 tracing::warn!(%error, "configuration step refused by raft");
@@ -766,7 +773,8 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             .collect();
         for request in lost {
             let asked = self.reconfig.asked.remove(&request).expect("listed");
-            self.machine.reconfig_failed(asked.context, ReconfigError::Lost);
+            self.machine
+                .reconfig_failed(asked.context, ReconfigError::Lost);
         }
     }
 
