@@ -340,7 +340,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             self.machine
                 .reconfig_failed(asked.context, ReconfigError::Lost);
         }
-        if self.ticks % MEMBERS_GOSSIP_TICKS == 0 {
+        if self.ticks.is_multiple_of(MEMBERS_GOSSIP_TICKS) {
             self.gossip_members();
         }
         if !self.leader {
