@@ -509,7 +509,7 @@ pub(crate) struct Identity {
 }
 
 impl Identity {
-    fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut text = format!(
             "cluster_id={:#018x}\nnode_id={}\n",
             self.cluster_id, self.node_id
@@ -520,7 +520,7 @@ impl Identity {
         text
     }
 
-    fn parse(text: &str) -> Option<Identity> {
+    pub(crate) fn parse(text: &str) -> Option<Identity> {
         let mut lines = text.lines();
         let cluster = lines.next()?.strip_prefix("cluster_id=0x")?;
         let node = lines.next()?.strip_prefix("node_id=")?;

@@ -209,3 +209,38 @@ fn a_proposal_resent_is_applied_once_even_after_a_restart_from_a_snapshot() {
     restarted.advance().expect("advance");
     assert_eq!(restarted.machine().applied.last().unwrap().1, b"after");
 }
+
+#[test]
+fn identity_round_trips_and_damaged_text_is_refused() {
+    use crate::driver::Identity;
+    for dynamic in [false, true] {
+        let identity = Identity {
+            cluster_id: 0x881810a091a21ed4,
+            node_id: 4,
+            dynamic,
+        };
+        let text = identity.render();
+        assert_eq!(Identity::parse(&text), Some(identity));
+        for cut in 0..text.len() {
+            // Only a cut after a whole line can read (as a shorter file).
+            let read = Identity::parse(&text[..cut]);
+            assert!(
+                read.is_none() || text[..cut].ends_with('\n'),
+                "cut at {cut}"
+            );
+            assert_ne!(read, Some(identity), "cut at {cut}");
+        }
+    }
+    // What Keel wrote before membership changes reads the same.
+    let old = "cluster_id=0x00000000000000ff\nnode_id=3\n";
+    assert_eq!(
+        Identity::parse(old),
+        Some(Identity {
+            cluster_id: 255,
+            node_id: 3,
+            dynamic: false
+        })
+    );
+    assert_eq!(Identity::parse("cluster_id=0xzz\nnode_id=3\n"), None);
+    assert_eq!(Identity::parse(&format!("{old}membership=static\n")), None);
+}

@@ -517,6 +517,78 @@ mod tests {
     }
 
     #[test]
+    fn join_and_peers_with_client_addresses_are_checked_at_start() {
+        let config = ServerConfig {
+            server_id: 2,
+            peers: "1=127.0.0.1:2888;127.0.0.1:2181,2=127.0.0.1:2889;2182".into(),
+            ..ServerConfig::default()
+        };
+        config.validate().unwrap();
+        let clients = config.peer_clients();
+        assert_eq!(clients[&1], "127.0.0.1:2181");
+        assert_eq!(clients[&2], "0.0.0.0:2182");
+        for (config, wanted) in [
+            (
+                ServerConfig {
+                    peers: "1=127.0.0.1:2888;x".into(),
+                    ..ServerConfig::default()
+                },
+                "is not ID=HOST:PORT",
+            ),
+            (
+                ServerConfig {
+                    join: "127.0.0.1:2181".into(),
+                    ..ServerConfig::default()
+                },
+                "join needs peer_address",
+            ),
+            (
+                ServerConfig {
+                    join: "127.0.0.1:2181".into(),
+                    peer_address: "127.0.0.1:2888".into(),
+                    peers: "1=127.0.0.1:2888".into(),
+                    ..ServerConfig::default()
+                },
+                "exclude each other",
+            ),
+            (
+                ServerConfig {
+                    join: "nohost".into(),
+                    peer_address: "127.0.0.1:2888".into(),
+                    ..ServerConfig::default()
+                },
+                "is not HOST:PORT",
+            ),
+            (
+                ServerConfig {
+                    peer_address: "127.0.0.1:2888".into(),
+                    ..ServerConfig::default()
+                },
+                "go with join",
+            ),
+        ] {
+            let error = config.validate().unwrap_err().to_string();
+            assert!(error.contains(wanted), "{error}");
+        }
+        let joining = ServerConfig {
+            server_id: 4,
+            join: "127.0.0.1:2181,127.0.0.1:2182".into(),
+            peer_address: "127.0.0.1:2891".into(),
+            ..ServerConfig::default()
+        };
+        joining.validate().unwrap();
+        assert_eq!(
+            joining.peer_list().unwrap().len(),
+            1,
+            "its own address only"
+        );
+        assert!(
+            !ServerConfig::default().reconfig_enabled,
+            "ZooKeeper's default"
+        );
+    }
+
+    #[test]
     fn peer_authentication_files_are_checked_at_start() {
         let dir = tempfile::tempdir().unwrap();
         let short = dir.path().join("short.secret");
