@@ -69,7 +69,7 @@ def cluster_id(node):
 def peer_port(cluster, node):
     member = cluster.member_id(node)
     for item in node.settings["peers"].split(","):
-        member_id, address = item.split("=")
+        member_id, address = item.split(";")[0].split("=")
         if int(member_id) == member:
             return int(address.rsplit(":", 1)[1])
     raise AssertionError("no peer port for member %d" % member)

@@ -371,12 +371,16 @@ class KeelCluster(ServerGroup):
 
     def _make_nodes(self, settings):
         listen = list(self._peer_ports or [free_port() for _ in range(self.size)])
+        clients = list(self._client_ports or [free_port() for _ in range(self.size)])
         if self.proxied:
             self.links = {(i, j): TcpProxy(listen[j]) for i in range(self.size) for j in range(self.size) if i != j}
         nodes = []
         for i in range(self.size):
-            peers = ",".join("%d=127.0.0.1:%d" % (j + 1, self.links[(i, j)].port if (i, j) in self.links else listen[j])
-                             for j in range(self.size))
+            # Each entry names the member's client port too (ZooKeeper's
+            # ";client" part): /zookeeper/config shows it.
+            peers = ",".join("%d=127.0.0.1:%d;127.0.0.1:%d" % (
+                j + 1, self.links[(i, j)].port if (i, j) in self.links else listen[j], clients[j])
+                for j in range(self.size))
             node_settings = dict(settings, server_id=i + 1, peers=peers, **self._node_settings(i + 1))
             if self.metrics_ports:
                 node_settings["metrics_port"] = self.metrics_ports[i]
@@ -384,7 +388,7 @@ class KeelCluster(ServerGroup):
                 name=self._node_name(i),
                 workdir=self._node_workdirs[i] if self._node_workdirs else self._node_workdir(i),
                 binary=self.binary, test_defaults=self.test_defaults,
-                port=self._client_ports[i] if self._client_ports else None,
+                port=clients[i],
                 data_dir=self._data_dirs[i] if self._data_dirs else None,
                 settings=node_settings))
         return nodes

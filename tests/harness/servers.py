@@ -330,6 +330,8 @@ class ZooKeeperServer(BaseServer):
             lines.append("forceSync=%s" % ("yes" if s["zk_force_sync"] else "no"))
         if "max_session_timeout_ms" in s:
             lines.append("maxSessionTimeout=%d" % s["max_session_timeout_ms"])
+        if s.get("reconfig_enabled"):
+            lines.append("reconfigEnabled=true")
         if s.get("max_client_connections_per_ip") is not None:
             lines.append("maxClientCnxns=%d" % s["max_client_connections_per_ip"])
         # zoo.cfg lines the keys above do not cover (e.g. localSessionsEnabled=true)
@@ -388,6 +390,7 @@ class KeelServer(BaseServer):
         "tls_cert_file", "tls_key_file", "tls_ca_file", "peer_tls", "peer_secret_file",
         "secure_client_port", "tls_client_auth", "sasl_users_file", "require_sasl",
         "metrics_port", "metrics_address", "read_only_when_partitioned",
+        "reconfig_enabled", "join", "peer_address", "join_auth_file",
     )
 
     def __init__(self, *a, binary=None, **kw):

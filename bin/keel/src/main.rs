@@ -76,9 +76,24 @@ struct ServerArgs {
     max_client_connections_per_ip: Option<usize>,
     #[arg(long = "id")]
     server_id: Option<u64>,
-    /// Cluster members: 1=HOST:PORT,2=HOST:PORT,3=HOST:PORT (peer ports).
+    /// Cluster members: 1=HOST:PORT,2=HOST:PORT,3=HOST:PORT (peer ports; an
+    /// entry may end with ;CLIENTHOST:CLIENTPORT). Read only by an empty data dir.
     #[arg(long)]
     peers: Option<String>,
+    /// Accept ZooKeeper's reconfig (membership changes; super user only).
+    #[arg(long)]
+    reconfig_enabled: bool,
+    /// Join a running cluster: its members' client addresses HOST:PORT[,...]
+    /// (with --peer-address, without --peers).
+    #[arg(long)]
+    join: Option<String>,
+    /// This node's peer address HOST:PORT when it joins (--join).
+    #[arg(long)]
+    peer_address: Option<String>,
+    /// File with user:password of a digest identity allowed to reconfigure,
+    /// with which a joining node asks to be added.
+    #[arg(long)]
+    join_auth_file: Option<PathBuf>,
     #[arg(long)]
     cluster_name: Option<String>,
     /// Leader affinity: id of the member that should lead when healthy.
@@ -245,8 +260,13 @@ fn server_config(args: ServerArgs) -> anyhow::Result<ServerConfig> {
         metrics_port,
         metrics_address,
         secure_client_port,
-        tls_client_auth
+        tls_client_auth,
+        join,
+        peer_address
     );
+    if args.reconfig_enabled {
+        config.reconfig_enabled = true;
+    }
     if args.profile_locks {
         config.profile_locks = true;
     }
@@ -265,6 +285,7 @@ fn server_config(args: ServerArgs) -> anyhow::Result<ServerConfig> {
         (&mut config.tls_ca_file, args.tls_ca_file),
         (&mut config.sasl_users_file, args.sasl_users_file),
         (&mut config.peer_secret_file, args.peer_secret_file),
+        (&mut config.join_auth_file, args.join_auth_file),
     ] {
         if value.is_some() {
             *flag = value;

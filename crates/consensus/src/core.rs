@@ -18,9 +18,16 @@
 //!    entries are applied, then ReadIndex reads whose index is applied are
 //!    answered;
 //! 7. a snapshot is requested from the shell when enough entries passed.
+//!
+//! Membership changes (`reconfigure.rs`, a child module for its size) are
+//! conf-change entries applied in step 4/6 like any other; the leader's
+//! `tick` carries a change under way one step further.
+
+mod reconfigure;
+pub use reconfigure::bootstrap_membership;
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use raft::eraftpb::{ConfState, Entry, EntryType, HardState, Message, Snapshot};
@@ -28,8 +35,9 @@ use raft::storage::MemStorage;
 use raft::{Config, RawNode, StateRole};
 
 use crate::driver::{RaftStatus, StateMachine};
+use crate::membership::Membership;
 use crate::proposal::{
-    decode_entry, encode_entry, Committed, Dedup, Envelope, Proposal, ProposalId,
+    decode_entry, encode_entry, Committed, Configuration, Dedup, Envelope, Proposal, ProposalId,
     BATCH_PROPOSALS_MAX,
 };
 use crate::transport::PeerInput;
@@ -89,6 +97,23 @@ pub enum Outbound {
         to: u64,
         sessions: Vec<i64>,
     },
+    /// A client's reconfig for the leader (`ReconfigRequest::encode`).
+    Reconfig {
+        to: u64,
+        request: Vec<u8>,
+    },
+    /// The leader's refusal of a reconfig, for the node that asked
+    /// (`membership::encode_answer`).
+    ReconfigAnswer {
+        to: u64,
+        answer: Vec<u8>,
+    },
+    /// The members' addresses this node knows (an encoded `Membership`),
+    /// for a peer that may lag behind a change adding one of them.
+    Members {
+        to: u64,
+        members: Vec<u8>,
+    },
 }
 
 /// The node's IO: the network, the raft log and the snapshot files. The
@@ -117,6 +142,15 @@ pub trait Io {
     /// The index of the oldest snapshot kept: compaction stays behind it,
     /// so a corrupt newest snapshot still has a fallback with its log.
     fn oldest_snapshot_index(&self) -> Option<u64>;
+    /// The members' peer addresses ("host:port", and whether the member is
+    /// from the bootstrap list) changed: the transport connects to and
+    /// accepts exactly these ids. The simulator routes by id and ignores it.
+    fn set_peers(&mut self, _peers: &BTreeMap<u64, (String, bool)>) {}
+    /// The wall clock in ms, for the time a membership change records (the
+    /// configuration znode's mtime); the simulator's is 0.
+    fn wall_clock_ms(&self) -> i64 {
+        0
+    }
 }
 
 /// Where raft-rs's `snapshot()` finds the newest snapshot to send to a
@@ -131,6 +165,13 @@ pub trait SnapshotSource {
 pub struct KeelStorage<P: SnapshotSource> {
     memory: MemStorage,
     source: P,
+    /// Per member, the lowest snapshot index it may be sent: the index of
+    /// the entry that added it (an older snapshot's configuration does not
+    /// hold it, and raft-rs refuses to restore such a snapshot).
+    floors: BTreeMap<u64, u64>,
+    /// A snapshot at or above this index was asked for and is not there
+    /// yet: the core has one written.
+    wanted_at: AtomicU64,
 }
 
 impl<P: SnapshotSource> KeelStorage<P> {
@@ -179,19 +220,31 @@ impl<P: SnapshotSource> raft::Storage for KeelStorage<P> {
         self.memory.last_index()
     }
 
-    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
         let unavailable = || raft::Error::Store(raft::StorageError::SnapshotTemporarilyUnavailable);
-        let (index, term, data) = self.source.newest().ok_or_else(unavailable)?;
-        if index < request_index {
+        let required = request_index.max(self.floors.get(&to).copied().unwrap_or(0));
+        let newest = self.source.newest();
+        let Some((index, term, data)) = newest.filter(|(index, _, _)| *index >= required) else {
+            self.wanted_at.fetch_max(required.max(1), Ordering::Relaxed);
             return Err(unavailable());
-        }
+        };
+        // The configuration as of the snapshot's index (envelope version
+        // 2); a file written before it had the bootstrap configuration.
+        let conf_state = match Envelope::split(&data) {
+            Ok((
+                Envelope {
+                    configuration: Some(configuration),
+                    ..
+                },
+                _,
+            )) => configuration.conf_state,
+            _ => self.memory.initial_state()?.conf_state,
+        };
         let mut snapshot = Snapshot::default();
         snapshot.set_data(data.into());
         snapshot.mut_metadata().index = index;
         snapshot.mut_metadata().term = term;
-        snapshot
-            .mut_metadata()
-            .set_conf_state(self.memory.initial_state()?.conf_state);
+        snapshot.mut_metadata().set_conf_state(conf_state);
         Ok(snapshot)
     }
 }
@@ -265,6 +318,12 @@ pub struct CoreConfig {
     /// Log entries kept behind the oldest snapshot (LOG_KEPT_BEHIND_SNAPSHOT
     /// in the server; the simulator keeps fewer to exercise install).
     pub log_kept_behind_snapshot: u64,
+    /// The membership as of `applied` (the snapshot's envelope, or the
+    /// bootstrap member list; empty for a single node or a node joining).
+    pub membership: Membership,
+    /// This node accepts reconfig requests when it leads (ZooKeeper's
+    /// reconfigEnabled, checked by the leader).
+    pub reconfig_enabled: bool,
     /// A bug planted on purpose, to prove the simulator's checkers catch
     /// it. Only with feature `testing` (the simulator).
     #[cfg(feature = "testing")]
@@ -325,6 +384,8 @@ pub struct Core<S: StateMachine, I: Io, P: SnapshotSource> {
     /// Followers the leader is sending a snapshot to, since which tick.
     snapshot_sends: BTreeMap<u64, u64>,
     rng: u64,
+    /// Membership changes (`reconfigure.rs`).
+    reconfig: reconfigure::State,
 }
 
 impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
@@ -352,7 +413,12 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         };
         raft_config.validate()?;
         let logger = slog::Logger::root(slog::Discard, slog::o!());
-        let storage = KeelStorage { memory, source };
+        let storage = KeelStorage {
+            memory,
+            source,
+            floors: BTreeMap::new(),
+            wanted_at: AtomicU64::new(0),
+        };
         let raw = RawNode::new(&raft_config, storage, &logger)?;
         status
             .applied_index
@@ -382,9 +448,11 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             reask_reads: false,
             snapshot_sends: BTreeMap::new(),
             rng: config.seed ^ 0x9e37_79b9_7f4a_7c15,
+            reconfig: reconfigure::State::new(config.membership.clone(), config.first_sequence),
             config,
         };
         core.redraw_election_timeout();
+        core.publish_membership();
         if core.raw.raft.prs().conf().voters().ids().len() == 1 && core.is_voter() {
             core.raw.campaign()?;
         }
@@ -521,11 +589,19 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     pub fn peer(&mut self, input: PeerInput) {
         match input {
             PeerInput::Raft(message) => {
+                if self.refuse_before_first_snapshot(&message) {
+                    return;
+                }
+                self.reconfig.heard.insert(message.from, self.ticks);
+                self.settle_first_snapshot(&message);
                 if let Err(error) = self.raw.step(*message) {
                     tracing::debug!(%error, "raft message refused");
                 }
                 self.redraw_election_timeout();
             }
+            PeerInput::Reconfig(request) => self.reconfig_from_peer(&request),
+            PeerInput::ReconfigAnswer(answer) => self.reconfig_answered(&answer),
+            PeerInput::Members(members) => self.learn_members(&members),
             PeerInput::Forward(batch) => match decode_entry(&batch) {
                 Ok(proposals) => {
                     self.pending_bytes += batch.len();
@@ -553,6 +629,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         self.maybe_transfer_to_preferred();
         self.retry_reads();
         self.retry_snapshots();
+        self.reconfig_tick();
     }
 
     /// The transport finished (or gave up) sending a snapshot to `to`: a
@@ -699,6 +776,10 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             return Ok(());
         }
         let mut ready = self.raw.ready();
+        // What the disk holds, taken before a snapshot install: MemStorage's
+        // apply_snapshot raises its term to the snapshot's without any
+        // write, and a term learned in this Ready must still be synced.
+        let durable = self.raw.store().rl().hard_state().clone();
         if let Some(soft) = ready.ss() {
             self.role(soft.raft_state == StateRole::Leader, soft.leader_id);
         }
@@ -711,7 +792,6 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         let entries = ready.take_entries();
         let hard_state = ready.hs().cloned();
         if !entries.is_empty() || hard_state.is_some() {
-            let durable = self.raw.store().rl().hard_state().clone();
             if must_sync(&entries, hard_state.as_ref(), &durable) {
                 self.io.persist(&entries, hard_state.as_ref(), None)?;
                 self.status.fsyncs.fetch_add(1, Ordering::Relaxed);
@@ -732,6 +812,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         if let Some(last) = entries.last() {
             self.status.last_index.store(last.index, Ordering::Release);
         }
+        self.learn_appended_members(&entries);
         if self.apply_before_commit() && self.leader {
             let early: Vec<Entry> = entries
                 .iter()
@@ -788,6 +869,9 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             .restore(index, state)
             .map_err(|error| refused(error.to_string()))?;
         self.dedup = envelope.dedup;
+        if let Some(configuration) = envelope.configuration {
+            self.installed_membership(configuration.membership);
+        }
         self.io.save_snapshot(index, term, &snapshot.data)?;
         self.io
             .persist(&[], None, Some(snapshot.get_metadata().get_conf_state()))?;
@@ -835,6 +919,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             // asked again once this Ready is done (raft-rs allows no new
             // messages between ready() and advance() on a follower).
             self.reask_reads = true;
+            self.leader_changed_for_reconfigs();
         }
     }
 
@@ -883,6 +968,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
                         self.machine.skip(index, term);
                     }
                 },
+                EntryType::EntryConfChangeV2 => self.apply_conf_entry(&entry),
                 _ => self.machine.skip(index, term),
             }
             self.applied = index;
@@ -973,6 +1059,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         if !self.leader
             || preferred == self.config.node_id
             || self.ticks < self.last_transfer_tick + ELECTION_TICKS as u64
+            || !self.change_keeps_voter(preferred)
         {
             return;
         }
@@ -1006,8 +1093,11 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     }
 
     fn maybe_snapshot(&mut self) {
+        // A new member needs a snapshot holding it (`KeelStorage::floors`).
+        let wanted_at = self.raw.store().wanted_at.load(Ordering::Relaxed);
         let due = self.applied >= self.last_snapshot_index + self.config.snapshot_every_entries
-            || self.log_bytes_since_snapshot >= self.config.snapshot_every_log_bytes;
+            || self.log_bytes_since_snapshot >= self.config.snapshot_every_log_bytes
+            || (wanted_at > self.last_snapshot_index && self.applied >= wanted_at);
         if !self.snapshot_running && due && self.applied > self.last_snapshot_index {
             self.snapshot_wanted = true;
         }
@@ -1025,6 +1115,10 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         let mut head = Vec::with_capacity(64 + job.head.len());
         Envelope {
             dedup: self.dedup.clone(),
+            configuration: Some(Configuration {
+                conf_state: self.raw.raft.prs().conf().to_conf_state(),
+                membership: self.reconfig.membership.clone(),
+            }),
         }
         .encode(&mut head);
         head.extend_from_slice(&job.head);

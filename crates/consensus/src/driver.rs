@@ -10,9 +10,11 @@
 //! and form the next, larger batch: batches grow under load and stay small
 //! when idle.
 
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -21,7 +23,8 @@ use raft::eraftpb::{ConfState, Entry, HardState};
 use raft::storage::MemStorage;
 
 use crate::core::{storage_from, Core, CoreConfig, Durable, Io, Outbound, SnapshotSource};
-use crate::proposal::{Committed, Dedup, PROPOSAL_SEQUENCE_BITS};
+use crate::membership::{Change, Members, Membership, ReconfigError};
+use crate::proposal::{Committed, Configuration, Dedup, PROPOSAL_SEQUENCE_BITS};
 use crate::store::LogStore;
 use crate::transport::{PeerInput, Transport};
 use crate::{snapfile, ConsensusError};
@@ -64,6 +67,21 @@ pub trait StateMachine: Send + 'static {
     fn read_ready(&mut self, context: Vec<u8>);
     /// A ReadIndex barrier could not be queued (too many pending).
     fn read_failed(&mut self, context: Vec<u8>);
+    /// A membership change completed with the conf-change entry at
+    /// (index, term): `members` is the configuration now in effect, the
+    /// same on every replica; `reply` is the asking client's context on
+    /// the node it asked. Returns the configuration's id (the state
+    /// machine's position for it: Keel's zxid).
+    fn reconfigured(
+        &mut self,
+        index: u64,
+        term: u64,
+        members: &Members,
+        time_ms: i64,
+        reply: Option<&[u8]>,
+    ) -> u64;
+    /// A reconfig asked at this node was refused or lost.
+    fn reconfig_failed(&mut self, context: Vec<u8>, error: ReconfigError);
 }
 
 /// Writes a snapshot's bytes, opaque to consensus, part by part.
@@ -90,6 +108,8 @@ pub struct SnapshotPosition {
     pub term: u64,
     /// The proposals it had applied (its envelope's dedup table).
     pub dedup: Dedup,
+    /// The configuration as of its index (None before envelope version 2).
+    pub configuration: Option<Configuration>,
 }
 
 #[derive(Debug, Clone)]
@@ -110,8 +130,18 @@ pub struct RaftConfig {
     pub preferred_leader: Option<u64>,
     /// Members (listed in `peers`) that are observers: non-voting learners.
     pub observers: Vec<u64>,
+    /// Client addresses ("host:port") of members listed in `peers`, where
+    /// known: shown in the configuration's text.
+    pub clients: BTreeMap<u64, String>,
     /// What every peer connection must prove (shared secret, TLS).
     pub peer_auth: crate::peer_auth::PeerAuth,
+    /// Start with no member (`peers` holds this node's own listen address
+    /// only) and wait to be added by a membership change: the leader sends
+    /// the configuration with a snapshot.
+    pub join: bool,
+    /// This node, as leader, carries out membership changes (ZooKeeper's
+    /// reconfigEnabled).
+    pub reconfig_enabled: bool,
 }
 
 impl RaftConfig {
@@ -137,6 +167,9 @@ impl RaftConfig {
     }
 
     fn voters(&self) -> Vec<u64> {
+        if self.join {
+            return Vec::new();
+        }
         if self.peers.is_empty() {
             return vec![self.node_id];
         }
@@ -152,9 +185,26 @@ impl RaftConfig {
 
     /// Observers are raft-rs learners: they replicate and serve, never vote.
     fn learners(&self) -> Vec<u64> {
+        if self.join {
+            return Vec::new();
+        }
         let mut ids = self.observers.clone();
         ids.sort_unstable();
         ids
+    }
+
+    /// The membership a node starts from before it loaded any (a cluster's
+    /// bootstrap list; nothing for a single node or a node joining).
+    fn bootstrap_membership(&self) -> Membership {
+        if self.join || self.peers.len() <= 1 {
+            return Membership::default();
+        }
+        let peers: Vec<(u64, String)> = self
+            .peers
+            .iter()
+            .map(|(id, address)| (*id, address.to_string()))
+            .collect();
+        crate::core::bootstrap_membership(&peers, &self.observers, &self.clients)
     }
 }
 
@@ -164,7 +214,12 @@ pub struct RaftStatus {
     /// More than one member: roles are leader/follower, not standalone.
     pub cluster: bool,
     /// This node is an observer (a non-voting learner).
-    pub observer: bool,
+    pub observer: AtomicBool,
+    /// A membership change is under way (applied here).
+    pub reconfig_pending: AtomicBool,
+    /// The membership as applied here (the server shows it as
+    /// /zookeeper/config's members and in `conf`).
+    pub membership: RwLock<Membership>,
     pub is_leader: AtomicBool,
     pub term: AtomicU64,
     pub leader_id: AtomicU64,
@@ -246,6 +301,13 @@ enum Input {
     },
     /// A leader about to stop hands leadership to its most caught-up voter.
     HandOff,
+    /// A client's membership change.
+    Reconfig {
+        change: Change,
+        expected_config_id: Option<u64>,
+        authorized: bool,
+        context: Vec<u8>,
+    },
     Shutdown,
 }
 
@@ -287,6 +349,32 @@ impl RaftHandle {
         self.status.is_leader.load(Ordering::Acquire)
     }
 
+    /// Asks for a membership change (see `Core::reconfigure`); an error if
+    /// the driver is gone or its queue is full.
+    pub fn reconfigure(
+        &self,
+        change: Change,
+        expected_config_id: Option<u64>,
+        authorized: bool,
+        context: Vec<u8>,
+    ) -> Result<(), SubmitError> {
+        Ok(self.inputs.try_send(Input::Reconfig {
+            change,
+            expected_config_id,
+            authorized,
+            context,
+        })?)
+    }
+
+    /// The membership as applied here.
+    pub fn membership(&self) -> Membership {
+        self.status
+            .membership
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Reports session activity seen here to the leader.
     pub fn report_touches(&self, sessions: Vec<i64>) {
         let _ = self.inputs.try_send(Input::Touches(sessions));
@@ -303,6 +391,10 @@ pub struct Recovery {
     store: LogStore,
     storage: MemStorage,
     config: RaftConfig,
+    /// The data dir's identity (None: a joining node that has not learned
+    /// its cluster yet).
+    identity: Option<Identity>,
+    membership: Membership,
 }
 
 /// Checks the data dir's identity (creating the data dir and a one-member
@@ -310,16 +402,18 @@ pub struct Recovery {
 pub fn prepare(config: &RaftConfig) -> Result<(), ConsensusError> {
     assert!(config.node_id > 0, "raft node ids start at 1");
     std::fs::create_dir_all(config.data_dir.join("snapshots"))?;
-    check_identity(config)
+    check_identity(config).map(|_| ())
 }
 
 /// Opens the log behind the snapshot the caller loaded (at `position`).
 pub fn recover(config: RaftConfig, position: SnapshotPosition) -> Result<Recovery, ConsensusError> {
-    prepare(&config)?;
+    assert!(config.node_id > 0, "raft node ids start at 1");
+    std::fs::create_dir_all(config.data_dir.join("snapshots"))?;
+    let identity = check_identity(&config)?;
     let started = std::time::Instant::now();
     let store = LogStore::open(&config.data_dir.join("raft"))?;
     let recovered = store.recover()?;
-    let conf_state = match recovered.conf_state {
+    let stored = match recovered.conf_state {
         Some(cs) => cs,
         None => {
             let cs = ConfState {
@@ -331,9 +425,25 @@ pub fn recover(config: RaftConfig, position: SnapshotPosition) -> Result<Recover
             cs
         }
     };
-    if !conf_state.voters.contains(&config.node_id)
-        && !conf_state.learners.contains(&config.node_id)
-    {
+    // raft-rs starts from the configuration as of the loaded snapshot (the
+    // log after it replays later changes); a snapshot of envelope version
+    // 1 predates membership changes: the stored configuration is its own.
+    let (conf_state, membership) = match &position.configuration {
+        Some(configuration) => (
+            configuration.conf_state.clone(),
+            configuration.membership.clone(),
+        ),
+        None => (stored, config.bootstrap_membership()),
+    };
+    let member = conf_state
+        .voters
+        .iter()
+        .chain(&conf_state.learners)
+        .chain(&conf_state.voters_outgoing)
+        .chain(&conf_state.learners_next)
+        .any(|id| *id == config.node_id);
+    let joining = config.join && position.index == 0;
+    if !member && !joining && position.configuration.is_none() {
         return Err(ConsensusError::WrongNode {
             node_id: config.node_id,
             members: conf_state.voters.clone(),
@@ -362,6 +472,8 @@ pub fn recover(config: RaftConfig, position: SnapshotPosition) -> Result<Recover
         store,
         storage,
         config,
+        identity,
+        membership,
     })
 }
 
@@ -392,38 +504,113 @@ fn check_entries(entries: &[Entry], applied: u64) -> Result<(), ConsensusError> 
     Ok(())
 }
 
+/// What `data_dir/IDENTITY` records: the cluster's id (fixed when the
+/// cluster bootstraps: a hash of its name and first member list; learned
+/// from the first leader by a node that joins), this node's id, and
+/// whether the membership has changed since bootstrap (then `--peers` no
+/// longer describes the members and is not checked against the id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Identity {
+    pub cluster_id: u64,
+    pub node_id: u64,
+    pub dynamic: bool,
+}
+
+impl Identity {
+    pub(crate) fn render(&self) -> String {
+        let mut text = format!(
+            "cluster_id={:#018x}\nnode_id={}\n",
+            self.cluster_id, self.node_id
+        );
+        if self.dynamic {
+            text.push_str("membership=dynamic\n");
+        }
+        text
+    }
+
+    pub(crate) fn parse(text: &str) -> Option<Identity> {
+        let mut lines = text.lines();
+        let cluster = lines.next()?.strip_prefix("cluster_id=0x")?;
+        let node = lines.next()?.strip_prefix("node_id=")?;
+        let dynamic = match lines.next() {
+            None => false,
+            Some("membership=dynamic") => true,
+            Some(_) => return None,
+        };
+        if lines.next().is_some() || !text.ends_with('\n') {
+            return None;
+        }
+        Some(Identity {
+            cluster_id: u64::from_str_radix(cluster, 16).ok()?,
+            node_id: node.parse().ok()?,
+            dynamic,
+        })
+    }
+
+    /// Written whole to a temp file, then renamed over the old one.
+    fn write(&self, data_dir: &std::path::Path) -> std::io::Result<()> {
+        let temp = data_dir.join("IDENTITY.tmp");
+        std::fs::write(&temp, self.render())?;
+        std::fs::File::open(&temp)?.sync_all()?;
+        std::fs::rename(&temp, data_dir.join("IDENTITY"))
+    }
+}
+
 /// The data dir remembers which cluster and node it belongs to; starting
-/// it as another node or in another cluster is refused, never repaired.
-fn check_identity(config: &RaftConfig) -> Result<(), ConsensusError> {
+/// it as another node, or (until its membership changed) with another
+/// member list, is refused, never repaired. None: a node joining a
+/// cluster, whose id it learns from the first leader.
+fn check_identity(config: &RaftConfig) -> Result<Option<Identity>, ConsensusError> {
     let path = config.data_dir.join("IDENTITY");
-    let expected = format!(
-        "cluster_id={:#018x}\nnode_id={}\n",
-        config.cluster_id(),
-        config.node_id
-    );
+    let expected = Identity {
+        cluster_id: config.cluster_id(),
+        node_id: config.node_id,
+        dynamic: false,
+    };
     // Read as bytes: a damaged file is refused with its path and what it
     // holds, like any other mismatch (not as an io error without a name).
     let read = std::fs::read(&path).map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
+    let refuse = |found: String, expected: String| ConsensusError::Identity {
+        path: path.clone(),
+        found: found.trim().replace('\n', " "),
+        expected: expected.trim().replace('\n', " "),
+    };
     match read {
-        Ok(found) if found == expected => Ok(()),
-        Ok(found) => Err(ConsensusError::Identity {
-            path,
-            found: found.trim().replace('\n', " "),
-            expected: expected.trim().replace('\n', " "),
-        }),
+        Ok(found) => {
+            let Some(identity) = Identity::parse(&found) else {
+                return Err(refuse(found, expected.render()));
+            };
+            let bootstrap_list_applies = !identity.dynamic && !config.join;
+            if identity.node_id != config.node_id
+                || (bootstrap_list_applies && identity.cluster_id != expected.cluster_id)
+            {
+                let expected = if bootstrap_list_applies {
+                    expected
+                } else {
+                    Identity {
+                        node_id: config.node_id,
+                        ..identity
+                    }
+                };
+                return Err(refuse(found, expected.render()));
+            }
+            Ok(Some(identity))
+        }
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             let nonempty = std::fs::read_dir(config.data_dir.join("raft"))
                 .map(|mut d| d.next().is_some())
                 .unwrap_or(false);
-            if nonempty {
-                return Err(ConsensusError::Identity {
-                    path,
-                    found: "no identity file but a raft log".into(),
-                    expected: expected.trim().replace('\n', " "),
-                });
+            if nonempty && !config.join {
+                return Err(refuse(
+                    "no identity file but a raft log".into(),
+                    expected.render(),
+                ));
             }
-            std::fs::write(&path, expected)?;
-            Ok(())
+            if config.join {
+                return Ok(None);
+            }
+            expected.write(&config.data_dir)?;
+            Ok(Some(expected))
         }
         Err(error) => Err(error.into()),
     }
@@ -486,6 +673,9 @@ struct ShellIo {
     transport: Option<Transport>,
     snapshot_dir: PathBuf,
     status: Arc<RaftStatus>,
+    /// This node's own `--peers` addresses: they win for bootstrap members
+    /// (a node may reach a peer through its own route or proxy).
+    local_peers: HashMap<u64, SocketAddr>,
 }
 
 impl Io for ShellIo {
@@ -501,7 +691,44 @@ impl Io for ShellIo {
             Outbound::Raft(message) => transport.send_raft(&message),
             Outbound::Forward { to, batch } => transport.forward(to, &batch),
             Outbound::Touch { to, sessions } => transport.touch(to, &sessions),
+            Outbound::Reconfig { to, request } => transport.reconfig(to, &request),
+            Outbound::ReconfigAnswer { to, answer } => transport.reconfig_answer(to, &answer),
+            Outbound::Members { to, members } => transport.members(to, &members),
         }
+    }
+
+    fn set_peers(&mut self, peers: &BTreeMap<u64, (String, bool)>) {
+        let Some(transport) = &self.transport else {
+            return;
+        };
+        let mut book = HashMap::new();
+        for (id, (address, bootstrap)) in peers {
+            if let (true, Some(local)) = (*bootstrap, self.local_peers.get(id)) {
+                book.insert(*id, *local);
+                continue;
+            }
+            match std::net::ToSocketAddrs::to_socket_addrs(address.as_str())
+                .ok()
+                .and_then(|mut a| a.next())
+            {
+                Some(resolved) => {
+                    book.insert(*id, resolved);
+                }
+                None => tracing::warn!(id, address, "member's peer address does not resolve"),
+            }
+        }
+        if book.is_empty() {
+            return; // joining: no member known yet
+        }
+        if let Err(error) = transport.set_peers(&book) {
+            tracing::error!(%error, "cannot start a peer connection");
+        }
+    }
+
+    fn wall_clock_ms(&self) -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
     }
 
     fn persist(
@@ -545,6 +772,7 @@ impl Io for ShellIo {
 
 struct Driver<S: StateMachine> {
     core: Core<S, ShellIo, SnapshotDir>,
+    identity: IdentityKeeper,
     timings: Timings,
     inputs: Receiver<Input>,
     peer_inputs: Receiver<PeerInput>,
@@ -569,6 +797,7 @@ pub fn start<S: StateMachine>(
 > {
     let config = recovery.config;
     let applied = recovery.position.index;
+    let membership = recovery.membership;
     // Sequences must grow across restarts: start from the clock (ms << 12)
     // or past the last applied one, whichever is higher.
     let clock_ms = std::time::SystemTime::now()
@@ -578,11 +807,12 @@ pub fn start<S: StateMachine>(
     let own_applied = recovery.position.dedup.applied(config.node_id);
     let first_sequence = ((clock_ms << 12) & sequence_mask).max(own_applied + 1);
     let (peer_sender, peer_inputs) = crossbeam_channel::bounded(PROPOSAL_QUEUE_MAX);
-    let transport = start_transport(&config, peer_sender.clone())?;
+    let cluster_id = recovery.identity.map_or(0, |identity| identity.cluster_id);
+    let transport = start_transport(&config, cluster_id, peer_sender.clone())?;
     let (sender, inputs) = crossbeam_channel::bounded(PROPOSAL_QUEUE_MAX);
     let status = Arc::new(RaftStatus {
         cluster: transport.is_some(),
-        observer: config.observers.contains(&config.node_id),
+        observer: AtomicBool::new(config.observers.contains(&config.node_id) && !config.join),
         heartbeat: transport
             .as_ref()
             .map(|t| t.heartbeat_stats())
@@ -595,6 +825,7 @@ pub fn start<S: StateMachine>(
         transport,
         snapshot_dir: snapshot_dir.clone(),
         status: status.clone(),
+        local_peers: config.peers.iter().copied().collect(),
     };
     let core_config = CoreConfig {
         node_id: config.node_id,
@@ -606,6 +837,8 @@ pub fn start<S: StateMachine>(
         dedup: recovery.position.dedup.clone(),
         seed: clock_ms ^ config.node_id,
         log_kept_behind_snapshot: crate::core::LOG_KEPT_BEHIND_SNAPSHOT,
+        membership,
+        reconfig_enabled: config.reconfig_enabled,
         #[cfg(feature = "testing")]
         planted_bug: crate::core::PlantedBug::None,
     };
@@ -624,6 +857,13 @@ pub fn start<S: StateMachine>(
     };
     let mut driver = Driver {
         core,
+        identity: IdentityKeeper {
+            identity: recovery.identity,
+            data_dir: config.data_dir.clone(),
+            node_id: config.node_id,
+            bootstrap_ids: config.peers.iter().map(|(id, _)| *id).collect(),
+            joined: config.join,
+        },
         timings,
         inputs,
         peer_inputs,
@@ -639,9 +879,10 @@ pub fn start<S: StateMachine>(
 
 fn start_transport(
     config: &RaftConfig,
+    cluster_id: u64,
     inbox: Sender<PeerInput>,
 ) -> Result<Option<Transport>, ConsensusError> {
-    if config.peers.len() <= 1 {
+    if config.peers.len() <= 1 && !config.join {
         return Ok(None);
     }
     let peers: std::collections::HashMap<u64, std::net::SocketAddr> =
@@ -652,9 +893,11 @@ fn start_transport(
             node_id: config.node_id,
             members: config.voters(),
         })?;
+    // A joining node knows no member: the leader's snapshot brings them.
+    let peers = if config.join { HashMap::new() } else { peers };
     Ok(Some(Transport::start(
         config.node_id,
-        config.cluster_id(),
+        cluster_id,
         listen,
         &peers,
         config.peer_auth.clone(),
@@ -723,6 +966,7 @@ impl<S: StateMachine> Driver<S> {
             let before = self.timings.before_advance();
             self.core.advance()?;
             self.timings.after_advance(before);
+            self.identity.keep(&self.core)?;
             self.maybe_snapshot(&loopback);
         }
     }
@@ -753,6 +997,14 @@ impl<S: StateMachine> Driver<S> {
                     tracing::info!("no hand-off: not the leader, or no other active voter");
                 }
             }
+            Input::Reconfig {
+                change,
+                expected_config_id,
+                authorized,
+                context,
+            } => self
+                .core
+                .reconfigure(change, expected_config_id, authorized, context),
             Input::Shutdown => unreachable!("handled by the loop"),
         }
     }
@@ -795,6 +1047,61 @@ impl<S: StateMachine> Driver<S> {
             tracing::error!(%error, "cannot start snapshot thread");
             self.core.snapshot_done(index, Err(error.into()), 0);
         }
+    }
+}
+
+/// Keeps IDENTITY true as the membership changes: a joining node writes it
+/// once it learned its cluster (and installed the leader's snapshot); a
+/// node whose members are no longer the bootstrap list marks it dynamic.
+struct IdentityKeeper {
+    identity: Option<Identity>,
+    data_dir: PathBuf,
+    node_id: u64,
+    bootstrap_ids: Vec<u64>,
+    joined: bool,
+}
+
+impl IdentityKeeper {
+    fn keep<S: StateMachine>(
+        &mut self,
+        core: &Core<S, ShellIo, SnapshotDir>,
+    ) -> Result<(), ConsensusError> {
+        if self.identity.is_some_and(|identity| identity.dynamic) {
+            return Ok(());
+        }
+        let Some(identity) = self.identity else {
+            let cluster_id = core
+                .io()
+                .transport
+                .as_ref()
+                .map_or(0, |transport| transport.cluster_id());
+            if cluster_id == 0 || core.applied() == 0 {
+                return Ok(());
+            }
+            let identity = Identity {
+                cluster_id,
+                node_id: self.node_id,
+                dynamic: true,
+            };
+            identity.write(&self.data_dir)?;
+            tracing::info!(
+                cluster_id = format_args!("{cluster_id:#x}"),
+                "joined the cluster"
+            );
+            self.identity = Some(identity);
+            return Ok(());
+        };
+        let membership = core.membership();
+        let ids: Vec<u64> = membership.members.keys().copied().collect();
+        if membership.config_id != 0 && (self.joined || ids != self.bootstrap_ids) {
+            let identity = Identity {
+                dynamic: true,
+                ..identity
+            };
+            identity.write(&self.data_dir)?;
+            self.identity = Some(identity);
+        }
+        Ok(())
     }
 }
 

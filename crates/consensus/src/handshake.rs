@@ -466,9 +466,15 @@ fn version_of(payload: &[u8]) -> Result<u16, PeerError> {
 /// What the accepting side checks a hello against.
 pub(crate) struct Acceptor<'a> {
     pub self_id: u64,
+    /// 0 while this node joins a cluster and does not know its id yet: the
+    /// first connector that passes the handshake (which proves the shared
+    /// secret or certificate, when configured) names the cluster, written
+    /// to `adopt`.
     pub cluster_id: u64,
+    /// The members that may connect; empty while joining (any may).
     pub known: &'a [u64],
     pub auth: &'a PeerAuth,
+    pub adopt: Option<&'a std::sync::atomic::AtomicU64>,
 }
 
 /// The accepting side's handshake (TLS, if any, done: `certificate` is
@@ -508,6 +514,11 @@ pub(crate) fn accept(
     let (their_cluster, target, flags) = (u64_at(2), u64_at(10), payload[18]);
     let nonce_connector = &payload[19..];
     check_hello(acceptor, from, their_cluster, target, flags)?;
+    let cluster_id = if acceptor.cluster_id == 0 {
+        their_cluster
+    } else {
+        acceptor.cluster_id
+    };
     if acceptor.auth.tls.is_some() {
         let certificate = certificate.ok_or(PeerError::NoCertificate)?;
         if !certificate_names_member(certificate, from) {
@@ -527,7 +538,7 @@ pub(crate) fn accept(
     let nonce_acceptor = fresh_nonce()?;
     let version = PEER_PROTOCOL_VERSION.to_be_bytes();
     let ends = ends_bytes(Ends {
-        cluster_id: acceptor.cluster_id,
+        cluster_id,
         connector: from,
         acceptor: acceptor.self_id,
     });
@@ -543,8 +554,14 @@ pub(crate) fn accept(
         &welcome(&nonce_acceptor, &proof),
     ))?;
     stream.flush()?;
+    let adopt = |from| {
+        if let Some(adopt) = acceptor.adopt {
+            let _ = adopt.compare_exchange(0, cluster_id, Ordering::AcqRel, Ordering::Acquire);
+        }
+        Ok(from)
+    };
     let Some(secret) = &acceptor.auth.secret else {
-        return Ok(from);
+        return adopt(from);
     };
     let (kind, sender, claimed) = read_frame(reader, HANDSHAKE_FRAME_BYTES_MAX)?;
     if kind != KIND_PROOF {
@@ -559,7 +576,7 @@ pub(crate) fn accept(
     if claimed.len() != PROOF_BYTES || !secret.verify(&parts(LABEL_CONNECTOR), &claimed) {
         return Err(PeerError::BadProof);
     }
-    Ok(from)
+    adopt(from)
 }
 
 fn check_hello(
@@ -569,14 +586,17 @@ fn check_hello(
     target: u64,
     flags: u8,
 ) -> Result<(), PeerError> {
-    if their_cluster != acceptor.cluster_id {
+    // A node joining a cluster knows no member yet: any sender may be the
+    // leader that brings it the configuration.
+    let joining = acceptor.known.is_empty();
+    if acceptor.cluster_id != 0 && their_cluster != acceptor.cluster_id {
         return Err(PeerError::OtherCluster {
             from,
             theirs: their_cluster,
             ours: acceptor.cluster_id,
         });
     }
-    if !acceptor.known.contains(&from) || from == acceptor.self_id {
+    if (!joining && !acceptor.known.contains(&from)) || from == acceptor.self_id || from == 0 {
         return Err(PeerError::UnknownPeer(from));
     }
     if target != acceptor.self_id {

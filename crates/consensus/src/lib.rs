@@ -12,6 +12,7 @@ pub mod core;
 mod core;
 mod driver;
 mod handshake;
+pub mod membership;
 pub mod peer_auth;
 pub mod pem;
 pub mod proposal;
@@ -23,6 +24,8 @@ pub mod transport;
 #[allow(dead_code)]
 mod transport;
 
+#[cfg(test)]
+mod membership_tests;
 #[cfg(test)]
 mod peer_auth_tests;
 #[cfg(test)]
@@ -36,8 +39,9 @@ pub use driver::{
     SnapshotJob, SnapshotPosition, SnapshotWriter, StateMachine, SubmitError, PROPOSAL_QUEUE_MAX,
 };
 pub use handshake::{HANDSHAKE_TIMEOUT_MS, PEER_PROTOCOL_VERSION};
+pub use membership::{Change, Member, Members, Membership, ReconfigError, Role, MEMBERS_MAX};
 pub use peer_auth::{PeerAuth, PeerAuthError, PeerSecret, PeerTls};
-pub use proposal::{Committed, Dedup, Envelope, ProposalError, ProposalId};
+pub use proposal::{Committed, Configuration, Dedup, Envelope, ProposalError, ProposalId};
 pub use store::LogStore;
 
 #[derive(Debug, thiserror::Error)]

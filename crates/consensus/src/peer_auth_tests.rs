@@ -188,6 +188,7 @@ fn accept_one(listener: &TcpListener, self_id: u64, auth: PeerAuth) -> Accepted 
             cluster_id: CLUSTER,
             known: &known,
             auth: &auth,
+            adopt: None,
         };
         handshake::authenticate(tcp, &acceptor).map_err(|error| error.to_string())
     })

@@ -10,10 +10,18 @@
 //! proposal `[id u64][len u32][payload]`, big-endian.
 //!
 //! Snapshot envelope: `KEELRAFT`, version u32, `[len u32][crc32 u32]` and
-//! the dedup table `[count u32]{[origin u64][sequence u64]}`, followed by
-//! the state machine's own snapshot bytes, untouched.
+//! the dedup table `[count u32]{[origin u64][sequence u64]}`, then (version
+//! 2) the configuration as of the snapshot's index: `[len u32]` raft-rs's
+//! ConfState (protobuf) and `[len u32]` the membership (membership.rs);
+//! followed by the state machine's own snapshot bytes, untouched. Version
+//! 1 (no configuration) is still read.
 
 use std::collections::BTreeMap;
+
+use protobuf::Message as _;
+use raft::eraftpb::ConfState;
+
+use crate::membership::Membership;
 
 /// Bits of a proposal id below the origin node id.
 pub const PROPOSAL_SEQUENCE_BITS: u32 = 56;
@@ -33,7 +41,11 @@ const PROPOSAL_HEADER_BYTES: usize = 12;
 pub const DEDUP_ORIGINS_MAX: usize = 1 << 16;
 const ENVELOPE_MAGIC: &[u8; 8] = b"KEELRAFT";
 /// The envelope this Keel writes.
-pub const ENVELOPE_VERSION: u32 = 1;
+pub const ENVELOPE_VERSION: u32 = 2;
+/// The envelope before it carried the configuration (still read).
+pub const ENVELOPE_VERSION_DEDUP_ONLY: u32 = 1;
+/// Largest configuration part of an envelope (255 members' addresses).
+const ENVELOPE_CONFIGURATION_BYTES_MAX: usize = 1 << 20;
 pub(crate) const ENVELOPE_HEADER_BYTES: usize = 8 + 4 + 4 + 4;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -48,7 +60,7 @@ pub enum ProposalError {
     TooLarge(usize),
     #[error("entry payload has {0} trailing bytes")]
     Trailing(usize),
-    #[error("snapshot envelope version {0} is not supported (this Keel reads {ENVELOPE_VERSION})")]
+    #[error("snapshot envelope version {0} is not supported (this Keel reads {ENVELOPE_VERSION_DEDUP_ONLY} and {ENVELOPE_VERSION})")]
     EnvelopeVersion(u32),
     #[error(
         "snapshot envelope checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
@@ -187,10 +199,20 @@ impl Dedup {
     }
 }
 
+/// The configuration as of a snapshot's index: raft-rs's voting rules and
+/// Keel's member table.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Configuration {
+    pub conf_state: ConfState,
+    pub membership: Membership,
+}
+
 /// What precedes the state machine's bytes in a snapshot file.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Envelope {
     pub dedup: Dedup,
+    /// None in a file of envelope version 1.
+    pub configuration: Option<Configuration>,
 }
 
 impl Envelope {
@@ -201,6 +223,18 @@ impl Envelope {
         for (origin, sequence) in &self.dedup.applied {
             body.extend_from_slice(&origin.to_be_bytes());
             body.extend_from_slice(&sequence.to_be_bytes());
+        }
+        let configuration = self.configuration.clone().unwrap_or_default();
+        let conf_state = configuration
+            .conf_state
+            .write_to_bytes()
+            .expect("a ConfState encodes");
+        let mut membership = Vec::new();
+        configuration.membership.encode(&mut membership);
+        for part in [&conf_state, &membership] {
+            assert!(part.len() <= ENVELOPE_CONFIGURATION_BYTES_MAX);
+            body.extend_from_slice(&(part.len() as u32).to_be_bytes());
+            body.extend_from_slice(part);
         }
         out.extend_from_slice(ENVELOPE_MAGIC);
         out.extend_from_slice(&ENVELOPE_VERSION.to_be_bytes());
@@ -220,12 +254,12 @@ impl Envelope {
             .get(..ENVELOPE_HEADER_BYTES)
             .ok_or(ProposalError::Envelope("truncated header"))?;
         let version = u32::from_be_bytes(header[8..12].try_into().expect("4 bytes"));
-        if version != ENVELOPE_VERSION {
+        if version != ENVELOPE_VERSION && version != ENVELOPE_VERSION_DEDUP_ONLY {
             return Err(ProposalError::EnvelopeVersion(version));
         }
         let len = u32::from_be_bytes(header[12..16].try_into().expect("4 bytes")) as usize;
         let stored = u32::from_be_bytes(header[16..20].try_into().expect("4 bytes"));
-        if len > 4 + 16 * DEDUP_ORIGINS_MAX {
+        if len > 4 + 16 * DEDUP_ORIGINS_MAX + 8 + 2 * ENVELOPE_CONFIGURATION_BYTES_MAX {
             return Err(ProposalError::Envelope("dedup table too large"));
         }
         let body = bytes
@@ -235,19 +269,59 @@ impl Envelope {
         if computed != stored {
             return Err(ProposalError::EnvelopeChecksum { stored, computed });
         }
-        let dedup = decode_dedup(body)?;
-        Ok((Envelope { dedup }, &bytes[ENVELOPE_HEADER_BYTES + len..]))
+        let (dedup, rest) = decode_dedup(body)?;
+        let configuration = if version == ENVELOPE_VERSION_DEDUP_ONLY {
+            if !rest.is_empty() {
+                return Err(ProposalError::Envelope("dedup table length"));
+            }
+            None
+        } else {
+            Some(decode_configuration(rest)?)
+        };
+        let envelope = Envelope {
+            dedup,
+            configuration,
+        };
+        Ok((envelope, &bytes[ENVELOPE_HEADER_BYTES + len..]))
     }
 }
 
-fn decode_dedup(body: &[u8]) -> Result<Dedup, ProposalError> {
+fn decode_configuration(mut rest: &[u8]) -> Result<Configuration, ProposalError> {
+    let mut part = || -> Result<&[u8], ProposalError> {
+        let len = rest
+            .get(..4)
+            .map(|b| u32::from_be_bytes(b.try_into().expect("4 bytes")) as usize)
+            .ok_or(ProposalError::Envelope("truncated configuration"))?;
+        let bytes = rest
+            .get(4..4 + len)
+            .ok_or(ProposalError::Envelope("truncated configuration"))?;
+        rest = &rest[4 + len..];
+        Ok(bytes)
+    };
+    let conf_state = ConfState::parse_from_bytes(part()?)
+        .map_err(|_| ProposalError::Envelope("ConfState does not decode"))?;
+    let membership = Membership::decode(part()?)
+        .map_err(|_| ProposalError::Envelope("membership does not decode"))?;
+    if !rest.is_empty() {
+        return Err(ProposalError::Envelope("trailing configuration bytes"));
+    }
+    Ok(Configuration {
+        conf_state,
+        membership,
+    })
+}
+
+/// The dedup table at the start of an envelope's body, and what follows.
+fn decode_dedup(body: &[u8]) -> Result<(Dedup, &[u8]), ProposalError> {
     let count = body
         .get(..4)
         .map(|b| u32::from_be_bytes(b.try_into().expect("4 bytes")) as usize)
         .ok_or(ProposalError::Envelope("no dedup count"))?;
-    if body.len() != 4 + 16 * count {
+    if count > DEDUP_ORIGINS_MAX || body.len() < 4 + 16 * count {
         return Err(ProposalError::Envelope("dedup table length"));
     }
+    let (table, rest) = body.split_at(4 + 16 * count);
+    let body = table;
     let mut dedup = Dedup::default();
     for row in body[4..].chunks_exact(16) {
         let origin = u64::from_be_bytes(row[..8].try_into().expect("8 bytes"));
@@ -256,7 +330,7 @@ fn decode_dedup(body: &[u8]) -> Result<Dedup, ProposalError> {
             return Err(ProposalError::Envelope("origin listed twice"));
         }
     }
-    Ok(dedup)
+    Ok((dedup, rest))
 }
 
 #[cfg(test)]
@@ -321,7 +395,20 @@ mod tests {
         let mut dedup = Dedup::default();
         dedup.admit(ProposalId::new(1, 10));
         dedup.admit(ProposalId::new(4, 3));
-        let envelope = Envelope { dedup };
+        let envelope = Envelope {
+            dedup,
+            configuration: Some(Configuration {
+                conf_state: ConfState {
+                    voters: vec![1, 2],
+                    learners: vec![4],
+                    ..Default::default()
+                },
+                membership: Membership {
+                    config_id: 0x2_0000_0001,
+                    ..Membership::default()
+                },
+            }),
+        };
         let mut file = Vec::new();
         envelope.encode(&mut file);
         file.extend_from_slice(b"KEELSNAP-machine-bytes");
@@ -343,5 +430,21 @@ mod tests {
         let (legacy, rest) = Envelope::split(b"KEELSNAP...").expect("no envelope");
         assert!(legacy.dedup.is_empty());
         assert_eq!(rest, b"KEELSNAP...");
+        // Version 1 (before the configuration) is still read.
+        let mut version_1 = Vec::new();
+        let mut body = 1u32.to_be_bytes().to_vec();
+        body.extend_from_slice(&7u64.to_be_bytes());
+        body.extend_from_slice(&9u64.to_be_bytes());
+        version_1.extend_from_slice(ENVELOPE_MAGIC);
+        version_1.extend_from_slice(&ENVELOPE_VERSION_DEDUP_ONLY.to_be_bytes());
+        version_1.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        version_1.extend_from_slice(&crc32fast::hash(&body).to_be_bytes());
+        version_1.extend_from_slice(&body);
+        version_1.extend_from_slice(b"tree");
+        let (old, rest) = Envelope::split(&version_1).expect("version 1 reads");
+        assert_eq!(
+            (old.dedup.applied(7), old.configuration, rest),
+            (9, None, &b"tree"[..])
+        );
     }
 }

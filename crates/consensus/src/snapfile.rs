@@ -184,6 +184,7 @@ pub fn verify<T, E: std::fmt::Display>(
         index,
         term,
         dedup: envelope.dedup,
+        configuration: envelope.configuration,
     };
     Ok((state, position))
 }

@@ -9,6 +9,7 @@ use raft::eraftpb::{ConfState, Entry, HardState};
 #[cfg(feature = "testing")]
 use crate::core::PlantedBug;
 use crate::core::{storage_from, Core, CoreConfig, Durable, Io, Outbound, SnapshotSource};
+use crate::membership::{Members, Membership, ReconfigError};
 use crate::proposal::{encode_entry, Dedup, Envelope, Proposal, ProposalId};
 use crate::transport::PeerInput;
 use crate::{Committed, ConsensusError, RaftStatus, SnapshotJob, SnapshotWriter, StateMachine};
@@ -47,12 +48,15 @@ impl SnapshotSource for NoSnapshots {
     }
 }
 
-/// Records what it applied, as (origin, payload).
+/// Records what it applied, as (origin, payload), and the configurations
+/// that came into effect (member ids, reply context).
 #[derive(Default)]
 struct Recorder {
     applied: Vec<(u64, Vec<u8>)>,
     index: u64,
     term: u64,
+    configurations: Vec<(Vec<u64>, Option<Vec<u8>>)>,
+    refused: Vec<(Vec<u8>, ReconfigError)>,
 }
 
 struct Done;
@@ -89,6 +93,22 @@ impl StateMachine for Recorder {
     }
     fn read_ready(&mut self, _: Vec<u8>) {}
     fn read_failed(&mut self, _: Vec<u8>) {}
+    fn reconfigured(
+        &mut self,
+        index: u64,
+        term: u64,
+        members: &Members,
+        _: i64,
+        reply: Option<&[u8]>,
+    ) -> u64 {
+        (self.index, self.term) = (index, term);
+        self.configurations
+            .push((members.keys().copied().collect(), reply.map(<[u8]>::to_vec)));
+        index
+    }
+    fn reconfig_failed(&mut self, context: Vec<u8>, error: ReconfigError) {
+        self.refused.push((context, error));
+    }
 }
 
 fn single_node(dedup: Dedup) -> Core<Recorder, NoIo, NoSnapshots> {
@@ -113,6 +133,8 @@ fn single_node(dedup: Dedup) -> Core<Recorder, NoIo, NoSnapshots> {
         dedup,
         seed: 7,
         log_kept_behind_snapshot: 10,
+        membership: Membership::default(),
+        reconfig_enabled: true,
         #[cfg(feature = "testing")]
         planted_bug: PlantedBug::None,
     };
@@ -186,4 +208,39 @@ fn a_proposal_resent_is_applied_once_even_after_a_restart_from_a_snapshot() {
     restarted.propose(b"after".to_vec());
     restarted.advance().expect("advance");
     assert_eq!(restarted.machine().applied.last().unwrap().1, b"after");
+}
+
+#[test]
+fn identity_round_trips_and_damaged_text_is_refused() {
+    use crate::driver::Identity;
+    for dynamic in [false, true] {
+        let identity = Identity {
+            cluster_id: 0x881810a091a21ed4,
+            node_id: 4,
+            dynamic,
+        };
+        let text = identity.render();
+        assert_eq!(Identity::parse(&text), Some(identity));
+        for cut in 0..text.len() {
+            // Only a cut after a whole line can read (as a shorter file).
+            let read = Identity::parse(&text[..cut]);
+            assert!(
+                read.is_none() || text[..cut].ends_with('\n'),
+                "cut at {cut}"
+            );
+            assert_ne!(read, Some(identity), "cut at {cut}");
+        }
+    }
+    // What Keel wrote before membership changes reads the same.
+    let old = "cluster_id=0x00000000000000ff\nnode_id=3\n";
+    assert_eq!(
+        Identity::parse(old),
+        Some(Identity {
+            cluster_id: 255,
+            node_id: 3,
+            dynamic: false
+        })
+    );
+    assert_eq!(Identity::parse("cluster_id=0xzz\nnode_id=3\n"), None);
+    assert_eq!(Identity::parse(&format!("{old}membership=static\n")), None);
 }

@@ -30,12 +30,20 @@
 //! Sender threads block on a mutex + condvar queue (no spinning, no
 //! timeout polling): a write load used to cost them `sched_yield` loops in
 //! crossbeam's receive backoff.
+//!
+//! Members come and go at runtime (`set_peers`, from the applied
+//! membership): a new member gets its two sender threads, a member gone
+//! has its queues closed (its threads end) and is refused by the accept
+//! side, a member whose address changed is reconnected. A node joining a
+//! cluster starts knowing no member and no cluster id: it accepts the
+//! first connector that passes the handshake and takes its cluster id
+//! (`handshake::Acceptor`), then the members of the snapshot it receives.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
@@ -93,6 +101,13 @@ const KIND_TOUCH: u8 = 3;
 const KIND_CHUNK: u8 = 4;
 pub(crate) const KIND_WELCOME: u8 = 5;
 pub(crate) const KIND_PROOF: u8 = 6;
+const KIND_RECONFIG: u8 = 7;
+const KIND_RECONFIG_ANSWER: u8 = 8;
+const KIND_MEMBERS: u8 = 9;
+/// Member ids the transport keeps heartbeat slots for (ids are 1..=255).
+const MEMBER_ID_MAX: u64 = crate::membership::MEMBERS_MAX as u64;
+/// Longest reconfig request or answer frame.
+const RECONFIG_FRAME_BYTES_MAX: usize = 256 * 1024;
 
 /// transfer id u64 | inner kind u8 | chunk u32 | chunks u32 | total u64 | crc32 u32
 const CHUNK_HEADER_BYTES: usize = 8 + 1 + 4 + 4 + 8 + 4;
@@ -105,6 +120,12 @@ pub enum PeerInput {
     Forward(Vec<u8>),
     /// Sessions a follower saw activity from.
     Touch(Vec<i64>),
+    /// A client's reconfig, forwarded to the leader.
+    Reconfig(Vec<u8>),
+    /// The leader's refusal of a reconfig asked at this node.
+    ReconfigAnswer(Vec<u8>),
+    /// A peer's view of the members' addresses.
+    Members(Vec<u8>),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -385,13 +406,24 @@ pub struct SnapshotReport {
 
 type Reports = Arc<Mutex<Vec<SnapshotReport>>>;
 
+/// A member the transport sends to.
+struct Peer {
+    address: SocketAddr,
+    outgoing: Outgoing,
+}
+
 /// Sends to peers; cheap to clone.
 #[derive(Clone)]
 pub struct Transport {
     self_id: u64,
-    peers: Arc<HashMap<u64, Outgoing>>,
+    peers: Arc<RwLock<HashMap<u64, Peer>>>,
     heartbeat: Arc<HeartbeatStats>,
     reports: Reports,
+    /// The cluster's id; 0 while a joining node has not learned it.
+    cluster_id: Arc<AtomicU64>,
+    /// The members the accept side lets in (empty while joining).
+    known: Arc<RwLock<Vec<u64>>>,
+    auth: PeerAuth,
 }
 
 impl Transport {
@@ -409,7 +441,8 @@ impl Transport {
         Transport::start_on(listener, self_id, cluster_id, peers, auth, inbox)
     }
 
-    /// As `start`, on a listener already bound.
+    /// As `start`, on a listener already bound. `cluster_id` 0 and no
+    /// `peers`: a node joining a cluster (see the module doc).
     pub(crate) fn start_on(
         listener: TcpListener,
         self_id: u64,
@@ -419,46 +452,79 @@ impl Transport {
         inbox: Sender<PeerInput>,
     ) -> std::io::Result<Transport> {
         let heartbeat = Arc::new(HeartbeatStats::new(
-            peers.keys().copied().filter(|&p| p != self_id),
+            (1..=MEMBER_ID_MAX).filter(|&p| p != self_id),
         ));
-        let reports: Reports = Arc::default();
+        let transport = Transport {
+            self_id,
+            peers: Arc::default(),
+            heartbeat: heartbeat.clone(),
+            reports: Arc::default(),
+            cluster_id: Arc::new(AtomicU64::new(cluster_id)),
+            known: Arc::default(),
+            auth: auth.clone(),
+        };
         let reader = ReaderContext {
             self_id,
-            cluster_id,
-            known: peers.keys().copied().collect(),
-            auth: auth.clone(),
+            cluster_id: transport.cluster_id.clone(),
+            known: transport.known.clone(),
+            auth,
             inbox,
-            heartbeat: heartbeat.clone(),
+            heartbeat,
             transfers: Arc::default(),
             handshakes: Arc::default(),
         };
         std::thread::Builder::new()
             .name("keel-peer-accept".into())
             .spawn(move || accept_loop(listener, reader))?;
-        let mut outgoing = HashMap::new();
+        transport.set_peers(peers)?;
+        Ok(transport)
+    }
+
+    /// The cluster's id (0 while a joining node has not learned it).
+    pub fn cluster_id(&self) -> u64 {
+        self.cluster_id.load(Ordering::Acquire)
+    }
+
+    /// Makes `peers` (this node's own entry is ignored) the members this
+    /// node sends to and accepts: new ones are connected, gone ones closed
+    /// (their sender threads end), moved ones reconnected.
+    pub fn set_peers(&self, peers: &HashMap<u64, SocketAddr>) -> std::io::Result<()> {
+        let mut current = self.peers.write().unwrap_or_else(|e| e.into_inner());
+        current.retain(|id, peer| {
+            let keep = peers.get(id) == Some(&peer.address);
+            if !keep {
+                tracing::info!(peer_id = id, address = %peer.address, "peer forgotten");
+            }
+            keep
+        });
         for (&peer_id, &address) in peers {
-            if peer_id == self_id {
+            if peer_id == self.self_id || current.contains_key(&peer_id) {
                 continue;
             }
             let link = Link {
-                self_id,
-                cluster_id,
+                self_id: self.self_id,
+                cluster_id: self.cluster_id.clone(),
                 peer_id,
                 address,
-                auth: auth.clone(),
-                heartbeat: heartbeat.clone(),
-                reports: reports.clone(),
+                auth: self.auth.clone(),
+                heartbeat: self.heartbeat.clone(),
+                reports: self.reports.clone(),
             };
             let control = spawn_sender(link.clone(), Lane::Control)?;
             let bulk = spawn_sender(link, Lane::Bulk)?;
-            outgoing.insert(peer_id, Outgoing { control, bulk });
+            tracing::info!(peer_id, %address, "peer added");
+            current.insert(
+                peer_id,
+                Peer {
+                    address,
+                    outgoing: Outgoing { control, bulk },
+                },
+            );
         }
-        Ok(Transport {
-            self_id,
-            peers: Arc::new(outgoing),
-            heartbeat,
-            reports,
-        })
+        let mut known: Vec<u64> = peers.keys().copied().collect();
+        known.sort_unstable();
+        *self.known.write().unwrap_or_else(|e| e.into_inner()) = known;
+        Ok(())
     }
 
     /// The heartbeat round-trip statistics this transport keeps.
@@ -497,6 +563,21 @@ impl Transport {
         self.enqueue(leader_id, Lane::Bulk, KIND_FORWARD, batch.to_vec());
     }
 
+    /// A client's reconfig for the leader.
+    pub fn reconfig(&self, leader_id: u64, request: &[u8]) {
+        self.enqueue(leader_id, Lane::Control, KIND_RECONFIG, request.to_vec());
+    }
+
+    /// The leader's refusal, for the node whose client asked.
+    pub fn reconfig_answer(&self, origin: u64, answer: &[u8]) {
+        self.enqueue(origin, Lane::Control, KIND_RECONFIG_ANSWER, answer.to_vec());
+    }
+
+    /// This node's view of the members' addresses, for a peer.
+    pub fn members(&self, to: u64, members: &[u8]) {
+        self.enqueue(to, Lane::Control, KIND_MEMBERS, members.to_vec());
+    }
+
     pub fn touch(&self, leader_id: u64, sessions: &[i64]) {
         let mut payload = Vec::with_capacity(sessions.len() * 8);
         for session in sessions {
@@ -521,8 +602,9 @@ impl Transport {
     }
 
     fn push(&self, to: u64, lane: Lane, item: Item) {
-        let Some(outgoing) = self.peers.get(&to) else {
-            return tracing::warn!(to, "message for an unknown peer dropped");
+        let peers = self.peers.read().unwrap_or_else(|e| e.into_inner());
+        let Some(Peer { outgoing, .. }) = peers.get(&to) else {
+            return tracing::debug!(to, "message for an unknown peer dropped");
         };
         let queue = match lane {
             Lane::Control => &outgoing.control,
@@ -588,7 +670,8 @@ static NEXT_TRANSFER: AtomicU64 = AtomicU64::new(1);
 #[derive(Clone)]
 struct Link {
     self_id: u64,
-    cluster_id: u64,
+    /// 0 until a joining node learns it (it connects only then).
+    cluster_id: Arc<AtomicU64>,
     peer_id: u64,
     address: SocketAddr,
     auth: PeerAuth,
@@ -599,7 +682,7 @@ struct Link {
 impl Link {
     fn ends(&self) -> Ends {
         Ends {
-            cluster_id: self.cluster_id,
+            cluster_id: self.cluster_id.load(Ordering::Acquire),
             connector: self.self_id,
             acceptor: self.peer_id,
         }
@@ -632,6 +715,13 @@ fn spawn_sender(link: Link, lane: Lane) -> std::io::Result<Arc<Queue>> {
 
 fn send_loop(link: &Link, lane: Lane, frames: &Queue) {
     while !frames.is_closed() {
+        if link.cluster_id.load(Ordering::Acquire) == 0 {
+            // Joining: the first leader's connection names the cluster.
+            if frames.wait_closed(Duration::from_millis(CONNECT_RETRY_MS)) {
+                return;
+            }
+            continue;
+        }
         let connected = Instant::now();
         let mut refused = false;
         let retry = match TcpStream::connect_timeout(
@@ -786,8 +876,8 @@ fn send_snapshot(link: &Link, writer: &mut impl Write, message: &Message) -> std
 #[derive(Clone)]
 struct ReaderContext {
     self_id: u64,
-    cluster_id: u64,
-    known: Vec<u64>,
+    cluster_id: Arc<AtomicU64>,
+    known: Arc<RwLock<Vec<u64>>>,
     auth: PeerAuth,
     inbox: Sender<PeerInput>,
     heartbeat: Arc<HeartbeatStats>,
@@ -1077,11 +1167,17 @@ fn accept_loop(listener: TcpListener, context: ReaderContext) {
         let _ = std::thread::Builder::new()
             .name("keel-peer-read".into())
             .spawn(move || {
+                let known = context
+                    .known
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
                 let acceptor = Acceptor {
                     self_id: context.self_id,
-                    cluster_id: context.cluster_id,
-                    known: &context.known,
+                    cluster_id: context.cluster_id.load(Ordering::Acquire),
+                    known: &known,
                     auth: &context.auth,
+                    adopt: Some(&context.cluster_id),
                 };
                 let (from, mut reader) = match handshake::authenticate(stream, &acceptor) {
                     Ok(authenticated) => authenticated,
@@ -1199,6 +1295,11 @@ fn decode_input(
             PeerInput::Raft(Box::new(message))
         }
         KIND_FORWARD => PeerInput::Forward(payload),
+        KIND_RECONFIG if payload.len() <= RECONFIG_FRAME_BYTES_MAX => PeerInput::Reconfig(payload),
+        KIND_RECONFIG_ANSWER if payload.len() <= RECONFIG_FRAME_BYTES_MAX => {
+            PeerInput::ReconfigAnswer(payload)
+        }
+        KIND_MEMBERS if payload.len() <= RECONFIG_FRAME_BYTES_MAX => PeerInput::Members(payload),
         KIND_TOUCH if payload.len().is_multiple_of(8) => PeerInput::Touch(
             payload
                 .chunks_exact(8)
@@ -1331,8 +1432,8 @@ mod tests {
         let (inbox, inputs) = crossbeam_channel::unbounded();
         let context = ReaderContext {
             self_id: 2,
-            cluster_id: 0,
-            known: vec![7],
+            cluster_id: Arc::default(),
+            known: Arc::new(RwLock::new(vec![7])),
             auth: PeerAuth::default(),
             inbox,
             heartbeat: Arc::default(),
@@ -1506,8 +1607,8 @@ mod tests {
         let (inbox, inputs) = crossbeam_channel::unbounded();
         let context = ReaderContext {
             self_id: 1,
-            cluster_id: 77,
-            known: vec![1, 2],
+            cluster_id: Arc::new(AtomicU64::new(77)),
+            known: Arc::new(RwLock::new(vec![1, 2])),
             auth: PeerAuth::default(),
             inbox,
             heartbeat: Arc::new(HeartbeatStats::new([2])),
@@ -1517,13 +1618,16 @@ mod tests {
         std::thread::spawn(move || accept_loop(listener, context));
         let transport = Transport {
             self_id: 2,
-            peers: Arc::new(HashMap::new()),
+            peers: Arc::default(),
             heartbeat: Arc::default(),
             reports: Arc::default(),
+            cluster_id: Arc::new(AtomicU64::new(77)),
+            known: Arc::default(),
+            auth: PeerAuth::default(),
         };
         let link = Link {
             self_id: 2,
-            cluster_id: 77,
+            cluster_id: transport.cluster_id.clone(),
             peer_id: 1,
             address,
             auth: PeerAuth::default(),

@@ -56,6 +56,10 @@ pub struct ServerConfig {
     pub server_id: u64,
     /// Cluster members' peer addresses, "1=HOST:PORT,2=HOST:PORT,..."; this
     /// node's own entry is where it listens for peers. Empty = single node.
+    /// An entry may add the member's client address as ZooKeeper's server
+    /// string does (`1=HOST:PORT;CLIENTHOST:CLIENTPORT`, or `;CLIENTPORT`),
+    /// shown in /zookeeper/config. Read only when the data dir is empty:
+    /// later the members are the data dir's (membership changes).
     pub peers: String,
     /// Name of the cluster (part of its identity; members must agree).
     pub cluster_name: String,
@@ -103,6 +107,22 @@ pub struct ServerConfig {
     /// NotReadOnly, until a leader is back and it caught up (readonly.rs).
     /// Off by default, as in ZooKeeper; no effect on a single node.
     pub read_only_when_partitioned: bool,
+    /// Membership changes through ZooKeeper's reconfig (opcode 16) are
+    /// accepted (ZooKeeper's reconfigEnabled, false by default: reconfig
+    /// answers ReconfigDisabled).
+    pub reconfig_enabled: bool,
+    /// Join a running cluster instead of bootstrapping one: client
+    /// addresses of members ("HOST:PORT,..."), asked to add this node (needs
+    /// `join_auth_file`; otherwise an operator adds it). Needs
+    /// `peer_address` and no `peers`.
+    pub join: String,
+    /// With `join`: this node's peer address ("HOST:PORT"), where it listens
+    /// and how the members reach it.
+    pub peer_address: String,
+    /// With `join`: a file holding "user:password" of a digest identity
+    /// allowed to reconfigure (the super user), with which this node asks
+    /// to be added.
+    pub join_auth_file: Option<PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -152,6 +172,10 @@ impl Default for ServerConfig {
             metrics_port: 0,
             metrics_address: "127.0.0.1".into(),
             read_only_when_partitioned: false,
+            reconfig_enabled: false,
+            join: String::new(),
+            peer_address: String::new(),
+            join_auth_file: None,
         }
     }
 }
@@ -246,14 +270,17 @@ impl ServerConfig {
             }
         }
         let peers = self.peer_list()?;
+        self.validate_join()?;
         for observer in &self.observers {
-            if !peers.iter().any(|(id, _)| id == observer) || *observer == self.preferred_leader {
+            if (!self.joining() && !peers.iter().any(|(id, _)| id == observer))
+                || *observer == self.preferred_leader
+            {
                 return invalid(format!(
                     "observer {observer} is not in peers or is the preferred leader"
                 ));
             }
         }
-        if !peers.is_empty() && peers.len() - self.observers.len() < 1 {
+        if !self.joining() && !peers.is_empty() && peers.len() < 1 + self.observers.len() {
             return invalid("a cluster needs at least one voting member".into());
         }
         if self.preferred_leader != 0 && !peers.iter().any(|(id, _)| *id == self.preferred_leader) {
@@ -360,8 +387,102 @@ impl ServerConfig {
         })
     }
 
-    /// The parsed `peers` list, sorted by id.
+    /// This node joins a running cluster (`join`).
+    pub fn joining(&self) -> bool {
+        !self.join.trim().is_empty()
+    }
+
+    /// The members' client addresses given in `peers` (`;CLIENT` parts),
+    /// and this node's own (its client port) when not given.
+    pub fn peer_clients(&self) -> std::collections::BTreeMap<u64, String> {
+        let mut clients = std::collections::BTreeMap::new();
+        for item in self.peers.split(',').map(str::trim) {
+            let Some((id, rest)) = item.split_once('=') else {
+                continue;
+            };
+            let (Ok(id), Some((_, client))) = (id.trim().parse::<u64>(), rest.split_once(';'))
+            else {
+                continue;
+            };
+            let client = client.trim();
+            let client = if client.contains(':') {
+                client.to_string()
+            } else {
+                format!("0.0.0.0:{client}")
+            };
+            clients.insert(id, client);
+        }
+        clients
+            .entry(self.server_id)
+            .or_insert_with(|| format!("{}:{}", self.client_address, self.client_port));
+        clients
+    }
+
+    /// `join` parsed: the members' client addresses to ask.
+    pub fn join_list(&self) -> Vec<String> {
+        self.join
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn validate_join(&self) -> Result<(), ConfigError> {
+        let invalid = |message: String| Err(ConfigError::Invalid(message));
+        if !self.joining() {
+            if !self.peer_address.is_empty() || self.join_auth_file.is_some() {
+                return invalid("peer_address and join_auth_file go with join".into());
+            }
+            return Ok(());
+        }
+        if !self.peers.trim().is_empty() {
+            return invalid("join and peers exclude each other: a joining node learns the members from the cluster".into());
+        }
+        for address in self.join_list() {
+            let valid = address
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if !valid {
+                return invalid(format!("join: {address:?} is not HOST:PORT"));
+            }
+        }
+        if self.peer_socket_address().is_none() {
+            return invalid(format!(
+                "join needs peer_address HOST:PORT (this node's peer port), not {:?}",
+                self.peer_address
+            ));
+        }
+        if let Some(path) = &self.join_auth_file {
+            let credentials = std::fs::read_to_string(path).map_err(|error| {
+                ConfigError::Invalid(format!("join_auth_file {}: {error}", path.display()))
+            })?;
+            if !credentials.trim().contains(':') {
+                return invalid(format!(
+                    "join_auth_file {} does not hold user:password",
+                    path.display()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `peer_address` resolved (a joining node's peer listen address).
+    pub fn peer_socket_address(&self) -> Option<std::net::SocketAddr> {
+        std::net::ToSocketAddrs::to_socket_addrs(self.peer_address.trim())
+            .ok()?
+            .next()
+    }
+
+    /// The parsed `peers` list, sorted by id (a joining node: its own
+    /// `peer_address` alone).
     pub fn peer_list(&self) -> Result<Vec<(u64, std::net::SocketAddr)>, ConfigError> {
+        if self.joining() {
+            return Ok(self
+                .peer_socket_address()
+                .map(|address| vec![(self.server_id, address)])
+                .unwrap_or_default());
+        }
         let mut peers = Vec::new();
         for item in self
             .peers
@@ -369,8 +490,21 @@ impl ServerConfig {
             .map(str::trim)
             .filter(|item| !item.is_empty())
         {
-            let invalid = || ConfigError::Invalid(format!("peers: {item:?} is not ID=HOST:PORT"));
+            let invalid = || {
+                ConfigError::Invalid(format!(
+                    "peers: {item:?} is not ID=HOST:PORT[;[CLIENTHOST:]CLIENTPORT]"
+                ))
+            };
             let (id, address) = item.split_once('=').ok_or_else(invalid)?;
+            let address = match address.split_once(';') {
+                Some((peer, client)) => {
+                    let client = client.trim();
+                    let port = client.rsplit_once(':').map_or(client, |(_, port)| port);
+                    port.parse::<u16>().map_err(|_| invalid())?;
+                    peer
+                }
+                None => address,
+            };
             let id: u64 = id.trim().parse().map_err(|_| invalid())?;
             let address = std::net::ToSocketAddrs::to_socket_addrs(address.trim())
                 .map_err(|_| invalid())?
@@ -451,6 +585,78 @@ mod tests {
         assert_eq!(
             (parsed.metrics_port, parsed.metrics_address.as_str()),
             (7000, "0.0.0.0")
+        );
+    }
+
+    #[test]
+    fn join_and_peers_with_client_addresses_are_checked_at_start() {
+        let config = ServerConfig {
+            server_id: 2,
+            peers: "1=127.0.0.1:2888;127.0.0.1:2181,2=127.0.0.1:2889;2182".into(),
+            ..ServerConfig::default()
+        };
+        config.validate().unwrap();
+        let clients = config.peer_clients();
+        assert_eq!(clients[&1], "127.0.0.1:2181");
+        assert_eq!(clients[&2], "0.0.0.0:2182");
+        for (config, wanted) in [
+            (
+                ServerConfig {
+                    peers: "1=127.0.0.1:2888;x".into(),
+                    ..ServerConfig::default()
+                },
+                "is not ID=HOST:PORT",
+            ),
+            (
+                ServerConfig {
+                    join: "127.0.0.1:2181".into(),
+                    ..ServerConfig::default()
+                },
+                "join needs peer_address",
+            ),
+            (
+                ServerConfig {
+                    join: "127.0.0.1:2181".into(),
+                    peer_address: "127.0.0.1:2888".into(),
+                    peers: "1=127.0.0.1:2888".into(),
+                    ..ServerConfig::default()
+                },
+                "exclude each other",
+            ),
+            (
+                ServerConfig {
+                    join: "nohost".into(),
+                    peer_address: "127.0.0.1:2888".into(),
+                    ..ServerConfig::default()
+                },
+                "is not HOST:PORT",
+            ),
+            (
+                ServerConfig {
+                    peer_address: "127.0.0.1:2888".into(),
+                    ..ServerConfig::default()
+                },
+                "go with join",
+            ),
+        ] {
+            let error = config.validate().unwrap_err().to_string();
+            assert!(error.contains(wanted), "{error}");
+        }
+        let joining = ServerConfig {
+            server_id: 4,
+            join: "127.0.0.1:2181,127.0.0.1:2182".into(),
+            peer_address: "127.0.0.1:2891".into(),
+            ..ServerConfig::default()
+        };
+        joining.validate().unwrap();
+        assert_eq!(
+            joining.peer_list().unwrap().len(),
+            1,
+            "its own address only"
+        );
+        assert!(
+            !ServerConfig::default().reconfig_enabled,
+            "ZooKeeper's default"
         );
     }
 

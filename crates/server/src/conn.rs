@@ -235,6 +235,12 @@ where
             .fetch_add(1, Ordering::Relaxed);
         return tracing::info!(%peer, "session request closed: still loading the data");
     };
+    if shared.node.removed() {
+        port.stats
+            .connection_rejected
+            .fetch_add(1, Ordering::Relaxed);
+        return tracing::info!(%peer, "session request closed: this server was removed from the cluster");
+    }
     let (sender, inbox) = mpsc::channel(CONNECTION_OUTBOUND_MAX);
     let id = shared
         .next_connection_id
@@ -641,6 +647,9 @@ impl<W: AsyncWrite + Unpin> Connection<W> {
                 return Ok(());
             }
         };
+        if let Request::Reconfig(reconfig) = &request {
+            return self.reconfig(header.xid, reconfig);
+        }
         if is_write_op(header.op_type) {
             return self.propose(header, body, request);
         }
@@ -709,6 +718,67 @@ impl<W: AsyncWrite + Unpin> Connection<W> {
         Ok(())
     }
 
+    /// reconfig (ZooKeeper's PrepRequestProcessor checks, in its order):
+    /// what this node can tell is answered at once (disabled, standalone,
+    /// a change in progress or another config id as applied here, a bad
+    /// server string); the rest goes to the leader, which checks again
+    /// and last whether this client may write /zookeeper/config (the
+    /// super user: its ACL is read-only). The reply holds the request's
+    /// place in the session's order.
+    fn reconfig(&mut self, xid: i32, request: &keel_jute::ReconfigRequest) -> Result<(), Closed> {
+        let zxid = self.last_zxid();
+        let raft = self.shared.raft();
+        let membership = raft.membership();
+        let refusal = if !self.shared.config.reconfig_enabled {
+            Some(ErrorCode::ReconfigDisabled)
+        } else if !raft.status.cluster {
+            // ZooKeeper's standalone server has no quorum to change.
+            Some(ErrorCode::Unimplemented)
+        } else if membership.pending.is_some() {
+            Some(ErrorCode::ReconfigInProgress)
+        } else if request.cur_config_id != -1
+            && request.cur_config_id as u64 != membership.config_id
+        {
+            Some(ErrorCode::BadVersion)
+        } else {
+            None
+        };
+        if let Some(code) = refusal {
+            self.reply(xid, zxid, Err(code));
+            return Ok(());
+        }
+        let change = match crate::reconfig::parse_request(request) {
+            Ok(change) => change,
+            Err(reason) => {
+                tracing::info!(peer = %self.peer, %reason, "reconfig: bad arguments");
+                self.reply(xid, zxid, Err(ErrorCode::BadArguments));
+                return Ok(());
+            }
+        };
+        let authorized = {
+            let tree = self.shared.node.tree();
+            let acl = tree
+                .node(keel_tree::CONFIG_PATH)
+                .map(|node| node.acl)
+                .unwrap_or_default();
+            keel_tree::acl::check(&acl, keel_jute::perms::WRITE, &self.auth).is_ok()
+        };
+        let expected = (request.cur_config_id != -1).then_some(request.cur_config_id as u64);
+        let context = crate::reconfig::ReplyTo {
+            session_id: self.session_id,
+            xid,
+        }
+        .encode();
+        if raft
+            .reconfigure(change, expected, authorized, context)
+            .is_err()
+        {
+            return Err(Closed::ProposeFailed);
+        }
+        self.push_in_flight(xid);
+        Ok(())
+    }
+
     /// A read, served from this node's tree with this connection's
     /// identities; events queued up to the zxid it read at go out first.
     fn read(&mut self, request_xid: i32, op_code: i32, request: Request) {
@@ -718,7 +788,6 @@ impl<W: AsyncWrite + Unpin> Connection<W> {
                 Ok(Response::WhoAmI(crate::fourlw::client_infos(&self.auth))),
                 self.last_zxid(),
             ),
-            Request::Reconfig(_) => (Err(ErrorCode::ReconfigDisabled), self.last_zxid()),
             // Answered by `authenticate_sasl` before decoding.
             Request::Sasl(_) => (Err(ErrorCode::Unimplemented), self.last_zxid()),
             _ => {

@@ -82,7 +82,7 @@ fn mode(shared: &Shared) -> &'static str {
         "read-only"
     } else if !status.cluster {
         "standalone"
-    } else if status.observer {
+    } else if status.observer.load(std::sync::atomic::Ordering::Acquire) {
         "observer"
     } else if status.is_leader.load(Ordering::Relaxed) {
         "leader"
@@ -213,7 +213,7 @@ fn mntr(shared: &Shared) -> String {
 
 fn conf(shared: &Shared) -> String {
     let c = &shared.config;
-    format!(
+    let mut text = format!(
         "clientPort={}\nsecureClientPort={}\ndataDir={}\ndataDirSize={}\ndataLogDir={}\ndataLogSize={}\ntickTime={}\nmaxClientCnxns={}\nminSessionTimeout={}\nmaxSessionTimeout={}\nclientPortListenBacklog=-1\nserverId={}\n",
         port_or_off(c.client_port),
         port_or_off(c.secure_client_port),
@@ -226,6 +226,40 @@ fn conf(shared: &Shared) -> String {
         c.min_session_timeout(),
         c.max_session_timeout(),
         c.server_id,
+    );
+    if shared.raft().status.cluster {
+        text.push_str(&quorum_conf(shared));
+    }
+    text
+}
+
+/// What a quorum member's `conf` adds (QuorumZooKeeperServer.dumpConf):
+/// the quorum settings, then "membership: " and the configuration as
+/// /zookeeper/config holds it. Keel has no initLimit/syncLimit; it shows
+/// its election timeout in ticks for both (followers sync by Raft, bounded
+/// by the same timeout). electionAlg is ZooKeeper's only one (3).
+fn quorum_conf(shared: &Shared) -> String {
+    let membership = shared.raft().membership();
+    let me = membership.members.get(&shared.config.server_id);
+    let peer = me.map_or_else(|| shared.config.peer_address.clone(), |m| m.peer.clone());
+    let quorum_port = peer
+        .rsplit_once(':')
+        .map_or("", |(_, port)| port)
+        .to_string();
+    let election_port = match me.map(|m| m.election_port) {
+        Some(port) if port != 0 => port.to_string(),
+        _ => quorum_port.clone(),
+    };
+    let observer = shared
+        .raft()
+        .status
+        .observer
+        .load(std::sync::atomic::Ordering::Acquire);
+    let ticks = keel_consensus::ELECTION_TICKS;
+    format!(
+        "initLimit={ticks}\nsyncLimit={ticks}\nelectionAlg=3\nelectionPort={election_port}\nquorumPort={quorum_port}\npeerType={}\nmembership: \n{}",
+        u8::from(observer),
+        crate::reconfig::render(&membership.members, membership.config_id),
     )
 }
 

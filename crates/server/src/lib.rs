@@ -11,12 +11,14 @@ pub mod config;
 mod conn;
 pub mod fifo;
 pub mod fourlw;
+pub mod join;
 pub mod metrics;
 pub mod node;
 mod port;
 pub mod profile;
 pub mod readonly;
 pub mod reaper;
+pub mod reconfig;
 pub mod sasl;
 mod shared;
 pub mod tls;
@@ -214,6 +216,13 @@ pub async fn run_with(
         node = start_node(config, stats.clone()) => node?,
     };
     let _ = publish_node.send(Some(node.shared.clone()));
+    let asking = node.shared.config.joining().then(|| {
+        let raft = node.raft.clone();
+        let id = node.shared.config.server_id;
+        tokio::spawn(join::ask(node.shared.config.clone(), move || {
+            raft.membership().members.contains_key(&id)
+        }))
+    });
     let serve = async {
         let mut switch = read_only_switch(&node.shared);
         catch_up(&node.shared, &node.startup, switch.as_mut()).await;
@@ -237,6 +246,9 @@ pub async fn run_with(
         _ = watch_driver(&node.driver) => Err(ServerError::RaftStopped("driver thread exited".into())),
         () = serve => Ok(()),
     };
+    if let Some(asking) = asking {
+        asking.abort();
+    }
     node.raft.shutdown();
     let joined = tokio::task::block_in_place(|| node.driver.join());
     if let Some(metrics) = metrics {
@@ -394,7 +406,10 @@ async fn start_node(config: ServerConfig, stats: Arc<Stats>) -> Result<Started, 
         cluster_name: config.cluster_name.clone(),
         preferred_leader: (config.preferred_leader != 0).then_some(config.preferred_leader),
         observers: config.observers.clone(),
+        clients: config.peer_clients(),
         peer_auth: config.peer_auth()?,
+        join: config.joining(),
+        reconfig_enabled: config.reconfig_enabled,
     };
     if let Some(path) = &config.peer_secret_file {
         keel_consensus::peer_auth::warn_if_readable_by_others(path);
@@ -435,6 +450,9 @@ struct Replay {
     applied_index: u64,
     commit_index: u64,
     last_index: u64,
+    /// A cluster member whose configuration has no id yet: the first
+    /// leader has not established it (/zookeeper/config would be empty).
+    config_unestablished: bool,
 }
 
 impl Replay {
@@ -448,6 +466,10 @@ impl Replay {
             applied_index: status.applied_index.load(Ordering::Acquire),
             commit_index: status.commit_index.load(Ordering::Acquire),
             last_index: status.last_index.load(Ordering::Acquire),
+            config_unestablished: status.cluster && {
+                let membership = shared.raft().membership();
+                membership.config_id == 0 && !membership.members.is_empty()
+            },
         }
     }
 
@@ -455,6 +477,7 @@ impl Replay {
         self.leader_id != 0
             && self.applied_term >= self.term
             && self.applied_index >= self.commit_index
+            && !self.config_unestablished
     }
 
     /// What read-only mode's switch looks at.

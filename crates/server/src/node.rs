@@ -21,7 +21,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use keel_consensus::{Committed, MachineError, SnapshotJob, SnapshotWriter, StateMachine};
+use keel_consensus::{
+    Committed, MachineError, Members, ReconfigError, SnapshotJob, SnapshotWriter, StateMachine,
+};
 use keel_jute::{opcode, AuthPacket, ErrorCode, Id, Record, Request, Response};
 use keel_session::SessionTracker;
 use keel_tree::watch::{WatchKind, WatchManager};
@@ -60,6 +62,10 @@ pub enum CloseReason {
     ReadWrite,
     #[error("local session expired")]
     LocalSessionExpired,
+    #[error("reconfig lost (leader change or timeout)")]
+    ReconfigLost,
+    #[error("this server was removed from the cluster's configuration")]
+    Removed,
 }
 
 /// What the node sends to one connection.
@@ -141,6 +147,9 @@ pub struct Node<O> {
     clock: Arc<dyn Clock>,
     server_id: u64,
     tick_ms: u64,
+    /// The configuration in effect does not hold this server: it serves no
+    /// client (ZooKeeper's removed server stops serving too).
+    removed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl<O> Clone for Node<O> {
@@ -151,6 +160,7 @@ impl<O> Clone for Node<O> {
             clock: self.clock.clone(),
             server_id: self.server_id,
             tick_ms: self.tick_ms,
+            removed: self.removed.clone(),
         }
     }
 }
@@ -300,7 +310,13 @@ impl<O: Outlet> Node<O> {
             clock,
             server_id,
             tick_ms,
+            removed: Arc::default(),
         }
+    }
+
+    /// This server is not in the configuration in effect (it was removed).
+    pub fn removed(&self) -> bool {
+        self.removed.load(std::sync::atomic::Ordering::Acquire)
     }
 
     pub fn server_id(&self) -> u64 {
@@ -841,6 +857,80 @@ impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
             let state = self.node.read_state();
             state.send(sync.session_id, Outbound::Close { reason });
         }
+    }
+
+    fn reconfigured(
+        &mut self,
+        index: u64,
+        term: u64,
+        members: &Members,
+        time_ms: i64,
+        reply: Option<&[u8]>,
+    ) -> u64 {
+        let _op = profile::enter(Op::APPLY);
+        let mut state = self.node.write_state();
+        let state = &mut *state;
+        let applied = state.tree.set_config(term, time_ms, |zxid| {
+            crate::reconfig::render(members, zxid as u64).into_bytes()
+        });
+        let watches = state.watches.get_mut();
+        let routes = state.routes.get_mut();
+        for event in &applied.events {
+            for session_id in watches.trigger(&event.path, event.event_type.code()) {
+                if let Some(route) = routes.get(&session_id) {
+                    route.outlet.send(Outbound::Event {
+                        zxid: applied.zxid,
+                        event: event.clone(),
+                    });
+                }
+            }
+        }
+        if let Some(to) = reply.and_then(crate::reconfig::ReplyTo::decode) {
+            if let Some(route) = routes.get(&to.session_id) {
+                route.outlet.send(Outbound::Reply {
+                    xid: to.xid,
+                    zxid: applied.zxid,
+                    op_code: opcode::RECONFIG,
+                    result: applied.result.clone(),
+                });
+            }
+        }
+        let removed = !members.contains_key(&self.node.server_id);
+        self.node
+            .removed
+            .store(removed, std::sync::atomic::Ordering::Release);
+        if removed {
+            tracing::warn!("this server is no longer a member: its clients are closed");
+            for route in routes.values() {
+                route.outlet.send(Outbound::Close {
+                    reason: CloseReason::Removed,
+                });
+            }
+        }
+        state.tree.set_applied(index, term);
+        self.observer.settled(&state.tree);
+        applied.zxid as u64
+    }
+
+    fn reconfig_failed(&mut self, context: Vec<u8>, error: ReconfigError) {
+        let _op = profile::enter(Op::APPLY);
+        let Some(to) = crate::reconfig::ReplyTo::decode(&context) else {
+            return tracing::error!("reconfig context does not decode");
+        };
+        tracing::info!(session = format_args!("{:#x}", to.session_id), %error, "reconfig refused");
+        let state = self.node.read_state();
+        let message = match crate::reconfig::error_code(&error) {
+            Some(code) => Outbound::Reply {
+                xid: to.xid,
+                zxid: state.tree.last_zxid(),
+                op_code: opcode::RECONFIG,
+                result: Err(code),
+            },
+            None => Outbound::Close {
+                reason: CloseReason::ReconfigLost,
+            },
+        };
+        state.send(to.session_id, message);
     }
 
     fn role_changed(&mut self, leader: bool) {

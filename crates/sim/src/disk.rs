@@ -10,7 +10,7 @@ use std::rc::Rc;
 
 use keel_consensus::core::{Io, Outbound, SnapshotSource};
 use keel_consensus::snapfile::{self, SnapshotRefused};
-use keel_consensus::{ConsensusError, Dedup, SnapshotPosition};
+use keel_consensus::{Configuration, ConsensusError, Dedup, SnapshotPosition};
 use keel_tree::DataTree;
 use raft::eraftpb::{ConfState, Entry, HardState};
 
@@ -65,6 +65,7 @@ impl SimDisk {
     /// (`snapfile::verify`, the tree decoded as `snapshot::load` does);
     /// as the server's `snapfile::load_newest`, a refused one is set aside
     /// (dropped here) and the previous one tried. An empty tree if none.
+    /// With the snapshot's configuration.
     pub fn load_tree(&mut self) -> Loaded {
         let mut refused = Vec::new();
         while let Some((index, term, bytes)) = self.snapshots.last() {
@@ -73,6 +74,7 @@ impl SimDisk {
                     return Loaded {
                         tree,
                         dedup: position.dedup,
+                        configuration: position.configuration,
                         refused,
                     }
                 }
@@ -85,6 +87,7 @@ impl SimDisk {
         Loaded {
             tree: DataTree::default(),
             dedup: Dedup::default(),
+            configuration: None,
             refused,
         }
     }
@@ -108,6 +111,9 @@ impl SimDisk {
 pub struct Loaded {
     pub tree: DataTree,
     pub dedup: Dedup,
+    /// The configuration as of the snapshot (None: none loaded, or an
+    /// envelope older than version 2).
+    pub configuration: Option<Configuration>,
     /// Snapshots refused (index, why), newest first; set aside.
     pub refused: Vec<(u64, String)>,
 }
@@ -146,10 +152,34 @@ pub struct SimIo {
     pub busy_ms: u64,
     /// Set by a fault: the next persist dies mid-write.
     pub crash_in_next_write: Option<bool>,
+    /// The members this node's transport knows (`Io::set_peers`): it sends
+    /// to and accepts from these only, as the server's transport does.
+    pub peers: std::collections::BTreeSet<u64>,
+}
+
+/// The member a message is for.
+pub fn target(message: &Outbound) -> u64 {
+    match message {
+        Outbound::Raft(m) => m.to,
+        Outbound::Forward { to, .. }
+        | Outbound::Touch { to, .. }
+        | Outbound::Reconfig { to, .. }
+        | Outbound::ReconfigAnswer { to, .. }
+        | Outbound::Members { to, .. } => *to,
+    }
 }
 
 impl Io for SimIo {
+    fn set_peers(&mut self, peers: &BTreeMap<u64, (String, bool)>) {
+        self.peers = peers.keys().copied().collect();
+    }
+
     fn send(&mut self, message: Outbound) {
+        // The server's transport queues a message only for a member it
+        // knows (a member forgotten later still gets what was queued).
+        if !self.peers.contains(&target(&message)) {
+            return;
+        }
         self.sent.push(Sent {
             message,
             after_ms: self.busy_ms,
@@ -252,6 +282,7 @@ mod tests {
             fsync_ms: 2,
             busy_ms: 0,
             crash_in_next_write: None,
+            peers: Default::default(),
         };
         io.persist(&[entry(1, 1), entry(2, 1), entry(3, 1)], None, None)
             .unwrap();
@@ -309,6 +340,7 @@ mod tests {
                 fsync_ms: 1,
                 busy_ms: 0,
                 crash_in_next_write: Some(reached),
+                peers: Default::default(),
             };
             assert!(io.persist(&[entry(1, 1), entry(2, 1)], None, None).is_err());
             assert_eq!(disk.borrow().entries.len(), if reached { 2 } else { 0 });

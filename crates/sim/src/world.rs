@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use keel_consensus::core::{storage_from, Core, CoreConfig, Durable, Outbound, PlantedBug};
 use keel_consensus::transport::PeerInput;
-use keel_consensus::RaftStatus;
+use keel_consensus::{Change, Member, Membership, RaftStatus, Role};
 use keel_jute::{opcode, ErrorCode, Request, SetWatches};
 use keel_linearize::{Call, Operation, Ret};
 use keel_server::fifo::{Completed, Lane, RequestFifo, Stash, PENDING_REQUESTS_MAX};
@@ -65,6 +65,24 @@ pub const SIM_REAP_INTERVAL_MAX_MS: u64 = 500;
 pub const REAP_LATE_AFTER_MS: u64 =
     keel_server::reaper::REAP_RESEND_AFTER_MS + 4 * SIM_REAP_INTERVAL_MAX_MS;
 const _: () = assert!(REAP_LATE_AFTER_MS < SETTLE_MS);
+/// Runs in which an operator removes a member and adds it back.
+pub const MEMBERSHIP_FAULT_PER_MILLION: u64 = 300_000;
+/// Times the operator asks to add a removed member back (a second apart).
+pub const MEMBERSHIP_ATTEMPTS_MAX: u32 = 30;
+/// The reply routing of the operator's reconfigs: a session no node has.
+const OPERATOR_CONTEXT: [u8; 12] = [0; 12];
+
+/// The members a simulated cluster starts with (addresses are names: the
+/// simulator routes by id).
+fn bootstrap_membership(voters: &[u64], learners: &[u64]) -> Membership {
+    let mut peers: Vec<(u64, String)> = voters
+        .iter()
+        .chain(learners)
+        .map(|id| (*id, format!("sim-n{id}:2888")))
+        .collect();
+    peers.sort_unstable();
+    keel_consensus::core::bootstrap_membership(&peers, learners, &BTreeMap::new())
+}
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -184,6 +202,8 @@ pub struct Stats {
     pub reaped_ttl_nodes: u64,
     /// Runs whose linearizability search ran out of budget (undecided).
     pub linearizability_undecided: u64,
+    /// Members removed by an operator's reconfig (and added back).
+    pub membership_changes: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -205,6 +225,7 @@ impl Report {
 
 enum Ev {
     Deliver {
+        from: u64,
         to: u64,
         epoch: u64,
         input: PeerInput,
@@ -264,6 +285,16 @@ enum Ev {
         heal_after_ms: u64,
     },
     Heal,
+    /// An operator removes `node` from the configuration...
+    RemoveMember {
+        node: u64,
+        back_after_ms: u64,
+    },
+    /// ... and adds it back (asked again until it is a member).
+    AddMember {
+        node: u64,
+        attempt: u32,
+    },
     EndFaults,
 }
 
@@ -639,11 +670,134 @@ impl World {
             self.seq += 1;
             self.queue.insert((at_us, self.seq), fault);
         }
+        // Membership changes draw from their own generator: the other
+        // faults of a seed stay what they were.
+        let mut rng = Rng::new(self.options.seed ^ 0x7265_636f_6e66);
+        if self.options.nodes >= 3 && rng.chance(MEMBERSHIP_FAULT_PER_MILLION) {
+            let at_us = (1_000 + rng.below(span_ms)) * 1000;
+            let fault = Ev::RemoveMember {
+                node: rng.between(1, self.options.nodes as u64),
+                back_after_ms: rng.between(500, 4_000),
+            };
+            self.seq += 1;
+            self.queue.insert((at_us, self.seq), fault);
+        }
+    }
+
+    /// The member table an operator gives a re-added member (the simulator
+    /// routes by id: addresses are names).
+    fn member_entry(&self, id: u64) -> Member {
+        let role = if self.options.observers.contains(&id) && !self.options.observers_vote {
+            Role::Observer
+        } else {
+            Role::Voter
+        };
+        Member {
+            id,
+            role,
+            peer: format!("sim-n{id}:2888"),
+            election_port: 0,
+            client: String::new(),
+            bootstrap: false,
+        }
+    }
+
+    /// A live node that leads, else any live member, to ask a change of.
+    fn operator_target(&self) -> Option<u64> {
+        let live = self.nodes.iter().filter(|n| {
+            n.core
+                .as_ref()
+                .is_some_and(|c| !c.machine().node().removed())
+        });
+        let live: Vec<&Node> = live.collect();
+        live.iter()
+            .find(|n| n.core.as_ref().is_some_and(|c| c.is_leader()))
+            .or_else(|| live.first())
+            .map(|n| n.id)
+    }
+
+    fn remove_member(&mut self, id: u64, back_after_ms: u64) {
+        if self.faults_over {
+            return;
+        }
+        let voters = self.options.nodes - self.options.observers.len();
+        if voters < 3 && !self.options.observers.contains(&id) {
+            return; // a change must leave at least 2 voters
+        }
+        let Some(asked) = self.operator_target() else {
+            return;
+        };
+        self.stats.membership_changes += 1;
+        self.note(format!("reconfig: n{asked} asked to remove n{id}"));
+        let change = Change::Incremental {
+            joining: Vec::new(),
+            leaving: vec![id],
+        };
+        self.node(asked).core.as_mut().expect("alive").reconfigure(
+            change,
+            None,
+            true,
+            OPERATOR_CONTEXT.to_vec(),
+        );
+        self.request_advance(asked);
+        self.schedule(
+            back_after_ms * 1000,
+            Ev::AddMember {
+                node: id,
+                attempt: 0,
+            },
+        );
+    }
+
+    /// Adds `id` back whenever a live node's applied configuration lacks
+    /// it with no change under way, checked every second to the end of the
+    /// run: the removal may be carried out late (a new leader finds it in
+    /// its log), and a request asked of a node whose leader changes is
+    /// lost, as a client's would be.
+    fn add_member(&mut self, id: u64, attempt: u32) {
+        if attempt >= MEMBERSHIP_ATTEMPTS_MAX {
+            return;
+        }
+        self.schedule(
+            1_000_000,
+            Ev::AddMember {
+                node: id,
+                attempt: attempt + 1,
+            },
+        );
+        let lacking = self.nodes.iter().filter_map(|n| n.core.as_ref()).any(|c| {
+            let membership = c.membership();
+            membership.pending.is_none() && !membership.members.contains_key(&id)
+        });
+        if !lacking {
+            return;
+        }
+        if let Some(asked) = self.operator_target() {
+            self.note(format!(
+                "reconfig: n{asked} asked to add n{id} (attempt {attempt})"
+            ));
+            let change = Change::Incremental {
+                joining: vec![self.member_entry(id)],
+                leaving: Vec::new(),
+            };
+            self.node(asked).core.as_mut().expect("alive").reconfigure(
+                change,
+                None,
+                true,
+                OPERATOR_CONTEXT.to_vec(),
+            );
+            self.request_advance(asked);
+        }
     }
 
     fn handle(&mut self, event: Ev) {
         match event {
-            Ev::Deliver { to, epoch, input } => self.deliver(to, epoch, input),
+            Ev::Deliver {
+                from,
+                to,
+                epoch,
+                input,
+            } => self.deliver(from, to, epoch, input),
             Ev::Tick { node, epoch } => self.tick(node, epoch),
             Ev::Advance { node, epoch } => self.advance(node, epoch),
             Ev::SnapshotChunk { node, epoch } => self.snapshot_chunk(node, epoch),
@@ -678,6 +832,11 @@ impl World {
                 heal_after_ms,
             } => self.partition(isolated, heal_after_ms),
             Ev::Heal => self.heal(),
+            Ev::RemoveMember {
+                node,
+                back_after_ms,
+            } => self.remove_member(node, back_after_ms),
+            Ev::AddMember { node, attempt } => self.add_member(node, attempt),
             Ev::EndFaults => self.end_faults(),
         }
     }
@@ -707,7 +866,8 @@ impl World {
         let node = self.node(id);
         let disk = node.disk.clone();
         let corrupted = node.corrupted.take();
-        let (tree, dedup, durable, refused) = {
+        let bootstrap = bootstrap_membership(&voters, &learners);
+        let (tree, dedup, durable, refused, membership) = {
             let mut stored = disk.borrow_mut();
             if stored.conf_state.is_none() {
                 stored.conf_state = Some(ConfState {
@@ -719,16 +879,23 @@ impl World {
             let Loaded {
                 tree,
                 dedup,
+                configuration,
                 refused,
             } = stored.load_tree();
+            // As the server's restart: raft-rs starts from the snapshot's
+            // configuration and the log replays later changes.
+            let (conf_state, membership) = match configuration {
+                Some(c) => (c.conf_state, c.membership),
+                None => (stored.conf_state.clone().expect("set above"), bootstrap),
+            };
             let durable = Durable {
                 snapshot_index: tree.applied_index(),
                 snapshot_term: tree.applied_term(),
-                conf_state: stored.conf_state.clone().expect("set above"),
+                conf_state,
                 hard_state: stored.hard_state.clone(),
                 entries: stored.entries.values().cloned().collect(),
             };
-            (tree, dedup, durable, refused)
+            (tree, dedup, durable, refused, membership)
         };
         let memory = match storage_from(durable) {
             Ok(memory) => memory,
@@ -748,6 +915,8 @@ impl World {
             dedup,
             seed,
             log_kept_behind_snapshot: SIM_LOG_KEPT_BEHIND_SNAPSHOT,
+            membership,
+            reconfig_enabled: true,
             planted_bug,
         };
         let io = SimIo {
@@ -756,6 +925,7 @@ impl World {
             fsync_ms: node.fsync_ms,
             busy_ms: 0,
             crash_in_next_write: None,
+            peers: Default::default(),
         };
         let machine = new_machine(id, tree, TICK_MS, clock);
         let core = Core::new(
@@ -847,7 +1017,7 @@ impl World {
         self.schedule(after_us, Ev::Advance { node: id, epoch });
     }
 
-    fn deliver(&mut self, to: u64, epoch: u64, input: PeerInput) {
+    fn deliver(&mut self, from: u64, to: u64, epoch: u64, input: PeerInput) {
         let node = self.node(to);
         if node.epoch != epoch {
             return; // the connection died with the node
@@ -855,6 +1025,9 @@ impl World {
         let Some(core) = node.core.as_mut() else {
             return;
         };
+        if !core.io().peers.contains(&from) {
+            return; // refused at the handshake: not a member it knows
+        }
         core.peer(input);
         self.request_advance(to);
     }
@@ -1083,6 +1256,9 @@ impl World {
             Outbound::Raft(m) => (m.to, PeerInput::Raft(Box::new(m))),
             Outbound::Forward { to, batch } => (to, PeerInput::Forward(batch)),
             Outbound::Touch { to, sessions } => (to, PeerInput::Touch(sessions)),
+            Outbound::Reconfig { to, request } => (to, PeerInput::Reconfig(request)),
+            Outbound::ReconfigAnswer { to, answer } => (to, PeerInput::ReconfigAnswer(answer)),
+            Outbound::Members { to, members } => (to, PeerInput::Members(members)),
         };
         self.stats.messages += 1;
         if self.cut.contains(&(from, to)) || self.rng.chance(self.drop_per_million) {
@@ -1097,13 +1273,22 @@ impl World {
             self.schedule(
                 again_us,
                 Ev::Deliver {
+                    from,
                     to,
                     epoch,
                     input: copy_input(&input),
                 },
             );
         }
-        self.schedule(delay_us, Ev::Deliver { to, epoch, input });
+        self.schedule(
+            delay_us,
+            Ev::Deliver {
+                from,
+                to,
+                epoch,
+                input,
+            },
+        );
     }
 
     fn network_delay_us(&mut self) -> u64 {
@@ -1370,7 +1555,10 @@ impl World {
                 self.nodes[(id - 1) as usize]
                     .core
                     .as_ref()
-                    .is_some_and(|core| core.machine().node().last_zxid() >= last_zxid)
+                    .is_some_and(|core| {
+                        core.machine().node().last_zxid() >= last_zxid
+                            && !core.machine().node().removed()
+                    })
             })
             .collect();
         if candidates.is_empty() {
@@ -2510,6 +2698,9 @@ fn copy_input(input: &PeerInput) -> PeerInput {
         PeerInput::Raft(m) => PeerInput::Raft(m.clone()),
         PeerInput::Forward(b) => PeerInput::Forward(b.clone()),
         PeerInput::Touch(s) => PeerInput::Touch(s.clone()),
+        PeerInput::Reconfig(r) => PeerInput::Reconfig(r.clone()),
+        PeerInput::ReconfigAnswer(a) => PeerInput::ReconfigAnswer(a.clone()),
+        PeerInput::Members(m) => PeerInput::Members(m.clone()),
     }
 }
 

@@ -104,6 +104,13 @@ fn replay() {
         return eprintln!("set SIM_SEED=<n> to replay one seed with its trace");
     };
     let seed: u64 = seed.parse().expect("SIM_SEED is a number");
+    if let Ok(filter) = std::env::var("SIM_LOG") {
+        // The nodes' own logs (all nodes interleaved, in simulated order).
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .without_time()
+            .try_init();
+    }
     let mut options = Options::for_seed(seed);
     options.trace = true;
     match std::env::var("SIM_PLANTED_BUG").as_deref() {

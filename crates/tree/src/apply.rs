@@ -114,6 +114,41 @@ impl DataTree {
         applied
     }
 
+    /// A membership change came into effect (a conf-change entry of term
+    /// `term`): `/zookeeper/config` holds the new configuration's text, as
+    /// ZooKeeper's reconfig writes it (a setData with version -1, so the
+    /// Stat's version stays -1 and its mzxid is the configuration's id, the
+    /// zxid taken here). `render` gets that zxid (the text ends with
+    /// `version=<zxid hex>`). Data watches on the node fire.
+    pub fn set_config(
+        &mut self,
+        term: u64,
+        time_ms: i64,
+        render: impl FnOnce(i64) -> Vec<u8>,
+    ) -> Applied {
+        let zxid = self.next_zxid(term);
+        self.last_zxid = zxid;
+        let path = crate::tree::CONFIG_PATH;
+        let id = self.resolve(path).expect("/zookeeper/config always exists");
+        let data = render(zxid);
+        let old_bytes = self.slot(id).blob.data_len() as i64;
+        self.update(
+            id,
+            |s| {
+                s.version = -1;
+                s.mtime = time_ms;
+                s.mzxid = zxid;
+            },
+            Some(Some(&data)),
+            None,
+        );
+        let new_bytes = self.slot(id).blob.data_len() as i64;
+        self.charge_quota(path, new_bytes - old_bytes, 0);
+        let stat = self.client_stat(id);
+        let events = vec![event(path, EventType::NodeDataChanged)];
+        self.applied(zxid, Ok(Response::GetData(Some(data), stat)), events)
+    }
+
     fn applied(
         &self,
         zxid: i64,

@@ -30,7 +30,8 @@ pub mod watch;
 pub use apply::Applied;
 pub use read::{ReadOutcome, CHILDREN_PER_RESPONSE_MAX};
 pub use tree::{
-    owner_kind, ttl_owner, DataTree, Event, Node, OwnerKind, CONTAINER_OWNER, SYSTEM_PATHS,
+    owner_kind, ttl_owner, DataTree, Event, Node, OwnerKind, CONFIG_PATH, CONTAINER_OWNER,
+    SYSTEM_PATHS,
 };
 pub use txn::{Txn, TxnOp};
 

@@ -29,6 +29,8 @@ const EXTENDED_RESERVED_MASK: i64 = 0x00ff_ff00_0000_0000;
 
 /// The system nodes ZooKeeper creates and refuses to delete.
 pub const SYSTEM_PATHS: [&str; 4] = ["/", "/zookeeper", "/zookeeper/quota", "/zookeeper/config"];
+/// ZooKeeper's configuration znode (ZooDefs.CONFIG_NODE).
+pub const CONFIG_PATH: &str = "/zookeeper/config";
 
 /// What kind of node an ephemeralOwner value denotes (ZooKeeper's EphemeralType).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

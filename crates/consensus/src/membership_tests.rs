@@ -1,0 +1,506 @@
+//! Membership changes end to end through several `Core`s on an in-memory
+//! network: the bootstrap configuration gets an id, a node joining with an
+//! empty data dir gets a snapshot and votes, a leader that leaves hands
+//! over first, and ZooKeeper's refusals come back to the node that asked.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use raft::eraftpb::{ConfState, Entry, HardState, MessageType};
+
+use crate::core::SnapshotSource;
+use crate::core::{bootstrap_membership, storage_from, Core, CoreConfig, Durable, Io, Outbound};
+use crate::membership::{Change, Member, Members, Membership, ReconfigError, Role};
+use crate::proposal::Dedup;
+use crate::transport::PeerInput;
+use crate::{Committed, ConsensusError, RaftStatus, SnapshotJob, SnapshotWriter, StateMachine};
+
+type Outbox = Rc<RefCell<Vec<(u64, Outbound)>>>;
+type Stored = Rc<RefCell<Option<(u64, u64, Vec<u8>)>>>;
+
+struct NetIo {
+    id: u64,
+    outbox: Outbox,
+    snapshot: Stored,
+}
+
+impl Io for NetIo {
+    fn send(&mut self, message: Outbound) {
+        self.outbox.borrow_mut().push((self.id, message));
+    }
+    fn persist(
+        &mut self,
+        _: &[Entry],
+        _: Option<&HardState>,
+        _: Option<&ConfState>,
+    ) -> Result<(), ConsensusError> {
+        Ok(())
+    }
+    fn persist_commit(&mut self, _: &HardState) -> Result<(), ConsensusError> {
+        Ok(())
+    }
+    fn compact_to(&mut self, _: u64) -> Result<(), ConsensusError> {
+        Ok(())
+    }
+    fn save_snapshot(&mut self, index: u64, term: u64, bytes: &[u8]) -> Result<(), ConsensusError> {
+        *self.snapshot.borrow_mut() = Some((index, term, bytes.to_vec()));
+        Ok(())
+    }
+    fn oldest_snapshot_index(&self) -> Option<u64> {
+        self.snapshot.borrow().as_ref().map(|(index, _, _)| *index)
+    }
+}
+
+struct Snapshots(Stored);
+
+impl SnapshotSource for Snapshots {
+    fn newest(&self) -> Option<(u64, u64, Vec<u8>)> {
+        self.0.borrow().clone()
+    }
+}
+
+struct Done;
+
+impl SnapshotWriter for Done {
+    fn next_chunk(&mut self, _: &mut Vec<u8>) -> Result<bool, crate::MachineError> {
+        Ok(false)
+    }
+}
+
+/// Records configurations that came into effect and refusals.
+#[derive(Default)]
+struct Machine {
+    index: u64,
+    term: u64,
+    configurations: Vec<(Vec<u64>, Option<Vec<u8>>)>,
+    refused: Vec<(Vec<u8>, ReconfigError)>,
+    applied: usize,
+}
+
+impl StateMachine for Machine {
+    fn apply(&mut self, index: u64, term: u64, proposals: &[Committed<'_>]) {
+        self.applied += proposals.len();
+        (self.index, self.term) = (index, term);
+    }
+    fn skip(&mut self, index: u64, term: u64) {
+        (self.index, self.term) = (index, term);
+    }
+    fn snapshot_begin(&mut self) -> SnapshotJob {
+        SnapshotJob {
+            index: self.index,
+            term: self.term,
+            head: b"machine".to_vec(),
+            writer: Box::new(Done),
+        }
+    }
+    fn snapshot_end(&mut self) {}
+    fn dropped(&mut self, _: Vec<Vec<u8>>) {}
+    fn role_changed(&mut self, _: bool) {}
+    fn touched(&mut self, _: &[i64]) {}
+    fn restore(&mut self, index: u64, _: &[u8]) -> Result<(), crate::MachineError> {
+        self.index = index;
+        Ok(())
+    }
+    fn read_ready(&mut self, _: Vec<u8>) {}
+    fn read_failed(&mut self, _: Vec<u8>) {}
+    fn reconfigured(
+        &mut self,
+        index: u64,
+        term: u64,
+        members: &Members,
+        _: i64,
+        reply: Option<&[u8]>,
+    ) -> u64 {
+        (self.index, self.term) = (index, term);
+        let ids = members.keys().copied().collect();
+        self.configurations.push((ids, reply.map(<[u8]>::to_vec)));
+        (term << 32) | index
+    }
+    fn reconfig_failed(&mut self, context: Vec<u8>, error: ReconfigError) {
+        self.refused.push((context, error));
+    }
+}
+
+type Node = Core<Machine, NetIo, Snapshots>;
+
+struct Net {
+    nodes: BTreeMap<u64, Node>,
+    outbox: Outbox,
+}
+
+fn member(id: u64, role: Role) -> Member {
+    Member {
+        id,
+        role,
+        peer: format!("127.0.0.1:{}", 2887 + id),
+        election_port: 3887 + id as u16,
+        client: format!("127.0.0.1:{}", 2180 + id),
+        bootstrap: false,
+    }
+}
+
+impl Net {
+    /// Voters 1..=n bootstrapped as a cluster.
+    fn bootstrap(n: u64) -> Net {
+        let mut net = Net {
+            nodes: BTreeMap::new(),
+            outbox: Rc::default(),
+        };
+        let peers: Vec<(u64, String)> = (1..=n)
+            .map(|id| (id, format!("127.0.0.1:{}", 2887 + id)))
+            .collect();
+        let membership = bootstrap_membership(&peers, &[], &BTreeMap::new());
+        let conf_state = ConfState {
+            voters: (1..=n).collect(),
+            ..Default::default()
+        };
+        for id in 1..=n {
+            net.add(id, conf_state.clone(), membership.clone());
+        }
+        net
+    }
+
+    /// A node with `conf_state` (empty: joining).
+    fn add(&mut self, id: u64, conf_state: ConfState, membership: Membership) {
+        let storage = storage_from(Durable {
+            snapshot_index: 0,
+            snapshot_term: 0,
+            conf_state,
+            hard_state: HardState::default(),
+            entries: Vec::new(),
+        })
+        .expect("storage");
+        let stored = Stored::default();
+        let config = CoreConfig {
+            node_id: id,
+            snapshot_every_entries: 1_000_000,
+            snapshot_every_log_bytes: u64::MAX,
+            preferred_leader: None,
+            applied: 0,
+            first_sequence: 1,
+            dedup: Dedup::default(),
+            seed: id,
+            log_kept_behind_snapshot: 1_000,
+            membership,
+            reconfig_enabled: true,
+            #[cfg(feature = "testing")]
+            planted_bug: crate::core::PlantedBug::None,
+        };
+        let io = NetIo {
+            id,
+            outbox: self.outbox.clone(),
+            snapshot: stored.clone(),
+        };
+        let core = Core::new(
+            config,
+            storage,
+            Snapshots(stored),
+            io,
+            Machine::default(),
+            Arc::new(RaftStatus::default()),
+        )
+        .expect("a core");
+        self.nodes.insert(id, core);
+    }
+
+    /// One round: every node ticks, messages are delivered, snapshots due
+    /// are written at once.
+    fn round(&mut self) {
+        for node in self.nodes.values_mut() {
+            node.tick();
+            node.advance().expect("advance");
+        }
+        for _ in 0..8 {
+            let messages: Vec<(u64, Outbound)> = self.outbox.borrow_mut().drain(..).collect();
+            if messages.is_empty() {
+                break;
+            }
+            for (from, message) in messages {
+                self.deliver(from, message);
+            }
+            for node in self.nodes.values_mut() {
+                node.advance().expect("advance");
+                if let Some(job) = node.take_snapshot_job() {
+                    let (index, term) = (job.index, job.term);
+                    node.io_mut()
+                        .save_snapshot(index, term, &job.head)
+                        .expect("kept");
+                    node.snapshot_done(index, Ok(()), 0);
+                }
+            }
+        }
+    }
+
+    fn deliver(&mut self, from: u64, message: Outbound) {
+        let (to, input) = match message {
+            Outbound::Raft(m) => {
+                if m.get_msg_type() == MessageType::MsgSnapshot {
+                    if let Some(leader) = self.nodes.get_mut(&from) {
+                        leader.snapshot_transfer_ended(m.to, true);
+                    }
+                }
+                (m.to, PeerInput::Raft(Box::new(m)))
+            }
+            Outbound::Forward { to, batch } => (to, PeerInput::Forward(batch)),
+            Outbound::Touch { to, sessions } => (to, PeerInput::Touch(sessions)),
+            Outbound::Reconfig { to, request } => (to, PeerInput::Reconfig(request)),
+            Outbound::ReconfigAnswer { to, answer } => (to, PeerInput::ReconfigAnswer(answer)),
+            Outbound::Members { to, members } => (to, PeerInput::Members(members)),
+        };
+        if let Some(node) = self.nodes.get_mut(&to) {
+            node.peer(input);
+        }
+    }
+
+    fn run_until(&mut self, rounds: usize, mut done: impl FnMut(&Net) -> bool) {
+        for _ in 0..rounds {
+            if done(self) {
+                return;
+            }
+            self.round();
+        }
+        assert!(
+            done(self),
+            "not done after {rounds} rounds: {}",
+            self.describe()
+        );
+    }
+
+    fn describe(&self) -> String {
+        self.nodes
+            .values()
+            .map(|n| {
+                let m = n.membership();
+                format!(
+                    "\n{}: leader={} applied={} commit={} members={:?} pending={:?} conf={:?} configs={:?}",
+                    n.node_id(),
+                    n.leader_id(),
+                    n.applied(),
+                    n.commit_index(),
+                    m.members.keys().collect::<Vec<_>>(),
+                    m.pending.as_ref().map(|p| p.target.iter().map(|(id, m)| (*id, m.role)).collect::<Vec<_>>()),
+                    n.conf_state(),
+                    n.machine().configurations,
+                )
+            })
+            .collect()
+    }
+
+    fn leader(&self) -> Option<u64> {
+        self.nodes
+            .values()
+            .find(|n| n.is_leader())
+            .map(|n| n.node_id())
+    }
+
+    fn config_ids(&self) -> Vec<Vec<u64>> {
+        self.nodes
+            .values()
+            .map(|n| n.membership().members.keys().copied().collect())
+            .collect()
+    }
+
+    fn everyone_has(&self, ids: &[u64]) -> bool {
+        self.nodes.values().all(|n| {
+            let m = n.membership();
+            m.pending.is_none() && m.members.keys().copied().collect::<Vec<_>>() == ids
+        })
+    }
+}
+
+fn established() -> Net {
+    let mut net = Net::bootstrap(3);
+    net.run_until(400, |net| {
+        net.leader().is_some() && net.nodes.values().all(|n| n.membership().config_id != 0)
+    });
+    net
+}
+
+#[test]
+fn the_first_leader_gives_the_bootstrap_configuration_an_id() {
+    let net = established();
+    let ids: Vec<u64> = net
+        .nodes
+        .values()
+        .map(|n| n.membership().config_id)
+        .collect();
+    assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+    for node in net.nodes.values() {
+        assert_eq!(node.machine().configurations, vec![(vec![1, 2, 3], None)]);
+    }
+}
+
+#[test]
+fn a_node_with_an_empty_data_dir_joins_gets_a_snapshot_and_votes() {
+    let mut net = established();
+    let follower = (1..=3).find(|id| Some(*id) != net.leader()).unwrap();
+    net.add(4, ConfState::default(), Membership::default());
+    net.nodes.get_mut(&follower).unwrap().reconfigure(
+        Change::Incremental {
+            joining: vec![member(4, Role::Voter)],
+            leaving: vec![],
+        },
+        None,
+        true,
+        b"ask".to_vec(),
+    );
+    net.run_until(2_000, |net| net.everyone_has(&[1, 2, 3, 4]));
+    let asked = net.nodes[&follower].machine();
+    assert_eq!(
+        asked.configurations.last(),
+        Some(&(vec![1, 2, 3, 4], Some(b"ask".to_vec()))),
+        "the node that was asked answers"
+    );
+    let joined = &net.nodes[&4];
+    assert!(
+        joined.membership().members[&4].role == Role::Voter,
+        "a voter once caught up"
+    );
+    let ids: Vec<u64> = net
+        .nodes
+        .values()
+        .map(|n| n.membership().config_id)
+        .collect();
+    assert!(ids.iter().all(|id| *id == ids[0]), "one config id: {ids:?}");
+    // The new voter counts: with 1 and 2 gone, 3 and 4 are no majority of 4.
+    net.nodes.retain(|id, _| *id != 1 && *id != 2);
+    for _ in 0..300 {
+        net.round();
+    }
+    assert_eq!(net.leader(), None, "2 of 4 voters cannot elect");
+}
+
+#[test]
+fn removing_the_leader_hands_leadership_off_first() {
+    let mut net = established();
+    let leader = net.leader().unwrap();
+    net.nodes.get_mut(&leader).unwrap().reconfigure(
+        Change::Incremental {
+            joining: vec![],
+            leaving: vec![leader],
+        },
+        None,
+        true,
+        b"me".to_vec(),
+    );
+    let rest: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+    net.run_until(2_000, |net| {
+        net.nodes
+            .iter()
+            .filter(|(id, _)| **id != leader)
+            .all(|(_, n)| n.membership().members.keys().copied().collect::<Vec<_>>() == rest)
+    });
+    let new_leader = net.leader().expect("a leader");
+    assert_ne!(new_leader, leader);
+    assert!(
+        net.nodes[&leader].machine().configurations.len() >= 2 || {
+            // The old leader was answered: it applied the change before it left.
+            net.nodes[&leader].machine().refused.is_empty()
+        }
+    );
+    // The two left commit writes alone.
+    net.nodes
+        .get_mut(&new_leader)
+        .unwrap()
+        .propose(b"after".to_vec());
+    net.run_until(200, |net| {
+        rest.iter().all(|id| net.nodes[id].machine().applied == 1)
+    });
+}
+
+#[test]
+fn refusals_come_back_in_zookeepers_order_to_the_node_that_asked() {
+    let mut net = established();
+    let follower = (1..=3).find(|id| Some(*id) != net.leader()).unwrap();
+    let config_id = net.nodes[&follower].membership().config_id;
+    let ask = |net: &mut Net, change: Change, expected: Option<u64>, authorized: bool| {
+        net.nodes.get_mut(&follower).unwrap().reconfigure(
+            change,
+            expected,
+            authorized,
+            b"c".to_vec(),
+        );
+        net.run_until(200, |net| {
+            !net.nodes[&follower].machine().refused.is_empty()
+        });
+        let (_, error) = net
+            .nodes
+            .get_mut(&follower)
+            .unwrap()
+            .machine_mut()
+            .refused
+            .pop()
+            .unwrap();
+        error
+    };
+    let leaving = |ids: Vec<u64>| Change::Incremental {
+        joining: vec![],
+        leaving: ids,
+    };
+    assert_eq!(
+        ask(&mut net, leaving(vec![3]), Some(config_id + 1), false),
+        ReconfigError::BadVersion {
+            expected: config_id + 1,
+            current: config_id
+        },
+        "a stale config id before the rest"
+    );
+    assert!(matches!(
+        ask(&mut net, leaving(vec![2, 3]), Some(config_id), true),
+        ReconfigError::BadArguments(_)
+    ));
+    let replace = Change::Replace(vec![
+        member(1, Role::Voter),
+        member(5, Role::Voter),
+        member(6, Role::Voter),
+    ]);
+    assert_eq!(
+        ask(&mut net, replace, None, true),
+        ReconfigError::NoQuorum,
+        "a majority of new voters that are not synced"
+    );
+    assert_eq!(
+        ask(&mut net, leaving(vec![3]), None, false),
+        ReconfigError::NoAuth,
+        "authorization is checked last"
+    );
+    assert_eq!(net.config_ids(), vec![vec![1, 2, 3]; 3], "nothing changed");
+}
+
+#[test]
+fn an_observer_moves_in_and_out() {
+    let mut net = established();
+    net.add(4, ConfState::default(), Membership::default());
+    let leader = net.leader().unwrap();
+    net.nodes.get_mut(&leader).unwrap().reconfigure(
+        Change::Incremental {
+            joining: vec![member(4, Role::Observer)],
+            leaving: vec![],
+        },
+        None,
+        true,
+        b"in".to_vec(),
+    );
+    net.run_until(2_000, |net| net.everyone_has(&[1, 2, 3, 4]));
+    let leader = net.leader().unwrap();
+    assert_ne!(leader, 4, "an observer never leads");
+    net.nodes
+        .get_mut(&leader)
+        .unwrap()
+        .propose(b"seen by 4".to_vec());
+    net.run_until(200, |net| net.nodes[&4].machine().applied == 1);
+    net.nodes.get_mut(&leader).unwrap().reconfigure(
+        Change::Incremental {
+            joining: vec![],
+            leaving: vec![4],
+        },
+        None,
+        true,
+        b"out".to_vec(),
+    );
+    net.run_until(2_000, |net| {
+        (1..=3).all(|id| net.nodes[&id].membership().members.len() == 3)
+    });
+}
