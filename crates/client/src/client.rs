@@ -937,10 +937,10 @@ async fn writer_task(
     ping_every: Duration,
 ) {
     let mut shutdown = shared.shutdown.subscribe();
-    let mut ticker = tokio::time::interval(ping_every);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    ticker.tick().await;
-    let mut wrote = false;
+    // A ping goes out when nothing was written for `ping_every`: the gap
+    // between two frames we send stays below a third of the session timeout,
+    // as in ZooKeeper's own client (a fixed ticker could leave two intervals).
+    let mut last_write = tokio::time::Instant::now();
     let mut buf: Vec<u8> = Vec::with_capacity(WRITE_BATCH_BYTES);
     let mut ping = Vec::with_capacity(12);
     write_frame(&mut ping, |b| {
@@ -953,7 +953,7 @@ async fn writer_task(
     enum Step {
         Stop,
         Send(Outgoing),
-        Tick,
+        Ping,
     }
     loop {
         let step = tokio::select! {
@@ -963,7 +963,7 @@ async fn writer_task(
                 Some(m) => Step::Send(m),
                 None => Step::Stop,
             },
-            _ = ticker.tick() => Step::Tick,
+            _ = tokio::time::sleep_until(last_write + ping_every) => Step::Ping,
         };
         buf.clear();
         match step {
@@ -976,24 +976,20 @@ async fn writer_task(
                         Err(_) => break,
                     }
                 }
-                wrote = true;
             }
-            Step::Tick => {
-                // Ping only if no request went out during the last interval.
-                if !wrote {
-                    let mut st = shared.lock();
-                    if st.broken.is_none() {
-                        st.pings.push_back(Waiter {
-                            xid: xid::PING,
-                            tx: None,
-                            _permit: None,
-                        });
-                        buf.extend_from_slice(&ping);
-                    }
+            Step::Ping => {
+                let mut st = shared.lock();
+                if st.broken.is_none() {
+                    st.pings.push_back(Waiter {
+                        xid: xid::PING,
+                        tx: None,
+                        _permit: None,
+                    });
+                    buf.extend_from_slice(&ping);
                 }
-                wrote = false;
             }
         }
+        last_write = tokio::time::Instant::now();
         if buf.is_empty() {
             continue;
         }
