@@ -2,6 +2,8 @@
 #
 #   make run            build and serve on 127.0.0.1:2181 with data in ./keel-data,
 #                       Prometheus metrics on 127.0.0.1:7000/metrics
+#   make run-kv         Keel KV: a single node serving the Redis protocol on 127.0.0.1:6379,
+#                       data in ./keel-kv-data (ZooKeeper port 2182)
 #   make test           everything CI runs (deps, build, cargo tests, Python suites)
 #   make test-compat    differential suites (kazoo/raw, Java client, C client, zkCli.sh) + bad input
 #   make test-crash     kill -9 durability test (KEEL_CRASH_KILLS=N for more kills)
@@ -28,7 +30,7 @@ SUITES      := tests/compat tests/badinput tests/crash tests/cluster tests/metri
 # suites that compare against ZooKeeper (the cluster suite is Keel-only)
 SELFCHECK_SUITES := tests/compat tests/badinput tests/crash
 
-.PHONY: all build run cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare scale replay sim fuzz nemesis
+.PHONY: all build run run-kv cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare scale replay sim fuzz nemesis
 
 all: build
 
@@ -41,6 +43,11 @@ cluster: build
 
 run: build
 	$(KEEL) server --client-port 2181 --data-dir ./keel-data --metrics-port 7000
+
+# Keel KV: a single node serving the Redis protocol on 6379 (redis-cli, redis-py,
+# redis-benchmark), its data in ./keel-kv-data; the ZooKeeper port on 2182.
+run-kv: build
+	$(KEEL) server --client-port 2182 --data-dir ./keel-kv-data --resp-port 6379
 
 test-deps:
 	bash scripts/install-test-deps.sh

@@ -125,6 +125,13 @@ struct ServerArgs {
     /// Address of the metrics port (default 127.0.0.1).
     #[arg(long)]
     metrics_address: Option<String>,
+    /// Serve Keel KV (Redis protocol, RESP2/RESP3) on this port of
+    /// --client-address (0 = off, the default).
+    #[arg(long)]
+    resp_port: Option<u16>,
+    /// The longest argument of a KV request (default 1 MiB).
+    #[arg(long)]
+    resp_max_bulk_bytes: Option<usize>,
 }
 
 #[derive(Args)]
@@ -240,6 +247,8 @@ fn server_config(args: ServerArgs) -> anyhow::Result<ServerConfig> {
         observers,
         metrics_port,
         metrics_address,
+        resp_port,
+        resp_max_bulk_bytes,
         secure_client_port,
         tls_client_auth
     );
