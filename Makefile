@@ -26,7 +26,7 @@ PY          := $(VENV)/bin/python
 KEEL        := target/release/keel
 PYTEST      := $(PY) -m pytest
 PYTEST_ARGS ?=
-SUITES      := tests/compat tests/badinput tests/crash tests/cluster tests/metrics tests/security tests/storage tests/clock tests/scale tests/nemesis
+SUITES      := tests/compat tests/badinput tests/crash tests/cluster tests/metrics tests/security tests/storage tests/clock tests/scale tests/nemesis tests/kv
 # suites that compare against ZooKeeper (the cluster suite is Keel-only)
 SELFCHECK_SUITES := tests/compat tests/badinput tests/crash
 

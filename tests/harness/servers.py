@@ -381,7 +381,7 @@ class KeelServer(BaseServer):
         "snapshot_every_entries", "snapshot_every_log_bytes", "jute_max_buffer_bytes", "max_client_connections_per_ip",
         "server_id", "peers", "cluster_name", "preferred_leader", "observers", "profile_locks",
         "tls_cert_file", "tls_key_file", "tls_ca_file", "peer_tls", "peer_secret_file",
-        "metrics_port", "metrics_address",
+        "metrics_port", "metrics_address", "resp_port", "resp_max_bulk_bytes",
     )
 
     def __init__(self, *a, binary=None, **kw):

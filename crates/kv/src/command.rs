@@ -1329,8 +1329,9 @@ impl<'a> Command<'a> {
             Command::MSet(pairs) | Command::MSetNx(pairs) => {
                 Route::Keys(pairs.iter().map(|p| p.0).collect())
             }
-            Command::Scan { cursor, .. } => Route::Slot(crate::exec::cursor_slot(*cursor)),
-            Command::Keys(_) | Command::DbSize | Command::FlushDb => Route::All,
+            Command::Scan { .. } | Command::Keys(_) | Command::DbSize | Command::FlushDb => {
+                Route::All
+            }
         }
     }
 }
@@ -1340,8 +1341,6 @@ impl<'a> Command<'a> {
 pub enum Route<'a> {
     /// The slots of these keys.
     Keys(Vec<&'a [u8]>),
-    /// One slot (SCAN: the cursor's); `None`: a cursor past the last slot.
-    Slot(Option<u16>),
     /// Every slot.
     All,
 }

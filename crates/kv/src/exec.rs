@@ -266,9 +266,8 @@ fn with_set(entry: Option<&Entry>, missing: Reply, f: impl FnOnce(&Aggregate) ->
 
 /// SCAN: from the cursor's slot on, slot by slot in SCAN order, until
 /// `count` keys were visited (a slot position shared by several keys is
-/// never split) or the end of the cursor's shard (the next call goes on
-/// in the next shard). MATCH, TYPE and expiry filter what was visited,
-/// as in Redis.
+/// never split) or the last slot. MATCH, TYPE and expiry filter what was
+/// visited, as in Redis. The view holds every shard.
 fn scan(
     view: &mut View<'_>,
     at: u64,
@@ -281,12 +280,10 @@ fn scan(
         return Reply::Array(vec![Reply::bulk(b"0"), Reply::Array(Vec::new())]);
     };
     let position = at & ((1 << CURSOR_HASH_BITS) - 1);
-    let shard_index = view.index_of_slot(first_slot);
-    let shard = &*view.shards[shard_index];
     let mut visited: Vec<&Entry> = Vec::new();
     let mut next = 0u64;
-    let mut slot = first_slot;
-    'slots: while slot < shard.slots().end {
+    'slots: for slot in first_slot..SLOTS as u16 {
+        let shard = &*view.shards[view.index_of_slot(slot)];
         let from = if slot == first_slot { position } else { 0 };
         let found = shard.scan_slot(slot, from);
         let mut i = 0;
@@ -301,10 +298,6 @@ fn scan(
                 i += 1;
             }
         }
-        slot += 1;
-    }
-    if next == 0 && slot < SLOTS as u16 {
-        next = cursor(slot, 0);
     }
     let keys = visited
         .into_iter()
@@ -724,8 +717,6 @@ pub fn route_shards(route: &Route<'_>, shards: usize) -> Vec<usize> {
             .iter()
             .map(|k| crate::slot::shard_of_slot(key_slot(k), shards))
             .collect(),
-        Route::Slot(Some(slot)) => vec![crate::slot::shard_of_slot(*slot, shards)],
-        Route::Slot(None) => vec![0],
         Route::All => (0..shards).collect(),
     };
     indexes.sort_unstable();

@@ -304,7 +304,9 @@ impl Session {
             "echo" => Reply::bulk(&args[1]),
             "select" => match parse_i64(&args[1]) {
                 None => Reply::not_integer(),
-                Some(db) if i32::try_from(db).is_err() => Reply::error("ERR value is out of range"),
+                Some(db) if i32::try_from(db).is_err() => Reply::error(
+                    "ERR value is out of range, value must between -2147483648 and 2147483647",
+                ),
                 Some(0) => Reply::ok(),
                 Some(_) => Reply::error("ERR DB index is out of range"),
             },
