@@ -11,6 +11,8 @@
 #   make sim            simulator soak: SIM_FIRST_SEED=N SIM_SEEDS=M (default 0 and 1000)
 #   make fuzz           cargo-fuzz targets: FUZZ_TARGET=name (default all) FUZZ_SECONDS=S
 #   make compare        Keel vs a 3-node ZooKeeper 3.8 ensemble under keel bench (BENCHMARKS.md)
+#   make compare-kv     Keel KV (1 and 3 nodes) vs redis-server 7.0 (appendfsync always/everysec)
+#                       under redis-benchmark, ratios printed (bench/compare_kv.py)
 #   make scale          Keel vs ZooKeeper 3.8 holding SCALE_ZNODES znodes (default 10,000,000):
 #                       RSS per znode, snapshot under load, restart (bench/scale.py, BENCHMARKS.md)
 #   make replay         Keel vs ZooKeeper 3.8 log replay rate after kill -9, no snapshot (bench/replay.py)
@@ -30,7 +32,7 @@ SUITES      := tests/compat tests/badinput tests/crash tests/cluster tests/metri
 # suites that compare against ZooKeeper (the cluster suite is Keel-only)
 SELFCHECK_SUITES := tests/compat tests/badinput tests/crash
 
-.PHONY: all build run run-kv cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare scale replay sim fuzz nemesis
+.PHONY: all build run run-kv cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare compare-kv scale replay sim fuzz nemesis
 
 all: build
 
@@ -79,6 +81,12 @@ test-crash: test-deps build clean-test
 # ZooKeeper vs ZooKeeper: needs no Keel binary; every comparison must pass.
 test-selfcheck: test-deps clean-test
 	KEEL_COMPAT_AGAINST=zookeeper $(PYTEST) $(SELFCHECK_SUITES) $(PYTEST_ARGS)
+
+# Keel KV vs redis-server 7.0 (appendfsync always and everysec), single-node and
+# 3-node Keel, under redis-benchmark (SET, GET, INCR, MSET; -P 1 and 16; 50 clients):
+# COMPARE_KV_REQUESTS (200000 per run), COMPARE_KV_CLIENTS, COMPARE_KV_KEYSPACE.
+compare-kv: test-deps build
+	python3 bench/compare_kv.py
 
 # Side-by-side benchmark vs a 3-node ZooKeeper 3.8 ensemble (COMPARE_DURATION=S per run).
 compare: test-deps build
