@@ -21,6 +21,8 @@
 
 pub mod command;
 pub mod exec;
+#[cfg(any(test, feature = "testing"))]
+pub mod fuzzing;
 pub mod glob;
 pub mod keyspace;
 pub mod op;
