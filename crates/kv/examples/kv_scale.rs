@@ -29,7 +29,10 @@ fn rss_bytes() -> u64 {
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let keys: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
+    let keys: usize = args
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1_000_000);
     let value_bytes: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(3);
     let shards = std::thread::available_parallelism().map_or(1, |n| n.get());
     let value = vec![b'x'; value_bytes];
@@ -56,13 +59,31 @@ fn main() {
     let started = Instant::now();
     let image = keel_kv::snapshot::decode(&bytes, shards).expect("the snapshot loads");
     let load_s = started.elapsed().as_secs_f64();
-    assert_eq!(image.shards.iter().map(|s| s.key_count()).sum::<usize>(), keys);
+    assert_eq!(
+        image.shards.iter().map(|s| s.key_count()).sum::<usize>(),
+        keys
+    );
     let per_key = |total: f64| total / keys as f64;
-    println!("keys                  {keys} ({value_bytes}-byte values, 16-byte keys, {shards} shards)");
+    println!(
+        "keys                  {keys} ({value_bytes}-byte values, 16-byte keys, {shards} shards)"
+    );
     println!("apply                 {:.0} keys/s", keys as f64 / apply_s);
-    println!("RSS growth            {:.1} bytes/key", per_key(after.saturating_sub(before) as f64));
-    println!("shards' accounting    {:.1} bytes/key", per_key(accounted as f64));
-    println!("snapshot part         {:.1} bytes/key ({} bytes)", per_key(bytes.len() as f64), bytes.len());
+    println!(
+        "RSS growth            {:.1} bytes/key",
+        per_key(after.saturating_sub(before) as f64)
+    );
+    println!(
+        "shards' accounting    {:.1} bytes/key",
+        per_key(accounted as f64)
+    );
+    println!(
+        "snapshot part         {:.1} bytes/key ({} bytes)",
+        per_key(bytes.len() as f64),
+        bytes.len()
+    );
     println!("snapshot encode       {:.0} ms", encode_s * 1000.0);
-    println!("snapshot load         {:.0} ms (one thread)", load_s * 1000.0);
+    println!(
+        "snapshot load         {:.0} ms (one thread)",
+        load_s * 1000.0
+    );
 }

@@ -968,11 +968,11 @@ pub fn lookup(args: &[Vec<u8>]) -> Result<&'static Spec, Reply> {
     let spec = if !base.subcommands.is_empty() && args.len() >= 2 {
         let prefix = format!("{}|", base.name);
         let prefix: &str = &prefix;
-        match base.subcommands.iter().find(|s| {
-            s.name[prefix.len()..]
-                .as_bytes()
-                .eq_ignore_ascii_case(&args[1])
-        }) {
+        match base
+            .subcommands
+            .iter()
+            .find(|s| s.name.as_bytes()[prefix.len()..].eq_ignore_ascii_case(&args[1]))
+        {
             Some(sub) => sub,
             None => {
                 return Err(Reply::error_owned(format!(
@@ -1162,9 +1162,8 @@ impl<'a> Command<'a> {
     /// The argument checks of `spec`'s command (found by `lookup`) on
     /// `args`, before any key is looked at.
     pub fn parse(spec: &Spec, args: &'a [Vec<u8>]) -> Result<Command<'a>, Reply> {
-        assert_eq!(
-            spec.kind == Kind::Connection,
-            false,
+        assert!(
+            spec.kind != Kind::Connection,
             "{} is not a keyspace command",
             spec.name
         );
@@ -1193,7 +1192,7 @@ impl<'a> Command<'a> {
             "getdel" => Command::GetDel(a(1)),
             "mget" => Command::MGet(refs(&args[1..])),
             "mset" | "msetnx" => {
-                if args.len() % 2 == 0 {
+                if args.len().is_multiple_of(2) {
                     return Err(arity_error(spec.name));
                 }
                 if spec.name == "mset" {
@@ -1446,7 +1445,7 @@ fn parse_expire<'a>(name: &'static str, args: &'a [Vec<u8>]) -> Result<Command<'
     }
     let mut amount = integer(&args[2])?;
     if name == "expire" || name == "expireat" {
-        if amount > i64::MAX / 1000 || amount < i64::MIN / 1000 {
+        if !(i64::MIN / 1000..=i64::MAX / 1000).contains(&amount) {
             return Err(expire_error(name));
         }
         amount *= 1000;

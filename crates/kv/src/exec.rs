@@ -41,7 +41,7 @@ impl<'s> View<'s> {
     }
 
     fn shard_ref(&self, key: &[u8]) -> &Shard {
-        &self.shards[self.index_of_slot(key_slot(key))]
+        self.shards[self.index_of_slot(key_slot(key))]
     }
 
     pub fn shards(&mut self) -> impl Iterator<Item = &mut Shard> + use<'_, 's> {

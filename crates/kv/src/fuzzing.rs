@@ -67,7 +67,9 @@ pub fn resp_session(bytes: &[u8]) {
                 let op = Op::Command { seq: 1, args };
                 let encoded = op.to_bytes();
                 assert_eq!(Op::decode(&encoded).as_ref(), Ok(&op));
-                keyspace.apply(index, now_ms, &op).expect("a command answers")
+                keyspace
+                    .apply(index, now_ms, &op)
+                    .expect("a command answers")
             }
             Action::Watch(keys) => {
                 let watches: Vec<Watch> = keys.iter().map(|k| keyspace.watch(k)).collect();
@@ -116,7 +118,9 @@ fn decode_all(_all: &[u8], parts: &[&[u8]]) -> (Vec<Vec<Vec<u8>>>, bool) {
                 Ok(Some((args, used))) => {
                     assert!(used > 0 && used <= buffer.len());
                     assert!(args.len() <= LIMITS.args_max);
-                    assert!(args.iter().all(|a| a.len() <= LIMITS.bulk_bytes_max || buffer[0] != b'*'));
+                    assert!(args
+                        .iter()
+                        .all(|a| a.len() <= LIMITS.bulk_bytes_max || buffer[0] != b'*'));
                     buffer.drain(..used);
                     if !args.is_empty() {
                         requests.push(args);
@@ -143,15 +147,40 @@ pub fn seeds() -> Vec<Vec<u8>> {
         out
     };
     let scripts: Vec<Vec<&[&str]>> = vec![
-        vec![&["SET", "k", "v", "EX", "10"], &["GET", "k"], &["TTL", "k"], &["INCR", "n"]],
-        vec![&["MSET", "a", "1", "{a}b", "2"], &["MGET", "a", "{a}b"], &["DEL", "a"]],
-        vec![&["HSET", "h", "f", "v"], &["HGETALL", "h"], &["SADD", "s", "1", "x"], &["SMEMBERS", "s"]],
-        vec![&["WATCH", "w"], &["MULTI"], &["SET", "w", "1"], &["INCR", "w"], &["EXEC"]],
-        vec![&["HELLO", "3"], &["SCAN", "0", "MATCH", "*"], &["KEYS", "*"], &["FLUSHDB"]],
+        vec![
+            &["SET", "k", "v", "EX", "10"],
+            &["GET", "k"],
+            &["TTL", "k"],
+            &["INCR", "n"],
+        ],
+        vec![
+            &["MSET", "a", "1", "{a}b", "2"],
+            &["MGET", "a", "{a}b"],
+            &["DEL", "a"],
+        ],
+        vec![
+            &["HSET", "h", "f", "v"],
+            &["HGETALL", "h"],
+            &["SADD", "s", "1", "x"],
+            &["SMEMBERS", "s"],
+        ],
+        vec![
+            &["WATCH", "w"],
+            &["MULTI"],
+            &["SET", "w", "1"],
+            &["INCR", "w"],
+            &["EXEC"],
+        ],
+        vec![
+            &["HELLO", "3"],
+            &["SCAN", "0", "MATCH", "*"],
+            &["KEYS", "*"],
+            &["FLUSHDB"],
+        ],
     ];
     let mut seeds: Vec<Vec<u8>> = scripts
         .into_iter()
-        .map(|script| script.into_iter().flat_map(|c| frame(c)).collect())
+        .map(|script| script.into_iter().flat_map(&frame).collect())
         .collect();
     seeds.push(b"PING\r\nSET k \"a b\"\r\nGET k\r\n".to_vec());
     seeds.push(b"*1\r\n$x\r\n".to_vec());

@@ -156,13 +156,11 @@ impl Session {
             }
         };
         self.last_command = spec.name;
-        if self.multi.is_some()
-            && !matches!(
-                spec.name,
-                "exec" | "discard" | "multi" | "watch" | "quit" | "reset"
-            )
-        {
-            let multi = self.multi.as_mut().expect("in MULTI");
+        let queues = !matches!(
+            spec.name,
+            "exec" | "discard" | "multi" | "watch" | "quit" | "reset"
+        );
+        if let Some(multi) = self.multi.as_mut().filter(|_| queues) {
             if multi.queued.len() >= MULTI_COMMANDS_MAX {
                 multi.dirty = true;
                 return Action::Reply(Reply::error_owned(format!(

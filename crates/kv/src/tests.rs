@@ -106,7 +106,7 @@ fn counters_and_their_errors() {
         "-ERR value is not an integer or out of range\r\n",
         "arguments before type"
     );
-    assert_eq!(f.resp(&["GET", "h"]).starts_with("-WRONGTYPE"), true);
+    assert!(f.resp(&["GET", "h"]).starts_with("-WRONGTYPE"));
 }
 
 #[test]
