@@ -354,7 +354,10 @@ impl Connection {
                 } else {
                     seq
                 };
-                if self.session.local_reads() {
+                // A single node needs no barrier: every write acknowledged
+                // before this read is applied on its shard, and the read
+                // queues behind it there.
+                if self.session.local_reads() || !self.ctx.raft.status.cluster {
                     self.read_now(seq, args).await;
                 } else {
                     self.await_barrier(seq, args);

@@ -473,6 +473,65 @@ impl KvSnapshotJob {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(words: &[&str]) -> Args {
+        words.iter().map(|w| w.as_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn an_mset_spanning_shards_splits_by_shard_keeping_pair_order() {
+        let keys: Vec<String> = (0..40).map(|i| format!("k{i}")).collect();
+        let mut words = vec!["MSET"];
+        for key in &keys {
+            words.push(key);
+            words.push("v");
+        }
+        words.extend(["k0", "last"]);
+        let op = Op::Command {
+            seq: 3,
+            args: args(&words),
+        };
+        let parts = split_mset(&op, 4).unwrap();
+        assert!(parts.len() > 1);
+        let total: usize = parts.iter().map(|(_, p)| (p.len() - 1) / 2).sum();
+        assert_eq!(total, 41);
+        for (shard, part) in &parts {
+            for key in part[1..].iter().step_by(2) {
+                assert_eq!(shard_of_slot(key_slot(key), 4), *shard);
+            }
+        }
+        let zero = &parts
+            .iter()
+            .find(|(s, _)| *s == shard_of_slot(key_slot(b"k0"), 4))
+            .unwrap()
+            .1;
+        assert_eq!(
+            zero.last().unwrap(),
+            b"last",
+            "a repeated key keeps its last value"
+        );
+        assert!(split_mset(
+            &Op::Command {
+                seq: 1,
+                args: args(&["MSET", "a"])
+            },
+            4
+        )
+        .is_none());
+        assert!(split_mset(
+            &Op::Command {
+                seq: 1,
+                args: args(&["MSETNX", "a", "1", "b", "2"])
+            },
+            4
+        )
+        .is_none());
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("the keyspace stopped while a snapshot was written")]
 pub struct KvSnapshotStopped;
@@ -536,6 +595,21 @@ impl KvApplier {
             self.pending[shard].push(Item { op, ctx, to });
             return;
         }
+        if let Some(parts) = split_mset(&op, engine.shard_count()) {
+            // Its parts are queued to their shards together with the rest
+            // of the entry: any later read, on any shard, queues behind
+            // its part, so no reader sees half of it.
+            let mut to = to;
+            for (shard, part) in parts {
+                let op = Op::Command { seq: 0, args: part };
+                self.pending[shard].push(Item {
+                    op,
+                    ctx,
+                    to: to.take(),
+                });
+            }
+            return;
+        }
         // Spanning shards: what came before on each shard goes first,
         // then this runs whole with the shards borrowed.
         self.flush();
@@ -570,6 +644,30 @@ impl KvApplier {
             ));
         }
     }
+}
+
+/// An MSET spanning shards as one MSET per shard (the pairs of each in
+/// their order); its reply is OK whatever the keyspace holds.
+fn split_mset(op: &Op, shard_count: usize) -> Option<Vec<(usize, Args)>> {
+    let Op::Command { args, .. } = op else {
+        return None;
+    };
+    if !args[0].eq_ignore_ascii_case(b"mset") || args.len() < 3 || args.len() % 2 == 0 {
+        return None;
+    }
+    let mut parts: Vec<(usize, Args)> = Vec::new();
+    for pair in args[1..].chunks_exact(2) {
+        let shard = shard_of_slot(key_slot(&pair[0]), shard_count);
+        match parts.iter_mut().find(|(s, _)| *s == shard) {
+            Some((_, part)) => part.extend_from_slice(pair),
+            None => parts.push((
+                shard,
+                vec![args[0].clone(), pair[0].clone(), pair[1].clone()],
+            )),
+        }
+    }
+    parts.sort_by_key(|(shard, _)| *shard);
+    Some(parts)
 }
 
 fn shard_thread(
