@@ -2,9 +2,11 @@
 //! node. A read waits for a barrier asked after it arrived (the leader
 //! confirms with a quorum that it still leads and names its commit index;
 //! the barrier passes once this node has applied that index, so the read
-//! sees every write acknowledged before it arrived). One barrier is in
-//! flight at a time; every read that arrives meanwhile waits for the next
-//! one, so a barrier serves a whole batch of reads, from every connection.
+//! sees every write acknowledged before it arrived). A read asks a new
+//! barrier if fewer than `BARRIERS_IN_FLIGHT_MAX` are in flight, else it
+//! waits for the one asked next, so a barrier serves a whole batch of
+//! reads, from every connection, and a batch waits about one quorum round
+//! trip. Barrier n passing means every barrier before it has too.
 //!
 //! The barriers' contexts are their numbers, 8 bytes (a ZooKeeper sync's
 //! context is at least 12: `node.rs` tells them apart by length).
@@ -18,13 +20,29 @@ use tokio::sync::watch;
 pub const READ_BARRIER_TIMEOUT_MS: u64 = 5_000;
 /// Bytes of a KV barrier's context.
 pub const CONTEXT_BYTES: usize = 8;
+/// Barriers asked and not answered at once (each costs the leader a
+/// heartbeat round to a quorum).
+pub const BARRIERS_IN_FLIGHT_MAX: usize = 4;
 
 #[derive(Debug)]
 struct State {
     /// The number the next barrier gets (numbers start at 1).
     next: u64,
-    /// The barrier asked and not answered yet.
-    in_flight: Option<u64>,
+    /// Barriers asked and not answered yet.
+    in_flight: std::collections::BTreeSet<u64>,
+}
+
+impl State {
+    /// Takes the next number if a barrier may be asked now.
+    fn take(&mut self) -> Option<u64> {
+        if self.in_flight.len() >= BARRIERS_IN_FLIGHT_MAX {
+            return None;
+        }
+        let number = self.next;
+        self.next += 1;
+        self.in_flight.insert(number);
+        Some(number)
+    }
 }
 
 #[derive(Debug)]
@@ -45,7 +63,7 @@ impl ReadBarrier {
         ReadBarrier {
             state: Mutex::new(State {
                 next: 1,
-                in_flight: None,
+                in_flight: std::collections::BTreeSet::new(),
             }),
             passed: watch::channel((0, 0)).0,
         }
@@ -72,24 +90,18 @@ impl ReadBarrier {
     pub async fn wait(&self, ask: &(dyn Fn(Vec<u8>) -> bool + Sync)) -> Result<(), BarrierTimeout> {
         let deadline = Instant::now() + Duration::from_millis(READ_BARRIER_TIMEOUT_MS);
         let mut seen = self.passed.subscribe();
-        let target = {
+        // The barrier asked now, or, with too many in flight, the next one
+        // (asked after this read arrived either way).
+        let (target, asked) = {
             let mut state = self.state.lock();
-            match state.in_flight {
-                // The barrier in flight may have been asked before this
-                // read arrived: wait for the next one.
-                Some(in_flight) => in_flight + 1,
-                None => {
-                    let number = state.next;
-                    state.next += 1;
-                    state.in_flight = Some(number);
-                    drop(state);
-                    if !Self::ask(number, ask) {
-                        self.refused(number);
-                    }
-                    number
-                }
+            match state.take() {
+                Some(number) => (number, true),
+                None => (state.next, false),
             }
         };
+        if asked && !Self::ask(target, ask) {
+            self.refused(target);
+        }
         loop {
             if seen.borrow_and_update().0 >= target {
                 return Ok(());
@@ -106,18 +118,20 @@ impl ReadBarrier {
         }
     }
 
-    /// No barrier in flight and ours not passed: ask the next one (the
-    /// waiters drive the barriers; the apply step only reports).
+    /// Ours not passed and not asked yet (or refused), and room for a
+    /// barrier: ask the next one (the waiters drive the barriers; the apply
+    /// step only reports).
     fn ask_if_idle(&self, target: u64, ask: &(dyn Fn(Vec<u8>) -> bool + Sync)) {
         let number = {
             let mut state = self.state.lock();
-            if state.in_flight.is_some() || self.passed.borrow().0 >= target {
+            let covered = state.in_flight.iter().any(|&n| n >= target);
+            if covered || self.passed.borrow().0 >= target {
                 return;
             }
-            let number = state.next;
-            state.next += 1;
-            state.in_flight = Some(number);
-            number
+            match state.take() {
+                Some(number) => number,
+                None => return,
+            }
         };
         if !Self::ask(number, ask) {
             self.refused(number);
@@ -127,10 +141,9 @@ impl ReadBarrier {
     /// Barrier `number` passed (the apply step, on the driver's thread).
     pub fn passed(&self, number: u64) {
         {
+            // Every barrier up to it is passed too.
             let mut state = self.state.lock();
-            if state.in_flight == Some(number) {
-                state.in_flight = None;
-            }
+            state.in_flight.retain(|&n| n > number);
         }
         self.passed
             .send_modify(|(passed, _)| *passed = (*passed).max(number));
@@ -138,12 +151,7 @@ impl ReadBarrier {
 
     /// Barrier `number` could not be queued: a waiter asks again.
     pub fn refused(&self, number: u64) {
-        {
-            let mut state = self.state.lock();
-            if state.in_flight == Some(number) {
-                state.in_flight = None;
-            }
-        }
+        self.state.lock().in_flight.remove(&number);
         self.passed.send_modify(|(_, refusals)| *refusals += 1);
     }
 }
@@ -170,27 +178,37 @@ mod tests {
                 true
             }
         };
-        let first = {
-            let (barrier, ask) = (barrier.clone(), ask.clone());
-            tokio::spawn(async move { barrier.wait(&ask).await })
+        let spawn = |count: usize| -> Vec<_> {
+            (0..count)
+                .map(|_| {
+                    let (barrier, ask) = (barrier.clone(), ask.clone());
+                    tokio::spawn(async move { barrier.wait(&ask).await })
+                })
+                .collect()
         };
+        let first = spawn(BARRIERS_IN_FLIGHT_MAX);
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert_eq!(*asked.lock(), vec![1]);
-        // Two reads arrive while barrier 1 flies: both need barrier 2.
-        let later: Vec<_> = (0..2)
-            .map(|_| {
-                let (barrier, ask) = (barrier.clone(), ask.clone());
-                tokio::spawn(async move { barrier.wait(&ask).await })
-            })
-            .collect();
+        assert_eq!(
+            *asked.lock(),
+            (1..=BARRIERS_IN_FLIGHT_MAX as u64).collect::<Vec<_>>()
+        );
+        // Two more reads while the most barriers fly: both need the next.
+        let later = spawn(2);
         tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(
+            asked.lock().len(),
+            BARRIERS_IN_FLIGHT_MAX,
+            "no room for another"
+        );
         barrier.passed(1);
-        first.await.unwrap().unwrap();
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert_eq!(*asked.lock(), vec![1, 2], "one barrier for both");
+        let next = BARRIERS_IN_FLIGHT_MAX as u64 + 1;
+        assert_eq!(asked.lock().last(), Some(&next), "one barrier for both");
+        assert_eq!(asked.lock().len(), BARRIERS_IN_FLIGHT_MAX + 1);
         assert!(!later.iter().any(|t| t.is_finished()));
-        barrier.passed(2);
-        for task in later {
+        // Passing the newest passes every one before it.
+        barrier.passed(next);
+        for task in first.into_iter().chain(later) {
             task.await.unwrap().unwrap();
         }
     }
