@@ -208,11 +208,12 @@ impl Session {
                 if self.multi.is_some() {
                     return Action::Reply(Reply::error("ERR WATCH inside MULTI is not allowed"));
                 }
-                let keys: Vec<Vec<u8>> = args[1..]
-                    .iter()
-                    .filter(|k| !self.watches.iter().any(|w| &w.key == *k))
-                    .cloned()
-                    .collect();
+                let mut keys: Vec<Vec<u8>> = Vec::new();
+                for key in &args[1..] {
+                    if !self.watches.iter().any(|w| &w.key == key) && !keys.contains(key) {
+                        keys.push(key.clone());
+                    }
+                }
                 if self.watches.len() + keys.len() > WATCHED_KEYS_MAX {
                     return Action::Reply(Reply::error_owned(format!(
                         "ERR a connection watches at most {WATCHED_KEYS_MAX} keys"
@@ -556,4 +557,135 @@ fn command_docs(spec: &'static Spec) -> Reply {
         ));
     }
     Reply::Map(fields)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixed;
+
+    impl Server for Fixed {
+        fn info(&self, _: &[Vec<u8>], _: &Session) -> String {
+            "# Server\r\n".into()
+        }
+        fn client_list(&self) -> String {
+            String::new()
+        }
+        fn client_info(&self, _: &Session) -> String {
+            "id=7".into()
+        }
+        fn time(&self) -> (u64, u64) {
+            (1, 2)
+        }
+        fn role(&self) -> &'static str {
+            "master"
+        }
+    }
+
+    fn run(session: &mut Session, words: &[&str]) -> Action {
+        session.handle(
+            words.iter().map(|w| w.as_bytes().to_vec()).collect(),
+            &Fixed,
+        )
+    }
+
+    fn reply(session: &mut Session, words: &[&str]) -> Reply {
+        match run(session, words) {
+            Action::Reply(reply) => reply,
+            other => panic!("{words:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_transaction_queues_then_goes_to_the_log_with_its_watches_and_local_replies() {
+        let mut s = Session::new(7);
+        assert_eq!(
+            run(&mut s, &["WATCH", "w", "w"]),
+            Action::Watch(vec![b"w".to_vec()])
+        );
+        s.add_watches(vec![Watch {
+            key: b"w".to_vec(),
+            token: 3,
+            watched_ms: 9,
+        }]);
+        assert_eq!(reply(&mut s, &["MULTI"]), Reply::ok());
+        assert_eq!(reply(&mut s, &["SET", "w", "1"]), Reply::status("QUEUED"));
+        assert_eq!(reply(&mut s, &["PING"]), Reply::status("QUEUED"));
+        assert_eq!(reply(&mut s, &["GET", "w"]), Reply::status("QUEUED"));
+        let Action::Exec {
+            watches,
+            commands,
+            local,
+        } = run(&mut s, &["EXEC"])
+        else {
+            panic!("EXEC goes to the log")
+        };
+        assert_eq!(watches.len(), 1);
+        assert_eq!(commands.len(), 2);
+        assert_eq!(local, vec![(1, Reply::status("PONG"))]);
+        let merged = Session::merge_exec(Reply::Array(vec![Reply::ok(), Reply::bulk(b"1")]), local);
+        assert_eq!(
+            merged,
+            Reply::Array(vec![Reply::ok(), Reply::status("PONG"), Reply::bulk(b"1")])
+        );
+        assert_eq!(
+            Session::merge_exec(Reply::NullArray, Vec::new()),
+            Reply::NullArray
+        );
+        assert_eq!(s.watched(), 0, "EXEC forgets the watches");
+    }
+
+    #[test]
+    fn a_refused_command_aborts_the_transaction_and_exec_arity_names_it() {
+        let mut s = Session::new(1);
+        reply(&mut s, &["MULTI"]);
+        assert!(reply(&mut s, &["GET"]).is_error());
+        assert_eq!(reply(&mut s, &["INCR", "x"]), Reply::status("QUEUED"));
+        assert_eq!(
+            reply(&mut s, &["EXEC"]),
+            Reply::error("EXECABORT Transaction discarded because of previous errors.")
+        );
+        assert!(!s.in_multi());
+        reply(&mut s, &["MULTI"]);
+        assert_eq!(
+            reply(&mut s, &["EXEC", "x"]),
+            Reply::error_owned("EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command".into())
+        );
+        assert_eq!(
+            reply(&mut s, &["EXEC"]),
+            Reply::error("ERR EXEC without MULTI")
+        );
+    }
+
+    #[test]
+    fn hello_switches_the_protocol_and_names_the_connection() {
+        let mut s = Session::new(5);
+        let Reply::Map(fields) = reply(&mut s, &["HELLO", "3", "SETNAME", "app"]) else {
+            panic!("HELLO answers a map")
+        };
+        assert!(fields.contains(&(Reply::bulk(b"proto"), Reply::Integer(3))));
+        assert!(fields.contains(&(Reply::bulk(b"id"), Reply::Integer(5))));
+        assert_eq!(s.protocol(), Protocol::Resp3);
+        assert_eq!(s.name(), Some(&b"app"[..]));
+        assert_eq!(
+            reply(&mut s, &["HELLO", "4"]),
+            Reply::error("NOPROTO unsupported protocol version")
+        );
+        assert_eq!(s.protocol(), Protocol::Resp3);
+        assert_eq!(reply(&mut s, &["RESET"]), Reply::status("RESET"));
+        assert_eq!(s.protocol(), Protocol::Resp2);
+        assert_eq!(reply(&mut s, &["READONLY"]), Reply::ok());
+        assert!(s.local_reads());
+        assert_eq!(run(&mut s, &["QUIT"]), Action::ReplyAndClose(Reply::ok()));
+        assert_eq!(
+            run(&mut s, &["GET", "k"]),
+            Action::Read(vec![b"GET".to_vec(), b"k".to_vec()])
+        );
+        assert!(matches!(run(&mut s, &["SET", "k", "v"]), Action::Write(_)));
+        assert!(
+            reply(&mut s, &["SET", "k", "v", "EX", "0"]).is_error(),
+            "argument errors need no log"
+        );
+    }
 }

@@ -75,8 +75,11 @@ struct Connection {
     session: Session,
     info: Arc<super::ClientRecord>,
     decoder: Decoder,
-    /// Requests read and not handed to the session yet.
+    /// Requests read and not handed to the session yet (an empty one
+    /// stands for the protocol error in `input_error`, answered in turn).
     incoming: VecDeque<Args>,
+    /// A protocol error ended the input: nothing more is read.
+    input_error: Option<Reply>,
     /// The session's action for the head of `incoming`, held back by the
     /// ordering rules.
     held: Option<(u64, Action)>,
@@ -114,6 +117,7 @@ pub async fn serve(ctx: Arc<KvContext>, stream: TcpStream, peer: SocketAddr) {
         session: Session::new(id),
         info,
         incoming: VecDeque::new(),
+        input_error: None,
         held: None,
         slots: VecDeque::new(),
         next_seq: 1,
@@ -165,7 +169,7 @@ impl Connection {
                 return Err("closed by client");
             }
             let room = self.slots.len() + self.incoming.len() < PIPELINE_REQUESTS_MAX;
-            let can_read = room && !self.closing;
+            let can_read = room && !self.closing && self.input_error.is_none();
             tokio::select! {
                 read = reader.read_buf(&mut input), if can_read => match read {
                     Ok(0) | Err(_) => eof = true,
@@ -196,7 +200,9 @@ impl Connection {
     /// Decodes the complete frames of `input`.
     fn decode(&mut self, input: &mut Vec<u8>) {
         let mut used = 0;
-        while !self.closing && self.incoming.len() + self.slots.len() < PIPELINE_REQUESTS_MAX {
+        while self.input_error.is_none()
+            && self.incoming.len() + self.slots.len() < PIPELINE_REQUESTS_MAX
+        {
             match self.decoder.decode(&input[used..]) {
                 Ok(Some((args, len))) => {
                     used += len;
@@ -206,11 +212,10 @@ impl Connection {
                 }
                 Ok(None) => break,
                 Err(error) => {
-                    // Redis answers the protocol error, then closes.
-                    self.incoming.clear();
-                    let seq = self.slot(SlotKind::Other);
-                    self.fill(seq, error.reply());
-                    self.closing = true;
+                    // Redis answers the requests before it, then the
+                    // protocol error, then closes.
+                    self.input_error = Some(error.reply());
+                    self.incoming.push_back(Vec::new());
                     break;
                 }
             }
@@ -308,18 +313,26 @@ impl Connection {
                     let Some(args) = self.incoming.pop_front() else {
                         return;
                     };
-                    self.ctx
-                        .engine
-                        .stats
-                        .commands_processed
-                        .fetch_add(1, Ordering::Relaxed);
-                    let server = super::ServerView {
-                        ctx: &self.ctx,
-                        connection: self.id,
-                    };
-                    let action = self.session.handle(args, &server);
-                    self.info.update(&self.session);
-                    (0, action)
+                    if args.is_empty() {
+                        let error = self
+                            .input_error
+                            .clone()
+                            .expect("an empty request is the error");
+                        (0, Action::ReplyAndClose(error))
+                    } else {
+                        self.ctx
+                            .engine
+                            .stats
+                            .commands_processed
+                            .fetch_add(1, Ordering::Relaxed);
+                        let server = super::ServerView {
+                            ctx: &self.ctx,
+                            connection: self.id,
+                        };
+                        let action = self.session.handle(args, &server);
+                        self.info.update(&self.session);
+                        (0, action)
+                    }
                 }
             };
             if let Err(action) = self.act(seq, action).await {
