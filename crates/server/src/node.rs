@@ -1100,6 +1100,39 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_without_a_keyspace_part_loads_as_an_empty_keyspace() {
+        let mut tree = DataTree::new();
+        tree.set_applied(5, 1);
+        let mut bytes = Vec::new();
+        keel_tree::snapshot::encode(&mut tree, &mut bytes);
+        let (loaded, keyspace) = load_snapshot(&bytes, 1, 2).expect("a tree-only snapshot loads");
+        assert_eq!(loaded.applied_index(), 5);
+        assert_eq!(
+            keyspace.shards.iter().map(|s| s.key_count()).sum::<usize>(),
+            0
+        );
+        // With the keyspace's part after the tree's END frame.
+        let mut keys = keel_kv::Keyspace::new(3);
+        let set = keel_kv::Op::Command {
+            seq: 1,
+            args: vec![b"SET".to_vec(), b"k".to_vec(), b"v".to_vec()],
+        };
+        keys.apply(5, 1_000, &set);
+        bytes.extend_from_slice(&keel_kv::snapshot::encode(keys.shards(), 5, 1_000));
+        let (_, keyspace) = load_snapshot(&bytes, 1, 2).expect("both parts load");
+        assert_eq!(
+            keyspace.shards.iter().map(|s| s.key_count()).sum::<usize>(),
+            1
+        );
+        assert_eq!(keyspace.clock_ms, 1_000);
+        let cut = bytes.len() - 1;
+        assert!(
+            load_snapshot(&bytes[..cut], 1, 2).is_err(),
+            "a torn keyspace part is refused"
+        );
+    }
+
+    #[test]
     fn sync_contexts_round_trip_and_bad_ones_are_refused() {
         let sync = SyncContext {
             session_id: -3,
