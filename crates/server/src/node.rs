@@ -686,8 +686,10 @@ impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
     fn apply(&mut self, index: u64, term: u64, proposals: &[Committed<'_>]) {
         let _op = profile::enter(Op::APPLY);
         let now_ms = self.node.now_ms();
-        let mut state = self.node.write_state();
-        let state = &mut *state;
+        // Keel KV's operations go to the keyspace's shards first, without
+        // the tree's lock (they never touch the tree, and a spanning one
+        // may wait for its shards).
+        let mut txns = Vec::with_capacity(proposals.len());
         for proposal in proposals {
             // Every replica decodes the same committed bytes the same way:
             // one that does not decode is skipped everywhere alike.
@@ -698,28 +700,32 @@ impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
                     continue;
                 }
             };
+            let asked_here = proposal.origin == self.node.server_id;
             if let TxnOp::Kv { body } = &txn.op {
                 if let Some(kv) = &mut self.kv {
-                    let asked_here = proposal.origin == self.node.server_id;
                     kv.apply(index, txn.time_ms, txn.session_id, body, asked_here);
                 }
                 continue;
             }
-            self.observer.applying(index, &txn, &state.tree);
-            let applied = state.tree.apply(term, &txn);
-            self.observer.applied(index, &txn, &applied);
-            let asked_here = proposal.origin == self.node.server_id;
+            txns.push((txn, asked_here));
+        }
+        if let Some(kv) = &mut self.kv {
+            kv.flush();
+        }
+        let mut state = self.node.write_state();
+        let state = &mut *state;
+        for (txn, asked_here) in &txns {
+            self.observer.applying(index, txn, &state.tree);
+            let applied = state.tree.apply(term, txn);
+            self.observer.applied(index, txn, &applied);
             deliver(
                 state,
                 &self.node.sessions,
                 now_ms,
-                &txn,
+                txn,
                 &applied,
-                asked_here,
+                *asked_here,
             );
-        }
-        if let Some(kv) = &mut self.kv {
-            kv.flush();
         }
         state.tree.set_applied(index, term);
         self.observer.settled(&state.tree);
