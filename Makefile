@@ -2,6 +2,8 @@
 #
 #   make run            build and serve on 127.0.0.1:2181 with data in ./keel-data,
 #                       Prometheus metrics on 127.0.0.1:7000/metrics
+#   make run-kv         Keel KV: a single node serving the Redis protocol on 127.0.0.1:6379,
+#                       data in ./keel-kv-data (ZooKeeper port 2182)
 #   make test           everything CI runs (deps, build, cargo tests, Python suites)
 #   make test-compat    differential suites (kazoo/raw, Java client, C client, zkCli.sh) + bad input
 #   make test-crash     kill -9 durability test (KEEL_CRASH_KILLS=N for more kills)
@@ -9,6 +11,8 @@
 #   make sim            simulator soak: SIM_FIRST_SEED=N SIM_SEEDS=M (default 0 and 1000)
 #   make fuzz           cargo-fuzz targets: FUZZ_TARGET=name (default all) FUZZ_SECONDS=S
 #   make compare        Keel vs a 3-node ZooKeeper 3.8 ensemble under keel bench (BENCHMARKS.md)
+#   make compare-kv     Keel KV (1 and 3 nodes) vs redis-server 7.0 (appendfsync always/everysec)
+#                       under redis-benchmark, ratios printed (bench/compare_kv.py)
 #   make scale          Keel vs ZooKeeper 3.8 holding SCALE_ZNODES znodes (default 10,000,000):
 #                       RSS per znode, snapshot under load, restart (bench/scale.py, BENCHMARKS.md)
 #   make replay         Keel vs ZooKeeper 3.8 log replay rate after kill -9, no snapshot (bench/replay.py)
@@ -27,11 +31,11 @@ PY          := $(VENV)/bin/python
 KEEL        := target/release/keel
 PYTEST      := $(PY) -m pytest
 PYTEST_ARGS ?=
-SUITES      := tests/compat tests/badinput tests/crash tests/cluster tests/metrics tests/security tests/storage tests/clock tests/scale tests/nemesis
+SUITES      := tests/compat tests/badinput tests/crash tests/cluster tests/metrics tests/security tests/storage tests/clock tests/scale tests/nemesis tests/kv
 # suites that compare against ZooKeeper (the cluster suite is Keel-only)
 SELFCHECK_SUITES := tests/compat tests/badinput tests/crash
 
-.PHONY: rolling-restart all build run cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare scale replay sim fuzz nemesis
+.PHONY: all build run run-kv cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare compare-kv scale replay sim fuzz nemesis rolling-restart
 
 all: build
 
@@ -44,6 +48,11 @@ cluster: build
 
 run: build
 	$(KEEL) server --client-port 2181 --data-dir ./keel-data --metrics-port 7000
+
+# Keel KV: a single node serving the Redis protocol on 6379 (redis-cli, redis-py,
+# redis-benchmark), its data in ./keel-kv-data; the ZooKeeper port on 2182.
+run-kv: build
+	$(KEEL) server --client-port 2182 --data-dir ./keel-kv-data --resp-port 6379
 
 test-deps:
 	bash scripts/install-test-deps.sh
@@ -75,6 +84,12 @@ test-crash: test-deps build clean-test
 # ZooKeeper vs ZooKeeper: needs no Keel binary; every comparison must pass.
 test-selfcheck: test-deps clean-test
 	KEEL_COMPAT_AGAINST=zookeeper $(PYTEST) $(SELFCHECK_SUITES) $(PYTEST_ARGS)
+
+# Keel KV vs redis-server 7.0 (appendfsync always and everysec), single-node and
+# 3-node Keel, under redis-benchmark (SET, GET, INCR, MSET; -P 1 and 16; 50 clients):
+# COMPARE_KV_REQUESTS (200000 per run), COMPARE_KV_CLIENTS, COMPARE_KV_KEYSPACE.
+compare-kv: test-deps build
+	python3 bench/compare_kv.py
 
 # Side-by-side benchmark vs a 3-node ZooKeeper 3.8 ensemble (COMPARE_DURATION=S per run).
 compare: test-deps build

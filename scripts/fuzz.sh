@@ -20,7 +20,7 @@
 # FUZZ_ARGS adds libFuzzer flags.
 set -euo pipefail
 
-ALL_TARGETS=(jute_request jute_handshake tree_apply tree_batch_decode snapshot_decode)
+ALL_TARGETS=(jute_request jute_handshake tree_apply tree_batch_decode snapshot_decode kv_resp)
 target=${1:-all}
 seconds=${2:-60}
 

@@ -7,11 +7,12 @@
 #     server that scrapes Keel in tests/metrics; installed, never started as a
 #     service), openssl (the command line that makes the certificates of
 #     tests/cluster/test_peer_auth.py) and faketime (libfaketime: tests/clock
-#     moves a server's wall clock). Runs `apt-get update` only when a package
-#     is missing.
+#     moves a server's wall clock), redis-server and redis-tools (tests/kv
+#     compares Keel KV with redis-server 7.0; `make compare-kv` runs
+#     redis-benchmark). Runs `apt-get update` only when a package is missing.
 #   * A Python venv at ./.venv (repo root) with kazoo, pytest, pytest-timeout
-#     prometheus-client (its text-format parser) and pure-sasl (kazoo's SASL
-#     DIGEST-MD5, tests/security).
+#     prometheus-client (its text-format parser), pure-sasl (kazoo's SASL
+#     DIGEST-MD5, tests/security) and redis (redis-py, tests/kv).
 #
 # Works as root without sudo; uses sudo only when not root and it exists.
 set -euo pipefail
@@ -21,8 +22,8 @@ cd "$ROOT"
 
 PYTHON="${PYTHON:-python3}"
 VENV="${KEEL_VENV:-$ROOT/.venv}"
-PY_PKGS=("kazoo==2.11.0" "pytest" "pytest-timeout" "prometheus-client" "pure-sasl")
-APT_PKGS=(zookeeper zookeeper-bin prometheus openssl faketime)
+PY_PKGS=("kazoo==2.11.0" "pytest" "pytest-timeout" "prometheus-client" "pure-sasl" "redis")
+APT_PKGS=(zookeeper zookeeper-bin prometheus openssl faketime redis-server redis-tools)
 
 log() { printf '[test-deps] %s\n' "$*" >&2; }
 
@@ -64,6 +65,12 @@ for f in /usr/share/java/zookeeper.jar /usr/share/java/zookeeper-jute.jar \
 done
 [ -x /usr/lib/zookeeper/bin/cli_mt ] || log "note: /usr/lib/zookeeper/bin/cli_mt absent (C client tests will skip)"
 [ -x /usr/bin/prometheus ] || { log "missing /usr/bin/prometheus after install"; exit 1; }
+[ -x /usr/bin/redis-server ] || { log "missing /usr/bin/redis-server after install"; exit 1; }
+# Debian starts redis-server as a service on 6379 when it can; the tests
+# start their own on free ports, and `make run-kv` wants 6379.
+if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet redis-server 2>/dev/null; then
+    as_root systemctl disable --now redis-server || log "could not stop the redis-server service"
+fi
 
 # ---------------------------------------------------------------- Python venv
 if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
@@ -75,7 +82,7 @@ fi
 if "$VENV/bin/python" - <<'PY' >/dev/null 2>&1
 import importlib.metadata as m, sys
 need = {"kazoo": "2.11.0"}
-for name in ("kazoo", "pytest", "pytest-timeout", "prometheus-client", "pure-sasl"):
+for name in ("kazoo", "pytest", "pytest-timeout", "prometheus-client", "pure-sasl", "redis"):
     v = m.version(name)
     if name in need and v != need[name]:
         sys.exit(1)

@@ -6,7 +6,9 @@
 //! - `jute_handshake`: every golden connect request;
 //! - `tree_batch_decode`, `snapshot_decode`: batches and snapshot bodies of a
 //!   small tree with every kind of node (`keel_tree::fuzzing::seeds`);
-//! - `tree_apply`: a few pseudo-random programs.
+//! - `tree_apply`: a few pseudo-random programs;
+//! - `kv_resp`: RESP requests as redis-cli and redis-benchmark send them
+//!   (`keel_kv::fuzzing::seeds`).
 //!
 //! Seeds are named `seed-*` and rewritten on every run; files libFuzzer adds
 //! to the corpus are left alone.
@@ -76,6 +78,11 @@ fn main() {
         write(&corpus.join("tree_apply"), &i.to_string(), &rng.bytes(len));
     }
     counts.insert("tree_apply", 8);
+    let kv = keel_kv::fuzzing::seeds();
+    for (i, input) in kv.iter().enumerate() {
+        write(&corpus.join("kv_resp"), &i.to_string(), input);
+    }
+    counts.insert("kv_resp", kv.len());
     for (target, count) in counts {
         println!("{target}: {count} seeds");
     }

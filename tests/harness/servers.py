@@ -391,6 +391,7 @@ class KeelServer(BaseServer):
         "secure_client_port", "tls_client_auth", "sasl_users_file", "require_sasl",
         "metrics_port", "metrics_address", "read_only_when_partitioned",
         "reconfig_enabled", "join", "peer_address", "join_auth_file",
+        "metrics_port", "metrics_address", "resp_port", "resp_max_bulk_bytes",
     )
 
     def __init__(self, *a, binary=None, **kw):

@@ -144,6 +144,13 @@ struct ServerArgs {
     /// (ZooKeeper's readonlymode.enabled).
     #[arg(long)]
     read_only_when_partitioned: bool,
+    /// Serve Keel KV (Redis protocol, RESP2/RESP3) on this port of
+    /// --client-address (0 = off, the default).
+    #[arg(long)]
+    resp_port: Option<u16>,
+    /// The longest argument of a KV request (default 1 MiB).
+    #[arg(long)]
+    resp_max_bulk_bytes: Option<usize>,
 }
 
 #[derive(Args)]
@@ -259,6 +266,8 @@ fn server_config(args: ServerArgs) -> anyhow::Result<ServerConfig> {
         observers,
         metrics_port,
         metrics_address,
+        resp_port,
+        resp_max_bulk_bytes,
         secure_client_port,
         tls_client_auth,
         join,

@@ -26,6 +26,10 @@ pub const TICK_TIME_MS_MAX: u32 = 60_000;
 /// Bounds on jute.maxbuffer: at least a handshake, at most 256 MiB.
 pub const JUTE_MAX_BUFFER_MIN: usize = 1024;
 pub const JUTE_MAX_BUFFER_MAX: usize = 256 * 1024 * 1024;
+/// Bounds on resp_max_bulk_bytes: at least a small value; at most what
+/// one Raft entry holds (a longer argument could never be written).
+pub const RESP_MAX_BULK_BYTES_MIN: usize = 1024;
+pub const RESP_MAX_BULK_BYTES_MAX: usize = keel_consensus::proposal::PROPOSAL_BYTES_MAX;
 /// Most client connections the server holds at once (all addresses).
 pub const CLIENT_CONNECTIONS_MAX: usize = 60_000;
 
@@ -123,6 +127,12 @@ pub struct ServerConfig {
     /// allowed to reconfigure (the super user), with which this node asks
     /// to be added.
     pub join_auth_file: Option<PathBuf>,
+    /// Port of Keel KV, the Redis-protocol front end (RESP2/RESP3) on
+    /// `client_address`; 0 = off, the default.
+    pub resp_port: u16,
+    /// The longest argument a KV request may carry (Redis's
+    /// proto-max-bulk-len); a write must also fit in one Raft entry.
+    pub resp_max_bulk_bytes: usize,
 }
 
 impl Default for ServerConfig {
@@ -176,6 +186,8 @@ impl Default for ServerConfig {
             join: String::new(),
             peer_address: String::new(),
             join_auth_file: None,
+            resp_port: 0,
+            resp_max_bulk_bytes: keel_kv::resp::BULK_BYTES_MAX_DEFAULT,
         }
     }
 }
@@ -301,6 +313,7 @@ impl ServerConfig {
                 ));
             }
         }
+        self.validate_resp()?;
         self.validate_security()?;
         for word in &self.four_letter_words {
             if word != "*" && !crate::fourlw::COMMANDS.contains(&word.as_str()) {
@@ -340,6 +353,40 @@ impl ServerConfig {
             None
         };
         Ok(keel_consensus::PeerAuth { secret, tls })
+    }
+
+    /// Keel KV's port must not be another port of this node.
+    fn validate_resp(&self) -> Result<(), ConfigError> {
+        let invalid = |message: String| Err(ConfigError::Invalid(message));
+        if self.resp_port != 0 {
+            for (name, port) in [
+                ("client_port", self.client_port),
+                ("secure_client_port", self.secure_client_port),
+            ] {
+                if self.resp_port == port {
+                    return invalid(format!("resp_port {port} is also {name}"));
+                }
+            }
+            if self.resp_port == self.metrics_port && self.metrics_address == self.client_address {
+                return invalid(format!("resp_port {} is also metrics_port", self.resp_port));
+            }
+        }
+        if !(RESP_MAX_BULK_BYTES_MIN..=RESP_MAX_BULK_BYTES_MAX).contains(&self.resp_max_bulk_bytes)
+        {
+            return invalid(format!(
+                "resp_max_bulk_bytes {} outside {RESP_MAX_BULK_BYTES_MIN}..={RESP_MAX_BULK_BYTES_MAX}",
+                self.resp_max_bulk_bytes
+            ));
+        }
+        Ok(())
+    }
+
+    /// Keel KV's request bounds.
+    pub fn resp_limits(&self) -> keel_kv::resp::Limits {
+        keel_kv::resp::Limits {
+            bulk_bytes_max: self.resp_max_bulk_bytes,
+            ..keel_kv::resp::Limits::default()
+        }
     }
 
     /// The client ports and their TLS and SASL keys (the files themselves

@@ -12,6 +12,7 @@ mod conn;
 pub mod fifo;
 pub mod fourlw;
 pub mod join;
+pub mod kv;
 pub mod metrics;
 pub mod node;
 mod port;
@@ -51,6 +52,11 @@ pub enum ServerError {
     RecoveryFailed(String),
     #[error("cannot listen for metrics on {address}: {source}")]
     MetricsBind {
+        address: String,
+        source: std::io::Error,
+    },
+    #[error("cannot listen for Keel KV on {address}: {source}")]
+    RespBind {
         address: String,
         source: std::io::Error,
     },
@@ -131,16 +137,25 @@ impl SecureListener {
 fn recover(
     raft_config: keel_consensus::RaftConfig,
     stats: &Stats,
-) -> Result<(keel_tree::DataTree, keel_consensus::Recovery, Duration), ServerError> {
+) -> Result<Recovered, ServerError> {
     keel_consensus::prepare(&raft_config)?;
     let started = std::time::Instant::now();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let (tree, position) = keel_consensus::snapfile::load_newest(
+    let shards = kv::engine::shard_count();
+    let ((tree, keyspace), position) = keel_consensus::snapfile::load_newest(
         &raft_config.data_dir.join("snapshots"),
-        |bytes| keel_tree::snapshot::load(bytes, threads),
-        |tree| tree.applied_index(),
+        |bytes| node::load_snapshot(bytes, threads, shards),
+        |(tree, _)| tree.applied_index(),
     )?
-    .unwrap_or_default();
+    .unwrap_or_else(|| {
+        (
+            (
+                keel_tree::DataTree::default(),
+                keel_kv::snapshot::empty(shards),
+            ),
+            Default::default(),
+        )
+    });
     stats
         .startup_snapshot_load_us
         .record_duration(started.elapsed());
@@ -154,7 +169,20 @@ fn recover(
     assert_eq!(position.index, tree.applied_index());
     let read_started = std::time::Instant::now();
     let recovery = keel_consensus::recover(raft_config, position)?;
-    Ok((tree, recovery, read_started.elapsed()))
+    Ok(Recovered {
+        tree,
+        keyspace,
+        recovery,
+        log_read: read_started.elapsed(),
+    })
+}
+
+/// What a node loads from its data dir before its driver starts.
+struct Recovered {
+    tree: keel_tree::DataTree,
+    keyspace: keel_kv::snapshot::Image,
+    recovery: keel_consensus::Recovery,
+    log_read: Duration,
 }
 
 /// How often the replay's progress is logged while a node catches up.
@@ -200,6 +228,7 @@ pub async fn run_with(
         }
         None => None,
     };
+    let resp = bind_resp(&config).await?;
     let (publish, serving) = tokio::sync::watch::channel(None);
     let port = Arc::new(port::ClientPort::new(
         config.clone(),
@@ -230,10 +259,18 @@ pub async fn run_with(
         let _ = publish.send(Some(node.shared.clone()));
         let read_only = node.shared.is_read_only();
         tracing::info!(%address, read_only, "keel serving");
+        let resp_port = async {
+            match resp {
+                Some(listener) => kv::serve_port(node.kv.clone(), listener).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::join!(
             run_timers(node.shared.clone()),
             reaper::run(node.shared.clone()),
-            watch_read_only(node.shared.clone(), switch)
+            watch_read_only(node.shared.clone(), switch),
+            kv::run_expiry(node.kv.clone()),
+            resp_port
         );
     };
     let outcome = tokio::select! {
@@ -251,6 +288,7 @@ pub async fn run_with(
     }
     node.raft.shutdown();
     let joined = tokio::task::block_in_place(|| node.driver.join());
+    tokio::task::block_in_place(|| node.kv.engine.stop());
     if let Some(metrics) = metrics {
         metrics.abort();
     }
@@ -352,6 +390,8 @@ type DriverThread = std::thread::JoinHandle<Result<(), keel_consensus::Consensus
 struct Started {
     shared: Arc<Shared>,
     raft: keel_consensus::RaftHandle,
+    /// Keel KV's shards and what its connections share.
+    kv: Arc<kv::KvContext>,
     driver: DriverThread,
     startup: StartupReplay,
 }
@@ -364,6 +404,23 @@ struct StartupReplay {
     started: std::time::Instant,
     /// The index applied once the log's committed entries are.
     committed_index: u64,
+}
+
+/// Binds Keel KV's port if `resp_port` is set (connections are accepted
+/// once the node serves); a port that cannot be bound stops the start.
+async fn bind_resp(config: &ServerConfig) -> Result<Option<TcpListener>, ServerError> {
+    if config.resp_port == 0 {
+        return Ok(None);
+    }
+    let address = format!("{}:{}", config.client_address, config.resp_port);
+    let listener = TcpListener::bind(&address)
+        .await
+        .map_err(|source| ServerError::RespBind {
+            address: address.clone(),
+            source,
+        })?;
+    tracing::info!(%address, "Keel KV (Redis protocol) port bound; served once the node has caught up");
+    Ok(Some(listener))
 }
 
 /// Binds the Prometheus endpoint if `metrics_port` is set and serves it on
@@ -415,21 +472,40 @@ async fn start_node(config: ServerConfig, stats: Arc<Stats>) -> Result<Started, 
         keel_consensus::peer_auth::warn_if_readable_by_others(path);
     }
     let recovering = stats.clone();
-    let (tree, recovery, log_read) =
-        tokio::task::spawn_blocking(move || recover(raft_config, &recovering))
-            .await
-            .map_err(|error| ServerError::RecoveryFailed(error.to_string()))??;
+    let Recovered {
+        tree,
+        keyspace,
+        recovery,
+        log_read,
+    } = tokio::task::spawn_blocking(move || recover(raft_config, &recovering))
+        .await
+        .map_err(|error| ServerError::RecoveryFailed(error.to_string()))??;
+    tracing::info!(
+        keys = keyspace.shards.iter().map(|s| s.key_count()).sum::<usize>(),
+        shards = keyspace.shards.len(),
+        "KV keyspace loaded"
+    );
     let committed_index = recovery.commit_index().max(recovery.position.index);
     let clock = Arc::new(shared::MonotonicClock::start());
     let node = node::Node::new(tree, config.server_id, config.tick_time_ms as u64, clock);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let machine = node::NodeMachine::new(node.clone(), ApplyMetrics::new(stats.clone()), threads);
+    let kv_engine = kv::KvEngine::start(keyspace);
+    let machine = node::NodeMachine::new(node.clone(), ApplyMetrics::new(stats.clone()), threads)
+        .with_kv(kv::KvApplier::new(kv_engine.clone()));
     let started = std::time::Instant::now();
     let (raft, driver) = keel_consensus::start(recovery, machine)?;
+    let kv = Arc::new(kv::KvContext::new(
+        kv_engine,
+        raft.clone(),
+        config.resp_limits(),
+        config.resp_port,
+        config.server_id,
+    ));
     let shared = Arc::new(Shared::new(config, node, raft.clone(), stats));
     Ok(Started {
         shared,
         raft,
+        kv,
         driver,
         startup: StartupReplay {
             log_read,

@@ -636,6 +636,10 @@ pub struct NodeMachine<O, B = ()> {
     observer: B,
     /// Threads that decode a snapshot installed from the leader.
     load_threads: usize,
+    /// The Keel KV keyspace's apply side (`with_kv`; the server always
+    /// has one, so every node applies KV entries whether or not it serves
+    /// a RESP port).
+    kv: Option<crate::kv::KvApplier>,
 }
 
 impl<O: Outlet, B: ApplyObserver> NodeMachine<O, B> {
@@ -645,7 +649,15 @@ impl<O: Outlet, B: ApplyObserver> NodeMachine<O, B> {
             node,
             observer,
             load_threads,
+            kv: None,
         }
+    }
+
+    /// Applies Keel KV's log entries to `kv`'s shards, snapshots and
+    /// restores them with the tree.
+    pub fn with_kv(mut self, kv: crate::kv::KvApplier) -> Self {
+        self.kv = Some(kv);
+        self
     }
 
     pub fn node(&self) -> &Node<O> {
@@ -742,8 +754,10 @@ impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
     fn apply(&mut self, index: u64, term: u64, proposals: &[Committed<'_>]) {
         let _op = profile::enter(Op::APPLY);
         let now_ms = self.node.now_ms();
-        let mut state = self.node.write_state();
-        let state = &mut *state;
+        // Keel KV's operations go to the keyspace's shards first, without
+        // the tree's lock (they never touch the tree, and a spanning one
+        // may wait for its shards).
+        let mut txns = Vec::with_capacity(proposals.len());
         for proposal in proposals {
             // Every replica decodes the same committed bytes the same way:
             // one that does not decode is skipped everywhere alike.
@@ -754,20 +768,34 @@ impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
                     continue;
                 }
             };
-            self.observer.applying(index, &txn, &state.tree);
-            let applied = state.tree.apply(term, &txn);
+            let asked_here = proposal.origin == self.node.server_id;
+            if let TxnOp::Kv { body } = &txn.op {
+                if let Some(kv) = &mut self.kv {
+                    kv.apply(index, txn.time_ms, txn.session_id, body, asked_here);
+                }
+                continue;
+            }
+            txns.push((txn, asked_here));
+        }
+        if let Some(kv) = &mut self.kv {
+            kv.flush();
+        }
+        let mut state = self.node.write_state();
+        let state = &mut *state;
+        for (txn, asked_here) in &txns {
+            self.observer.applying(index, txn, &state.tree);
+            let applied = state.tree.apply(term, txn);
             state
                 .ttl_clock
                 .applied(&state.tree, &applied.events, now_ms);
-            self.observer.applied(index, &txn, &applied);
-            let asked_here = proposal.origin == self.node.server_id;
+            self.observer.applied(index, txn, &applied);
             deliver(
                 state,
                 &self.node.sessions,
                 now_ms,
-                &txn,
+                txn,
                 &applied,
-                asked_here,
+                *asked_here,
             );
         }
         state.tree.set_applied(index, term);
@@ -784,12 +812,18 @@ impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
         let _op = profile::enter(Op::APPLY);
         let mut state = self.node.write_state();
         let head = state.tree.snapshot_begin();
+        let index = state.tree.applied_index();
+        let kv = self
+            .kv
+            .as_ref()
+            .and_then(|kv| kv.engine().snapshot_begin(index));
         SnapshotJob {
-            index: state.tree.applied_index(),
+            index,
             term: state.tree.applied_term(),
             head,
             writer: Box::new(TreeWriter {
                 state: self.node.state.clone(),
+                kv,
             }),
         }
     }
@@ -803,7 +837,11 @@ impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
         let _op = profile::enter(Op::APPLY);
         let state = self.node.read_state();
         for txn in payloads.iter().filter_map(|p| Txn::decode(p).ok()) {
-            if txn.xid != INTERNAL_XID {
+            if let TxnOp::Kv { .. } = txn.op {
+                if let Some(kv) = &self.kv {
+                    kv.dropped(txn.session_id);
+                }
+            } else if txn.xid != INTERNAL_XID {
                 let reason = CloseReason::ProposalDropped;
                 state.send(txn.session_id, Outbound::Close { reason });
             }
@@ -821,12 +859,16 @@ impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
 
     fn restore(&mut self, index: u64, bytes: &[u8]) -> Result<(), MachineError> {
         let _op = profile::enter(Op::APPLY);
-        let tree = keel_tree::snapshot::load(bytes, self.load_threads)?;
+        let shards = self.kv.as_ref().map_or(1, |kv| kv.engine().shard_count());
+        let (tree, keyspace) = load_snapshot(bytes, self.load_threads, shards)?;
         if tree.applied_index() != index {
             return Err(Box::new(IndexMismatch {
                 found: tree.applied_index(),
                 expected: index,
             }));
+        }
+        if let Some(kv) = &self.kv {
+            kv.engine().replace(keyspace);
         }
         self.replace(tree);
         Ok(())
@@ -834,6 +876,11 @@ impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
 
     fn read_ready(&mut self, context: Vec<u8>) {
         let _op = profile::enter(Op::APPLY);
+        if let (Some(kv), Some(number)) =
+            (&self.kv, crate::kv::barrier::ReadBarrier::number(&context))
+        {
+            return kv.engine().barrier.passed(number);
+        }
         let Some(sync) = SyncContext::decode(&context) else {
             return tracing::error!("sync context does not decode");
         };
@@ -852,6 +899,11 @@ impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
 
     fn read_failed(&mut self, context: Vec<u8>) {
         let _op = profile::enter(Op::APPLY);
+        if let (Some(kv), Some(number)) =
+            (&self.kv, crate::kv::barrier::ReadBarrier::number(&context))
+        {
+            return kv.engine().barrier.refused(number);
+        }
         if let Some(sync) = SyncContext::decode(&context) {
             let reason = CloseReason::SyncRefused;
             let state = self.node.read_state();
@@ -951,6 +1003,7 @@ fn op_code_of(op: &TxnOp) -> i32 {
         TxnOp::CloseSession => opcode::CLOSE_SESSION,
         TxnOp::DeleteContainer { .. } => opcode::DELETE_CONTAINER,
         TxnOp::Sync { .. } => opcode::SYNC,
+        TxnOp::Kv { .. } => 0,
     }
 }
 
@@ -964,17 +1017,41 @@ pub struct IndexMismatch {
 
 /// Writes the snapshot started by `snapshot_begin` a segment at a time,
 /// each under the state's read lock: applies wait at most one segment.
+/// The keyspace's part follows the tree's END frame (`load_snapshot`
+/// splits them again).
 struct TreeWriter<O> {
     state: Arc<RwLock<NodeState<O>>>,
+    kv: Option<crate::kv::engine::KvSnapshotJob>,
 }
 
 impl<O: Outlet> SnapshotWriter for TreeWriter<O> {
     fn next_chunk(&mut self, out: &mut Vec<u8>) -> Result<bool, MachineError> {
         let _op = profile::enter(Op::SNAPSHOT);
-        Ok(profile::acquire(Lock::NodeRead, || self.state.read())
+        let more = profile::acquire(Lock::NodeRead, || self.state.read())
             .tree
-            .snapshot_chunk(out)?)
+            .snapshot_chunk(out)?;
+        if more {
+            return Ok(true);
+        }
+        if let Some(kv) = self.kv.take() {
+            kv.write(out)?;
+        }
+        Ok(false)
     }
+}
+
+/// A snapshot's state: the tree's part, then the Keel KV keyspace's part
+/// if there is one (a snapshot written before Keel KV, or by a node that
+/// never applied a KV write, is the tree alone: an empty keyspace).
+pub fn load_snapshot(
+    bytes: &[u8],
+    threads: usize,
+    shards: usize,
+) -> Result<(DataTree, keel_kv::snapshot::Image), MachineError> {
+    let tree_len = keel_tree::snapshot::part_len(bytes)?;
+    let tree = keel_tree::snapshot::load(&bytes[..tree_len], threads)?;
+    let keyspace = keel_kv::snapshot::decode(&bytes[tree_len..], shards)?;
+    Ok((tree, keyspace))
 }
 
 #[cfg(test)]
@@ -1171,6 +1248,39 @@ mod tests {
             (5, Err(ErrorCode::MarshallingError))
         );
         assert_eq!(ids.len(), 1);
+    }
+
+    #[test]
+    fn a_snapshot_without_a_keyspace_part_loads_as_an_empty_keyspace() {
+        let mut tree = DataTree::new();
+        tree.set_applied(5, 1);
+        let mut bytes = Vec::new();
+        keel_tree::snapshot::encode(&mut tree, &mut bytes);
+        let (loaded, keyspace) = load_snapshot(&bytes, 1, 2).expect("a tree-only snapshot loads");
+        assert_eq!(loaded.applied_index(), 5);
+        assert_eq!(
+            keyspace.shards.iter().map(|s| s.key_count()).sum::<usize>(),
+            0
+        );
+        // With the keyspace's part after the tree's END frame.
+        let mut keys = keel_kv::Keyspace::new(3);
+        let set = keel_kv::Op::Command {
+            seq: 1,
+            args: vec![b"SET".to_vec(), b"k".to_vec(), b"v".to_vec()],
+        };
+        keys.apply(5, 1_000, &set);
+        bytes.extend_from_slice(&keel_kv::snapshot::encode(keys.shards(), 5, 1_000));
+        let (_, keyspace) = load_snapshot(&bytes, 1, 2).expect("both parts load");
+        assert_eq!(
+            keyspace.shards.iter().map(|s| s.key_count()).sum::<usize>(),
+            1
+        );
+        assert_eq!(keyspace.clock_ms, 1_000);
+        let cut = bytes.len() - 1;
+        assert!(
+            load_snapshot(&bytes[..cut], 1, 2).is_err(),
+            "a torn keyspace part is refused"
+        );
     }
 
     #[test]

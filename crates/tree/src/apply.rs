@@ -74,6 +74,11 @@ impl DataTree {
         if let TxnOp::Sync { path } = &txn.op {
             return self.applied(self.last_zxid, Ok(Response::Sync(path.clone())), Vec::new());
         }
+        if let TxnOp::Kv { .. } = &txn.op {
+            // The server's keyspace applies these; the tree neither
+            // changes nor takes a zxid.
+            return self.applied(self.last_zxid, Err(ErrorCode::Unimplemented), Vec::new());
+        }
         let zxid = self.next_zxid(term);
         self.last_zxid = zxid;
         let ctx = Context {
@@ -106,7 +111,7 @@ impl DataTree {
                 }
                 Err(_) => self.applied(zxid, Err(ErrorCode::MarshallingError), events),
             },
-            TxnOp::Sync { .. } => unreachable!("handled above"),
+            TxnOp::Sync { .. } | TxnOp::Kv { .. } => unreachable!("handled above"),
         };
         if applied.result.is_err() {
             applied.events.clear();

@@ -337,6 +337,37 @@ pub fn encode_copy(tree: &DataTree) -> Vec<u8> {
 // ---------------------------------------------------------------------------
 // Loading
 
+/// The length of the tree's part at the front of `bytes`: a framed
+/// snapshot ends with its END frame (what follows is another state's
+/// part, e.g. the Keel KV keyspace); a format 2 file is all tree. Only
+/// frame headers are read here; `load` checks the part.
+pub fn part_len(bytes: &[u8]) -> Result<usize, SnapshotError> {
+    if bytes.len() < FILE_HEADER_BYTES || &bytes[..MAGIC.len()] != MAGIC {
+        return Err(SnapshotError::BadMagic);
+    }
+    let version = i32::from_be_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    if version == LEGACY_FORMAT_VERSION {
+        return Ok(bytes.len());
+    }
+    let mut offset = FILE_HEADER_BYTES;
+    while bytes.len() - offset >= FRAME_HEADER_BYTES {
+        let kind = bytes[offset];
+        let len = u32::from_be_bytes(bytes[offset + 1..offset + 5].try_into().expect("4")) as usize;
+        let end = (offset + FRAME_HEADER_BYTES).saturating_add(len);
+        if end > bytes.len() {
+            break;
+        }
+        offset = end;
+        if kind == KIND_END {
+            return Ok(offset);
+        }
+    }
+    Err(frame_error(
+        bytes.len(),
+        "no END frame: the snapshot is truncated",
+    ))
+}
+
 /// Decodes and verifies a snapshot on one thread.
 pub fn decode(bytes: &[u8]) -> Result<DataTree, SnapshotError> {
     load(bytes, 1)

@@ -542,6 +542,12 @@ fn snapshots_round_trip_and_reject_corruption() {
     let mut flipped = bytes.clone();
     flipped[bytes.len() / 2] ^= 1;
     assert!(snapshot::decode(&flipped).is_err());
+    // Another state's part may follow the tree's END frame.
+    let mut followed = bytes.clone();
+    followed.extend_from_slice(b"KEELKVSN-more");
+    assert_eq!(snapshot::part_len(&followed).unwrap(), bytes.len());
+    assert_eq!(snapshot::part_len(&bytes).unwrap(), bytes.len());
+    assert!(snapshot::part_len(&bytes[..bytes.len() - 1]).is_err());
 }
 
 #[test]

@@ -30,6 +30,12 @@ pub enum TxnOp {
     Sync {
         path: String,
     },
+    /// A Keel KV operation (`keel_kv::Op`, opaque here): applied by the
+    /// server's keyspace, not by the tree; takes no zxid. The session id
+    /// field carries the KV connection's id.
+    Kv {
+        body: Vec<u8>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +52,7 @@ const TAG_CREATE_SESSION: i32 = 2;
 const TAG_CLOSE_SESSION: i32 = 3;
 const TAG_DELETE_CONTAINER: i32 = 4;
 const TAG_SYNC: i32 = 5;
+const TAG_KV: i32 = 6;
 
 impl Txn {
     pub fn write(&self, out: &mut Vec<u8>) {
@@ -75,6 +82,10 @@ impl Txn {
             TxnOp::Sync { path } => {
                 keel_jute::write_i32(out, TAG_SYNC);
                 keel_jute::write_string(out, path);
+            }
+            TxnOp::Kv { body } => {
+                keel_jute::write_i32(out, TAG_KV);
+                keel_jute::write_buffer(out, Some(body));
             }
         }
     }
@@ -106,6 +117,9 @@ impl Txn {
             },
             TAG_SYNC => TxnOp::Sync {
                 path: r.read_string()?,
+            },
+            TAG_KV => TxnOp::Kv {
+                body: r.read_buffer()?.unwrap_or_default(),
             },
             _ => return Err(JuteError::Malformed("txn tag")),
         };
@@ -140,7 +154,7 @@ impl Txn {
 
     fn body_bytes(&self) -> usize {
         match &self.op {
-            TxnOp::Request { body, .. } => body.len(),
+            TxnOp::Request { body, .. } | TxnOp::Kv { body } => body.len(),
             TxnOp::DeleteContainer { path } | TxnOp::Sync { path } => path.len(),
             TxnOp::CreateSession { .. } | TxnOp::CloseSession => 0,
         }
@@ -194,6 +208,15 @@ mod tests {
                 time_ms: 5,
                 auth: vec![],
                 op: TxnOp::Sync { path: "/".into() },
+            },
+            Txn {
+                session_id: 3,
+                xid: 0,
+                time_ms: 6,
+                auth: vec![],
+                op: TxnOp::Kv {
+                    body: vec![1, 2, 3],
+                },
             },
         ];
         for txn in &txns {

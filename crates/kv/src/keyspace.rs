@@ -1,0 +1,203 @@
+//! Applying log operations to shards, and `Keyspace`: every shard of a
+//! node in one value, the single-threaded form of the state (tests, the
+//! snapshot loader, tools). The server runs the same functions with each
+//! shard owned by its own thread.
+
+use crate::command::{self, Command, Kind};
+use crate::exec::{self, route_shards, Clocks, View};
+use crate::op::{Op, Watch};
+use crate::reply::Reply;
+use crate::resp::Args;
+use crate::shard::{Ctx, Shard};
+use crate::slot::{key_slot, shard_of_slot, shard_slots};
+
+/// The shards (indexes among `shard_count`) applying `op` touches.
+pub fn op_shards(op: &Op, shard_count: usize) -> Vec<usize> {
+    match op {
+        Op::Command { args, .. } => command_shards(args, shard_count),
+        Op::Exec {
+            watches, commands, ..
+        } => {
+            let mut all: Vec<usize> = watches
+                .iter()
+                .map(|w| shard_of_slot(key_slot(&w.key), shard_count))
+                .collect();
+            for args in commands {
+                all.extend(command_shards(args, shard_count));
+            }
+            all.sort_unstable();
+            all.dedup();
+            if all.is_empty() {
+                all.push(0);
+            }
+            all
+        }
+        Op::Expire { keys } => {
+            let mut all: Vec<usize> = keys
+                .iter()
+                .map(|k| shard_of_slot(key_slot(k), shard_count))
+                .collect();
+            all.sort_unstable();
+            all.dedup();
+            if all.is_empty() {
+                all.push(0);
+            }
+            all
+        }
+    }
+}
+
+/// The shards a command's arguments need (shard 0 for one that fails its
+/// checks: its error needs no shard, but it is answered from one).
+pub fn command_shards(args: &[Vec<u8>], shard_count: usize) -> Vec<usize> {
+    let Ok(spec) = command::lookup(args) else {
+        return vec![0];
+    };
+    if spec.kind == Kind::Connection {
+        return vec![0];
+    }
+    match Command::parse(spec, args) {
+        Ok(command) => route_shards(&command.route(), shard_count),
+        Err(_) => vec![0],
+    }
+}
+
+/// One keyspace command (already checked to exist, with its arity) run
+/// at `clocks`.
+pub fn run(view: &mut View<'_>, args: &[Vec<u8>], clocks: Clocks) -> Reply {
+    let spec = match command::lookup(args) {
+        Ok(spec) => spec,
+        Err(error) => return error,
+    };
+    if spec.kind == Kind::Connection {
+        // The connection answers these itself; a transaction's reply
+        // holds their place.
+        return Reply::Null;
+    }
+    match Command::parse(spec, args) {
+        Ok(command) => exec::execute(view, &command, clocks),
+        Err(error) => error,
+    }
+}
+
+/// Applies `op` at `ctx` to `view` (which holds every shard in
+/// `op_shards`); the reply for the connection that asked, if any.
+pub fn apply(view: &mut View<'_>, op: &Op, ctx: Ctx) -> Option<Reply> {
+    let reply = match op {
+        Op::Command { args, .. } => Some(run(view, args, Clocks::write(ctx))),
+        Op::Exec {
+            watches, commands, ..
+        } => Some(transaction(view, watches, commands, ctx)),
+        Op::Expire { keys } => {
+            for key in keys {
+                // A write lookup deletes the key if it is expired at the
+                // entry's clock, and leaves it otherwise.
+                view.shard(key).live(key, ctx);
+            }
+            None
+        }
+    };
+    for shard in view.shards() {
+        shard.applied_index = shard.applied_index.max(ctx.index);
+    }
+    reply
+}
+
+/// EXEC: nil if a watched key changed since it was watched, else every
+/// command's reply, all applied at one log position.
+fn transaction(view: &mut View<'_>, watches: &[Watch], commands: &[Args], ctx: Ctx) -> Reply {
+    let touched = watches.iter().any(|w| {
+        view.shard(&w.key)
+            .changed_since(&w.key, w.token, w.watched_ms, ctx.now_ms)
+    });
+    if touched {
+        return Reply::NullArray;
+    }
+    Reply::Array(
+        commands
+            .iter()
+            .map(|args| run(view, args, Clocks::write(ctx)))
+            .collect(),
+    )
+}
+
+/// Every shard of a node, owned together.
+#[derive(Debug, Clone)]
+pub struct Keyspace {
+    shards: Vec<Shard>,
+    /// The log's clock: the largest entry time applied.
+    pub clock_ms: i64,
+    /// The last log index applied.
+    pub index: u64,
+}
+
+impl Keyspace {
+    pub fn new(shard_count: usize) -> Keyspace {
+        Keyspace::from_shards(
+            (0..shard_count)
+                .map(|i| Shard::new(shard_slots(i, shard_count)))
+                .collect(),
+            0,
+            0,
+        )
+    }
+
+    pub fn from_shards(shards: Vec<Shard>, index: u64, clock_ms: i64) -> Keyspace {
+        assert!(!shards.is_empty());
+        for (i, shard) in shards.iter().enumerate() {
+            assert_eq!(shard.slots(), shard_slots(i, shards.len()));
+        }
+        Keyspace {
+            shards,
+            clock_ms,
+            index,
+        }
+    }
+
+    pub fn shards(&self) -> &[Shard] {
+        &self.shards
+    }
+
+    pub fn into_shards(self) -> Vec<Shard> {
+        self.shards
+    }
+
+    pub fn key_count(&self) -> usize {
+        self.shards.iter().map(Shard::key_count).sum()
+    }
+
+    pub fn view(&mut self) -> View<'_> {
+        View::new(self.shards.iter_mut().collect())
+    }
+
+    /// Applies a log operation at `index`, stamped `time_ms` by its
+    /// proposer; the log's clock never goes back.
+    pub fn apply(&mut self, index: u64, time_ms: i64, op: &Op) -> Option<Reply> {
+        assert!(index > self.index, "index {index} after {}", self.index);
+        self.index = index;
+        self.clock_ms = self.clock_ms.max(time_ms);
+        let ctx = Ctx {
+            index,
+            now_ms: self.clock_ms,
+        };
+        let mut view = self.view();
+        apply(&mut view, op, ctx)
+    }
+
+    /// A read at the current state; TTLs count down from `wall_ms`.
+    pub fn read(&mut self, args: &[Vec<u8>], wall_ms: i64) -> Reply {
+        let clocks = Clocks::read(self.clock_ms, wall_ms);
+        let mut view = self.view();
+        run(&mut view, args, clocks)
+    }
+
+    /// WATCH's token for `key`: what its shard has applied, and the clock.
+    pub fn watch(&self, key: &[u8]) -> Watch {
+        let shard = &self.shards[shard_of_slot(key_slot(key), self.shards.len())];
+        Watch {
+            key: key.to_vec(),
+            token: shard.applied_index,
+            watched_ms: self.clock_ms,
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! What a KV write puts in the Raft log: the command's raw arguments
+//! (parsed again when applied, which is cheap and keeps one source of
+//! truth), a transaction's commands with its WATCH tokens, or the
+//! leader's deletion of expired keys. Every replica applies the same
+//! bytes at the same index with the same clock, so every replica decides
+//! alike.
+//!
+//! Encoding (big-endian): `[kind u8]` then
+//! - COMMAND: `[seq u64][args]`
+//! - EXEC: `[seq u64][watches u32]{[token u64][watched_ms i64][key]}[commands u32]{[args]}`
+//! - EXPIRE: `[keys u32]{[key]}`
+//!
+//! where `[args]` is `[count u32]{[len u32][bytes]}` and `[key]` is
+//! `[len u32][bytes]`. `seq` numbers the request on its connection (the
+//! reply finds its place in the connection's queue by it).
+
+use crate::resp::Args;
+
+const KIND_COMMAND: u8 = 1;
+const KIND_EXEC: u8 = 2;
+const KIND_EXPIRE: u8 = 3;
+
+/// A key watched by a transaction: the log index the watching read saw it
+/// at, and that read's clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Watch {
+    pub key: Vec<u8>,
+    pub token: u64,
+    pub watched_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    Command {
+        seq: u64,
+        args: Args,
+    },
+    Exec {
+        seq: u64,
+        watches: Vec<Watch>,
+        commands: Vec<Args>,
+    },
+    /// Keys the leader found expired: each goes if it is still expired at
+    /// the entry's clock.
+    Expire {
+        keys: Vec<Vec<u8>>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OpError {
+    #[error("KV operation truncated at byte {0}")]
+    Truncated(usize),
+    #[error("unknown KV operation kind {0}")]
+    Kind(u8),
+    #[error("KV operation has {0} trailing bytes")]
+    Trailing(usize),
+}
+
+fn put_u32(out: &mut Vec<u8>, value: usize) {
+    out.extend_from_slice(&u32::try_from(value).expect("fits in u32").to_be_bytes());
+}
+
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    put_u32(out, bytes.len());
+    out.extend_from_slice(bytes);
+}
+
+fn put_args(out: &mut Vec<u8>, args: &[Vec<u8>]) {
+    put_u32(out, args.len());
+    for arg in args {
+        put_bytes(out, arg);
+    }
+}
+
+/// Bytes `encode` will write for `args` (sizing checks before proposing).
+pub fn args_bytes(args: &[Vec<u8>]) -> usize {
+    4 + args.iter().map(|a| 4 + a.len()).sum::<usize>()
+}
+
+impl Op {
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Op::Command { seq, args } => {
+                out.push(KIND_COMMAND);
+                out.extend_from_slice(&seq.to_be_bytes());
+                put_args(out, args);
+            }
+            Op::Exec {
+                seq,
+                watches,
+                commands,
+            } => {
+                out.push(KIND_EXEC);
+                out.extend_from_slice(&seq.to_be_bytes());
+                put_u32(out, watches.len());
+                for watch in watches {
+                    out.extend_from_slice(&watch.token.to_be_bytes());
+                    out.extend_from_slice(&watch.watched_ms.to_be_bytes());
+                    put_bytes(out, &watch.key);
+                }
+                put_u32(out, commands.len());
+                for args in commands {
+                    put_args(out, args);
+                }
+            }
+            Op::Expire { keys } => {
+                out.push(KIND_EXPIRE);
+                put_u32(out, keys.len());
+                for key in keys {
+                    put_bytes(out, key);
+                }
+            }
+        }
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.encode(&mut out);
+        out
+    }
+
+    /// Decodes a whole operation; anything malformed is an error.
+    pub fn decode(bytes: &[u8]) -> Result<Op, OpError> {
+        let mut r = Reader { bytes, at: 0 };
+        let op = match r.u8()? {
+            KIND_COMMAND => Op::Command {
+                seq: r.u64()?,
+                args: r.args()?,
+            },
+            KIND_EXEC => {
+                let seq = r.u64()?;
+                let count = r.count(20)?;
+                let mut watches = Vec::with_capacity(count);
+                for _ in 0..count {
+                    watches.push(Watch {
+                        token: r.u64()?,
+                        watched_ms: r.u64()? as i64,
+                        key: r.bytes()?.to_vec(),
+                    });
+                }
+                let count = r.count(4)?;
+                let mut commands = Vec::with_capacity(count);
+                for _ in 0..count {
+                    commands.push(r.args()?);
+                }
+                Op::Exec {
+                    seq,
+                    watches,
+                    commands,
+                }
+            }
+            KIND_EXPIRE => {
+                let count = r.count(4)?;
+                let mut keys = Vec::with_capacity(count);
+                for _ in 0..count {
+                    keys.push(r.bytes()?.to_vec());
+                }
+                Op::Expire { keys }
+            }
+            other => return Err(OpError::Kind(other)),
+        };
+        if r.at != bytes.len() {
+            return Err(OpError::Trailing(bytes.len() - r.at));
+        }
+        Ok(op)
+    }
+
+    /// The request sequence of the connection that asked (none for the
+    /// leader's own expiry).
+    pub fn seq(&self) -> Option<u64> {
+        match self {
+            Op::Command { seq, .. } | Op::Exec { seq, .. } => Some(*seq),
+            Op::Expire { .. } => None,
+        }
+    }
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, len: usize) -> Result<&'a [u8], OpError> {
+        let end = self.at.checked_add(len).filter(|&e| e <= self.bytes.len());
+        let end = end.ok_or(OpError::Truncated(self.at))?;
+        let taken = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(taken)
+    }
+
+    fn u8(&mut self) -> Result<u8, OpError> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u32(&mut self) -> Result<usize, OpError> {
+        Ok(u32::from_be_bytes(self.take(4)?.try_into().expect("4 bytes")) as usize)
+    }
+
+    fn u64(&mut self) -> Result<u64, OpError> {
+        Ok(u64::from_be_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
+    }
+
+    /// A count of items of at least `item_bytes` each: one the remaining
+    /// bytes cannot hold is refused before anything is allocated.
+    fn count(&mut self, item_bytes: usize) -> Result<usize, OpError> {
+        let count = self.u32()?;
+        if count.saturating_mul(item_bytes) > self.bytes.len() - self.at {
+            return Err(OpError::Truncated(self.at));
+        }
+        Ok(count)
+    }
+
+    fn bytes(&mut self) -> Result<&'a [u8], OpError> {
+        let len = self.u32()?;
+        self.take(len)
+    }
+
+    fn args(&mut self) -> Result<Args, OpError> {
+        let count = self.count(4)?;
+        let mut args = Vec::with_capacity(count);
+        for _ in 0..count {
+            args.push(self.bytes()?.to_vec());
+        }
+        Ok(args)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(words: &[&str]) -> Args {
+        words.iter().map(|w| w.as_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn every_kind_round_trips_and_every_cut_is_refused() {
+        let ops = [
+            Op::Command {
+                seq: 9,
+                args: args(&["SET", "k", "v"]),
+            },
+            Op::Exec {
+                seq: 3,
+                watches: vec![Watch {
+                    key: b"w".to_vec(),
+                    token: 17,
+                    watched_ms: -5,
+                }],
+                commands: vec![args(&["INCR", "a"]), args(&["GET", "b"])],
+            },
+            Op::Expire {
+                keys: vec![b"x".to_vec(), b"".to_vec()],
+            },
+        ];
+        for op in &ops {
+            let bytes = op.to_bytes();
+            assert_eq!(Op::decode(&bytes).as_ref(), Ok(op));
+            for cut in 0..bytes.len() {
+                assert!(Op::decode(&bytes[..cut]).is_err(), "{op:?} cut at {cut}");
+            }
+            let mut longer = bytes.clone();
+            longer.push(0);
+            assert_eq!(Op::decode(&longer), Err(OpError::Trailing(1)));
+        }
+        assert_eq!(Op::decode(&[9]), Err(OpError::Kind(9)));
+        // A huge count is refused, not allocated.
+        assert!(Op::decode(&[3, 0xff, 0xff, 0xff, 0xff]).is_err());
+        assert_eq!(args_bytes(&args(&["ab", ""])), 4 + 6 + 4);
+    }
+}

@@ -1,0 +1,349 @@
+//! A shard: the keys of a contiguous range of slots, one hash table per
+//! slot (so SCAN walks slot by slot and a shard's range can be handed
+//! over whole), an index of deadlines for the leader's expiry cycle, and
+//! per slot the log index of its last deletion (WATCH's check for a key
+//! that is gone). A shard is plain data: whoever owns it (one thread in
+//! the server) runs commands on it; nothing in it locks.
+
+use std::cell::Cell;
+use std::collections::BTreeSet;
+use std::hash::BuildHasher;
+use std::ops::Range;
+
+use hashbrown::{DefaultHashBuilder, HashTable};
+
+use crate::slot::key_slot;
+use crate::value::{Bytes, Entry};
+
+/// The position of a write: the log index (a changed key's new version)
+/// and the apply clock (the log's time, decided by the leader).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ctx {
+    pub index: u64,
+    pub now_ms: i64,
+}
+
+/// Counters INFO reports (not part of the replicated state). Cells, so a
+/// read, which has the shard shared, counts too.
+#[derive(Debug, Clone, Default)]
+pub struct ShardStats {
+    pub expired_keys: Cell<u64>,
+    pub keyspace_hits: Cell<u64>,
+    pub keyspace_misses: Cell<u64>,
+}
+
+impl ShardStats {
+    fn bump(counter: &Cell<u64>) {
+        counter.set(counter.get() + 1);
+    }
+
+    /// Counts one key deleted because it expired.
+    pub fn expired(&self) {
+        Self::bump(&self.expired_keys);
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Shard {
+    slots: Range<u16>,
+    tables: Vec<HashTable<Entry>>,
+    hasher: DefaultHashBuilder,
+    /// (deadline, key) of every key with an expiry.
+    deadlines: BTreeSet<(i64, Bytes)>,
+    /// Per slot of the range: the log index of its last deletion.
+    deleted_at: Vec<u64>,
+    keys: usize,
+    /// The highest log index applied here (a WATCH token).
+    pub applied_index: u64,
+    pub stats: ShardStats,
+}
+
+/// Bits of a SCAN cursor below the slot: the position in the slot's
+/// key order (`scan_hash`).
+pub const CURSOR_HASH_BITS: u32 = 50;
+
+/// The order SCAN walks a slot's keys in: a fixed 50-bit hash, the same on
+/// every node and across restarts, so a cursor stays valid anywhere.
+pub fn scan_hash(key: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in key {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    // splitmix64's finalizer spreads FNV's bits.
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^= h >> 31;
+    h >> (64 - CURSOR_HASH_BITS)
+}
+
+impl Shard {
+    pub fn new(slots: Range<u16>) -> Shard {
+        assert!(slots.start < slots.end && slots.end as usize <= crate::slot::SLOTS);
+        let width = (slots.end - slots.start) as usize;
+        Shard {
+            tables: (0..width).map(|_| HashTable::new()).collect(),
+            deleted_at: vec![0; width],
+            slots,
+            hasher: DefaultHashBuilder::default(),
+            deadlines: BTreeSet::new(),
+            keys: 0,
+            applied_index: 0,
+            stats: ShardStats::default(),
+        }
+    }
+
+    pub fn slots(&self) -> Range<u16> {
+        self.slots.clone()
+    }
+
+    pub fn owns(&self, slot: u16) -> bool {
+        self.slots.contains(&slot)
+    }
+
+    pub fn key_count(&self) -> usize {
+        self.keys
+    }
+
+    pub fn expiring_count(&self) -> usize {
+        self.deadlines.len()
+    }
+
+    fn position(&self, key: &[u8]) -> (usize, u64) {
+        let slot = key_slot(key);
+        assert!(self.owns(slot), "slot {slot} is not in {:?}", self.slots);
+        (
+            (slot - self.slots.start) as usize,
+            self.hasher.hash_one(key),
+        )
+    }
+
+    /// The entry of `key` whatever its expiry.
+    pub fn peek(&self, key: &[u8]) -> Option<&Entry> {
+        let (at, hash) = self.position(key);
+        self.tables[at].find(hash, |e| e.key() == key)
+    }
+
+    /// The live entry of `key` as a read sees it at `now_ms`: an expired
+    /// key is absent (reads never change the keyspace).
+    pub fn get(&self, key: &[u8], now_ms: i64) -> Option<&Entry> {
+        self.peek(key).filter(|e| !e.expired(now_ms))
+    }
+
+    /// The live entry of `key` for a write: an expired key is deleted
+    /// first, as Redis's lookupKeyWrite does. The caller sets the entry's
+    /// version to `ctx.index` if it changes it.
+    pub fn live(&mut self, key: &[u8], ctx: Ctx) -> Option<&mut Entry> {
+        if self.peek(key)?.expired(ctx.now_ms) {
+            self.delete(key, ctx);
+            self.stats.expired();
+            return None;
+        }
+        let (at, hash) = self.position(key);
+        self.tables[at].find_mut(hash, |e| e.key() == key)
+    }
+
+    /// Adds an entry whose key is absent.
+    pub fn insert(&mut self, entry: Entry) -> &mut Entry {
+        let (at, hash) = self.position(entry.key());
+        assert!(self.tables[at]
+            .find(hash, |e| e.key() == entry.key())
+            .is_none());
+        if entry.expire_at_ms != 0 {
+            self.deadlines
+                .insert((entry.expire_at_ms, entry.key().into()));
+        }
+        self.keys += 1;
+        let hasher = &self.hasher;
+        self.tables[at]
+            .insert_unique(hash, entry, |e| hasher.hash_one(e.key()))
+            .into_mut()
+    }
+
+    /// Deletes `key` (expired or not); false if it is absent.
+    pub fn delete(&mut self, key: &[u8], ctx: Ctx) -> bool {
+        let (at, hash) = self.position(key);
+        let Ok(found) = self.tables[at].find_entry(hash, |e| e.key() == key) else {
+            return false;
+        };
+        let (entry, _) = found.remove();
+        if entry.expire_at_ms != 0 {
+            assert!(self
+                .deadlines
+                .remove(&(entry.expire_at_ms, entry.key().into())));
+        }
+        self.keys -= 1;
+        self.deleted_at[at] = ctx.index;
+        true
+    }
+
+    /// Sets or (0) removes the expiry of a present key.
+    pub fn set_expiry(&mut self, key: &[u8], at_ms: i64) {
+        let (slot, hash) = self.position(key);
+        let entry = self.tables[slot]
+            .find_mut(hash, |e| e.key() == key)
+            .expect("the key is present");
+        let old = std::mem::replace(&mut entry.expire_at_ms, at_ms);
+        if old != 0 {
+            assert!(self.deadlines.remove(&(old, key.into())));
+        }
+        if at_ms != 0 {
+            self.deadlines.insert((at_ms, key.into()));
+        }
+    }
+
+    /// Keys whose deadline is at or before `now_ms`, soonest first, at most
+    /// `max` (the leader proposes their deletion).
+    pub fn due(&self, now_ms: i64, max: usize) -> Vec<Bytes> {
+        self.deadlines
+            .iter()
+            .take_while(|(at, _)| *at <= now_ms)
+            .take(max)
+            .map(|(_, key)| key.clone())
+            .collect()
+    }
+
+    /// Whether `key` changed after the log index `token` (taken when it was
+    /// watched, at apply clock `watched_ms`) as seen at `now_ms`: changed,
+    /// created, deleted (its slot saw a deletion since: conservative), or
+    /// expired since.
+    pub fn changed_since(&self, key: &[u8], token: u64, watched_ms: i64, now_ms: i64) -> bool {
+        match self.peek(key) {
+            Some(entry) => {
+                entry.version > token || (entry.expired(now_ms) && !entry.expired(watched_ms))
+            }
+            None => {
+                let (at, _) = self.position(key);
+                self.deleted_at[at] > token
+            }
+        }
+    }
+
+    /// Every key (FLUSHDB); each slot that held one records the deletion.
+    pub fn clear(&mut self, ctx: Ctx) {
+        for (table, deleted) in self.tables.iter_mut().zip(&mut self.deleted_at) {
+            if !table.is_empty() {
+                *table = HashTable::new();
+                *deleted = ctx.index;
+            }
+        }
+        self.deadlines.clear();
+        self.keys = 0;
+    }
+
+    /// The entries of `slot` from SCAN position `from` on, in SCAN order,
+    /// with their positions.
+    pub fn scan_slot(&self, slot: u16, from: u64) -> Vec<(u64, &Entry)> {
+        assert!(self.owns(slot));
+        let mut found: Vec<(u64, &Entry)> = self.tables[(slot - self.slots.start) as usize]
+            .iter()
+            .map(|e| (scan_hash(e.key()), e))
+            .filter(|(h, _)| *h >= from)
+            .collect();
+        found.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.key().cmp(b.1.key())));
+        found
+    }
+
+    /// Every entry, slot by slot.
+    pub fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.tables.iter().flat_map(|t| t.iter())
+    }
+
+    /// (slot, index) of every slot whose last deletion is recorded.
+    pub fn deletions(&self) -> impl Iterator<Item = (u16, u64)> + '_ {
+        self.deleted_at
+            .iter()
+            .enumerate()
+            .filter(|(_, at)| **at != 0)
+            .map(|(i, at)| (self.slots.start + i as u16, *at))
+    }
+
+    /// Restores a slot's deletion index (snapshot load).
+    pub fn set_deleted_at(&mut self, slot: u16, index: u64) {
+        assert!(self.owns(slot));
+        self.deleted_at[(slot - self.slots.start) as usize] = index;
+    }
+
+    /// Memory held by the shard's tables and entries (an estimate:
+    /// allocator rounding is not counted).
+    pub fn memory_bytes(&self) -> usize {
+        let slots: usize = self
+            .tables
+            .iter()
+            .map(|t| t.allocation_size() + std::mem::size_of::<HashTable<Entry>>())
+            .sum();
+        let heap: usize = self.entries().map(Entry::heap_bytes).sum();
+        let deadlines: usize = self.deadlines.iter().map(|(_, k)| 40 + k.len()).sum();
+        slots + heap + deadlines + 8 * self.deleted_at.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx(index: u64, now_ms: i64) -> Ctx {
+        Ctx { index, now_ms }
+    }
+
+    #[test]
+    fn expired_keys_are_hidden_from_reads_and_deleted_by_writes() {
+        let mut shard = Shard::new(0..16384);
+        let mut entry = Entry::string(b"k", b"v", 1);
+        entry.expire_at_ms = 100;
+        shard.insert(entry);
+        assert_eq!(shard.expiring_count(), 1);
+        assert!(shard.get(b"k", 99).is_some());
+        assert!(shard.get(b"k", 100).is_none());
+        assert_eq!(shard.key_count(), 1, "a read changes nothing");
+        assert_eq!(shard.due(100, 10), vec![Bytes::from(&b"k"[..])]);
+        assert!(shard.live(b"k", ctx(5, 100)).is_none());
+        assert_eq!(shard.key_count(), 0);
+        assert_eq!(shard.expiring_count(), 0);
+        assert_eq!(shard.stats.expired_keys.get(), 1);
+    }
+
+    #[test]
+    fn watch_tokens_see_changes_creations_and_deletions() {
+        let mut shard = Shard::new(0..16384);
+        shard.insert(Entry::string(b"a", b"1", 3));
+        assert!(!shard.changed_since(b"a", 3, 0, 0));
+        shard.live(b"a", ctx(4, 0)).unwrap().version = 4;
+        assert!(shard.changed_since(b"a", 3, 0, 0));
+        assert!(!shard.changed_since(b"b", 4, 0, 0));
+        shard.insert(Entry::string(b"b", b"1", 5));
+        assert!(
+            shard.changed_since(b"b", 4, 0, 0),
+            "created after the watch"
+        );
+        assert!(shard.delete(b"b", ctx(6, 0)));
+        assert!(
+            shard.changed_since(b"b", 5, 0, 0),
+            "deleted after the watch"
+        );
+        assert!(!shard.changed_since(b"b", 6, 0, 0));
+        shard.set_expiry(b"a", 50);
+        assert!(shard.changed_since(b"a", 4, 10, 60), "expired since");
+        assert!(
+            !shard.changed_since(b"a", 4, 55, 60),
+            "already expired when watched"
+        );
+    }
+
+    #[test]
+    fn scan_order_is_stable_and_resumable() {
+        let mut shard = Shard::new(0..16384);
+        let slot = key_slot(b"{t}a");
+        for name in ["{t}a", "{t}b", "{t}c", "{t}d"] {
+            shard.insert(Entry::string(name.as_bytes(), b"", 1));
+        }
+        let all = shard.scan_slot(slot, 0);
+        assert_eq!(all.len(), 4);
+        let rest = shard.scan_slot(slot, all[2].0);
+        assert_eq!(rest.len(), 2);
+        assert_eq!(rest[0].1.key(), all[2].1.key());
+        assert!(scan_hash(b"x") < 1 << CURSOR_HASH_BITS);
+    }
+}

@@ -1,0 +1,236 @@
+//! Linearizable reads: ReadIndex barriers shared by every KV reader of a
+//! node. A read waits for a barrier asked after it arrived (the leader
+//! confirms with a quorum that it still leads and names its commit index;
+//! the barrier passes once this node has applied that index, so the read
+//! sees every write acknowledged before it arrived). A read asks a new
+//! barrier if fewer than `BARRIERS_IN_FLIGHT_MAX` are in flight, else it
+//! waits for the one asked next, so a barrier serves a whole batch of
+//! reads, from every connection, and a batch waits about one quorum round
+//! trip. Barrier n passing means every barrier before it has too.
+//!
+//! The barriers' contexts are their numbers, 8 bytes (a ZooKeeper sync's
+//! context is at least 12: `node.rs` tells them apart by length).
+
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+/// A read waits at most this long for its barrier (no leader, no quorum).
+pub const READ_BARRIER_TIMEOUT_MS: u64 = 5_000;
+/// Bytes of a KV barrier's context.
+pub const CONTEXT_BYTES: usize = 8;
+/// Barriers asked and not answered at once (each costs the leader a
+/// heartbeat round to a quorum).
+pub const BARRIERS_IN_FLIGHT_MAX: usize = 4;
+
+#[derive(Debug)]
+struct State {
+    /// The number the next barrier gets (numbers start at 1).
+    next: u64,
+    /// Barriers asked and not answered yet.
+    in_flight: std::collections::BTreeSet<u64>,
+}
+
+impl State {
+    /// Takes the next number if a barrier may be asked now.
+    fn take(&mut self) -> Option<u64> {
+        if self.in_flight.len() >= BARRIERS_IN_FLIGHT_MAX {
+            return None;
+        }
+        let number = self.next;
+        self.next += 1;
+        self.in_flight.insert(number);
+        Some(number)
+    }
+}
+
+#[derive(Debug)]
+pub struct ReadBarrier {
+    state: Mutex<State>,
+    /// The highest barrier passed; its changes (and refusals, which bump
+    /// `refusals`) wake the waiters.
+    passed: watch::Sender<(u64, u64)>,
+}
+
+/// A barrier could not be passed in time.
+#[derive(Debug, thiserror::Error)]
+#[error("no ReadIndex barrier passed within {READ_BARRIER_TIMEOUT_MS} ms (no leader or no quorum)")]
+pub struct BarrierTimeout;
+
+impl ReadBarrier {
+    pub fn new() -> ReadBarrier {
+        ReadBarrier {
+            state: Mutex::new(State {
+                next: 1,
+                in_flight: std::collections::BTreeSet::new(),
+            }),
+            passed: watch::channel((0, 0)).0,
+        }
+    }
+
+    pub fn context(number: u64) -> Vec<u8> {
+        number.to_be_bytes().to_vec()
+    }
+
+    /// The barrier number of a context, if it is a KV barrier's.
+    pub fn number(context: &[u8]) -> Option<u64> {
+        (context.len() == CONTEXT_BYTES)
+            .then(|| u64::from_be_bytes(context.try_into().expect("8 bytes")))
+    }
+
+    /// Asks for barrier `number` through `ask` (ReadIndex); false if it
+    /// could not be queued.
+    fn ask(number: u64, ask: &(dyn Fn(Vec<u8>) -> bool + Sync)) -> bool {
+        ask(Self::context(number))
+    }
+
+    /// Waits until a barrier asked after this call has passed. `ask` queues
+    /// a ReadIndex with the given context.
+    pub async fn wait(&self, ask: &(dyn Fn(Vec<u8>) -> bool + Sync)) -> Result<(), BarrierTimeout> {
+        let deadline = Instant::now() + Duration::from_millis(READ_BARRIER_TIMEOUT_MS);
+        let mut seen = self.passed.subscribe();
+        // The barrier asked now, or, with too many in flight, the next one
+        // (asked after this read arrived either way).
+        let (target, asked) = {
+            let mut state = self.state.lock();
+            match state.take() {
+                Some(number) => (number, true),
+                None => (state.next, false),
+            }
+        };
+        if asked && !Self::ask(target, ask) {
+            self.refused(target);
+        }
+        loop {
+            if seen.borrow_and_update().0 >= target {
+                return Ok(());
+            }
+            self.ask_if_idle(target, ask);
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(BarrierTimeout);
+            }
+            match tokio::time::timeout(left.min(Duration::from_millis(250)), seen.changed()).await {
+                Ok(Ok(())) | Err(_) => {}
+                Ok(Err(_)) => return Err(BarrierTimeout),
+            }
+        }
+    }
+
+    /// Ours not passed and not asked yet (or refused), and room for a
+    /// barrier: ask the next one (the waiters drive the barriers; the apply
+    /// step only reports).
+    fn ask_if_idle(&self, target: u64, ask: &(dyn Fn(Vec<u8>) -> bool + Sync)) {
+        let number = {
+            let mut state = self.state.lock();
+            let covered = state.in_flight.iter().any(|&n| n >= target);
+            if covered || self.passed.borrow().0 >= target {
+                return;
+            }
+            match state.take() {
+                Some(number) => number,
+                None => return,
+            }
+        };
+        if !Self::ask(number, ask) {
+            self.refused(number);
+        }
+    }
+
+    /// Barrier `number` passed (the apply step, on the driver's thread).
+    pub fn passed(&self, number: u64) {
+        {
+            // Every barrier up to it is passed too.
+            let mut state = self.state.lock();
+            state.in_flight.retain(|&n| n > number);
+        }
+        self.passed
+            .send_modify(|(passed, _)| *passed = (*passed).max(number));
+    }
+
+    /// Barrier `number` could not be queued: a waiter asks again.
+    pub fn refused(&self, number: u64) {
+        self.state.lock().in_flight.remove(&number);
+        self.passed.send_modify(|(_, refusals)| *refusals += 1);
+    }
+}
+
+impl Default for ReadBarrier {
+    fn default() -> Self {
+        ReadBarrier::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[tokio::test]
+    async fn reads_share_barriers_and_wait_for_one_asked_after_them() {
+        let barrier = Arc::new(ReadBarrier::new());
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let ask = {
+            let asked = asked.clone();
+            move |context: Vec<u8>| {
+                asked.lock().push(ReadBarrier::number(&context).unwrap());
+                true
+            }
+        };
+        let spawn = |count: usize| -> Vec<_> {
+            (0..count)
+                .map(|_| {
+                    let (barrier, ask) = (barrier.clone(), ask.clone());
+                    tokio::spawn(async move { barrier.wait(&ask).await })
+                })
+                .collect()
+        };
+        let first = spawn(BARRIERS_IN_FLIGHT_MAX);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(
+            *asked.lock(),
+            (1..=BARRIERS_IN_FLIGHT_MAX as u64).collect::<Vec<_>>()
+        );
+        // Two more reads while the most barriers fly: both need the next.
+        let later = spawn(2);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(
+            asked.lock().len(),
+            BARRIERS_IN_FLIGHT_MAX,
+            "no room for another"
+        );
+        barrier.passed(1);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let next = BARRIERS_IN_FLIGHT_MAX as u64 + 1;
+        assert_eq!(asked.lock().last(), Some(&next), "one barrier for both");
+        assert_eq!(asked.lock().len(), BARRIERS_IN_FLIGHT_MAX + 1);
+        assert!(!later.iter().any(|t| t.is_finished()));
+        // Passing the newest passes every one before it.
+        barrier.passed(next);
+        for task in first.into_iter().chain(later) {
+            task.await.unwrap().unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_barrier_is_asked_again() {
+        let barrier = ReadBarrier::new();
+        let tries = Mutex::new(0);
+        let ask = |_context: Vec<u8>| {
+            let mut tries = tries.lock();
+            *tries += 1;
+            *tries > 1
+        };
+        let wait = barrier.wait(&ask);
+        tokio::pin!(wait);
+        assert!(tokio::time::timeout(Duration::from_millis(400), &mut wait)
+            .await
+            .is_err());
+        assert_eq!(*tries.lock(), 2, "asked again after the refusal");
+        barrier.passed(2);
+        wait.await.unwrap();
+        assert_eq!(ReadBarrier::number(&ReadBarrier::context(7)), Some(7));
+        assert_eq!(ReadBarrier::number(&[0; 12]), None);
+    }
+}

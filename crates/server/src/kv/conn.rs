@@ -1,0 +1,522 @@
+//! One Keel KV connection: a thin shell around `keel_kv::session::Session`.
+//! It reads RESP frames (checked whole before parsing: `keel_kv::resp`),
+//! hands each request to the session, carries out its action (a reply,
+//! a read on a shard, a write through the Raft log) and writes the
+//! replies back in request order.
+//!
+//! Order within a connection, as Redis executes one client's commands in
+//! sequence: writes pipeline (the log keeps their order); reads pipeline
+//! too and share ReadIndex barriers; a read waits until the connection's
+//! earlier writes are applied, and a write until its earlier reads are
+//! answered, so each command sees exactly the connection's commands
+//! before it.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use keel_kv::command::{self, Command};
+use keel_kv::exec::{route_shards, Clocks};
+use keel_kv::keyspace;
+use keel_kv::op::Op;
+use keel_kv::resp::{Args, Decoder};
+use keel_kv::session::{Action, Session};
+use keel_kv::{Protocol, Reply};
+use keel_tree::{Txn, TxnOp};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+use super::barrier::BarrierTimeout;
+use super::engine::{Outbound, Responder};
+use super::KvContext;
+use crate::shared::wall_clock_ms;
+
+/// Requests a connection holds read and unanswered; past it the server
+/// stops reading its socket until replies go out.
+pub const PIPELINE_REQUESTS_MAX: usize = 1024;
+/// Reply bytes prepared before they are written out.
+pub const OUT_BUFFER_MAX_BYTES: usize = 1 << 20;
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Bytes a proposal's Txn adds around the KV operation.
+const TXN_OVERHEAD_BYTES: usize = 64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlotKind {
+    Read,
+    Write,
+    Other,
+}
+
+/// A request waiting for (or holding) its reply.
+struct Slot {
+    seq: u64,
+    protocol: Protocol,
+    kind: SlotKind,
+    reply: Option<Reply>,
+    /// EXEC: the connection's own replies to put back in.
+    exec_local: Option<Vec<(usize, Reply)>>,
+}
+
+/// A read waiting for a barrier.
+struct WaitingRead {
+    seq: u64,
+    args: Args,
+}
+
+type BarrierFuture = Pin<Box<dyn Future<Output = Result<(), BarrierTimeout>> + Send>>;
+
+struct Connection {
+    ctx: Arc<KvContext>,
+    id: u64,
+    session: Session,
+    info: Arc<super::ClientRecord>,
+    decoder: Decoder,
+    /// Requests read and not handed to the session yet (an empty one
+    /// stands for the protocol error in `input_error`, answered in turn).
+    incoming: VecDeque<Args>,
+    /// A protocol error ended the input: nothing more is read.
+    input_error: Option<Reply>,
+    /// The session's action for the head of `incoming`, held back by the
+    /// ordering rules.
+    held: Option<(u64, Action)>,
+    slots: VecDeque<Slot>,
+    next_seq: u64,
+    reads_open: usize,
+    writes_open: usize,
+    /// WATCH: shard answers still to come.
+    watch_parts: usize,
+    watch_seq: u64,
+    /// A barrier is in flight (its future lives in `run`); `covered` are
+    /// the reads it serves, `next_group` those that came after it.
+    barrier_in_flight: bool,
+    covered: Vec<WaitingRead>,
+    next_group: Vec<WaitingRead>,
+    outlet: mpsc::UnboundedSender<Outbound>,
+    closing: bool,
+}
+
+pub async fn serve(ctx: Arc<KvContext>, stream: TcpStream, peer: SocketAddr) {
+    let _ = stream.set_nodelay(true);
+    let local = stream.local_addr().ok();
+    let (id, mut inbox) = ctx.engine.connect();
+    let outlet = ctx.engine.outlet_of(id).expect("just registered");
+    let info = ctx.register_client(id, peer, local);
+    ctx.engine
+        .stats
+        .connections_received
+        .fetch_add(1, Ordering::Relaxed);
+    ctx.engine.stats.connected.fetch_add(1, Ordering::Relaxed);
+    let mut connection = Connection {
+        decoder: Decoder::new(ctx.limits),
+        ctx: ctx.clone(),
+        id,
+        session: Session::new(id),
+        info,
+        incoming: VecDeque::new(),
+        input_error: None,
+        held: None,
+        slots: VecDeque::new(),
+        next_seq: 1,
+        reads_open: 0,
+        writes_open: 0,
+        watch_parts: 0,
+        watch_seq: 0,
+        barrier_in_flight: false,
+        covered: Vec::new(),
+        next_group: Vec::new(),
+        outlet,
+        closing: false,
+    };
+    let outcome = connection.run(stream, &mut inbox).await;
+    tracing::debug!(%peer, id, ?outcome, "KV connection ended");
+    ctx.engine.disconnect(id);
+    ctx.unregister_client(id);
+    ctx.engine.stats.connected.fetch_sub(1, Ordering::Relaxed);
+}
+
+impl Connection {
+    async fn run(
+        &mut self,
+        mut stream: TcpStream,
+        inbox: &mut mpsc::UnboundedReceiver<Outbound>,
+    ) -> Result<(), &'static str> {
+        let (mut reader, mut writer) = stream.split();
+        let mut input: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
+        let mut output: Vec<u8> = Vec::new();
+        let mut eof = false;
+        let mut barrier: Option<BarrierFuture> = None;
+        loop {
+            self.decode(&mut input);
+            self.dispatch().await;
+            if self.barrier_in_flight && barrier.is_none() {
+                barrier = Some(self.barrier_future());
+            }
+            self.collect(&mut output);
+            if !output.is_empty() {
+                writer.write_all(&output).await.map_err(|_| "write error")?;
+                output.clear();
+            }
+            if self.closing && self.slots.is_empty() {
+                return Ok(());
+            }
+            if eof {
+                // Redis drops a closed client's pending replies; its
+                // writes already in the log still apply.
+                return Err("closed by client");
+            }
+            let room = self.slots.len() + self.incoming.len() < PIPELINE_REQUESTS_MAX;
+            let can_read = room && !self.closing && self.input_error.is_none();
+            tokio::select! {
+                read = reader.read_buf(&mut input), if can_read => match read {
+                    Ok(0) | Err(_) => eof = true,
+                    Ok(_) => {}
+                },
+                message = inbox.recv() => match message {
+                    Some(message) => {
+                        if let Err(reason) = self.on_message(message) {
+                            let _ = writer.write_all(&output).await;
+                            return Err(reason);
+                        }
+                        // Take whatever else is queued without waiting.
+                        while let Ok(message) = inbox.try_recv() {
+                            self.on_message(message)?;
+                        }
+                    }
+                    None => return Err("engine stopped"),
+                },
+                passed = poll_barrier(&mut barrier), if barrier.is_some() => {
+                    barrier = None;
+                    self.barrier_in_flight = false;
+                    self.barrier_done(passed).await;
+                }
+            }
+        }
+    }
+
+    /// Decodes the complete frames of `input`.
+    fn decode(&mut self, input: &mut Vec<u8>) {
+        let mut used = 0;
+        while self.input_error.is_none()
+            && self.incoming.len() + self.slots.len() < PIPELINE_REQUESTS_MAX
+        {
+            match self.decoder.decode(&input[used..]) {
+                Ok(Some((args, len))) => {
+                    used += len;
+                    if !args.is_empty() {
+                        self.incoming.push_back(args);
+                    }
+                }
+                Ok(None) => break,
+                Err(error) => {
+                    // Redis answers the requests before it, then the
+                    // protocol error, then closes.
+                    self.input_error = Some(error.reply());
+                    self.incoming.push_back(Vec::new());
+                    break;
+                }
+            }
+        }
+        input.drain(..used);
+    }
+
+    fn slot(&mut self, kind: SlotKind) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        match kind {
+            SlotKind::Read => self.reads_open += 1,
+            SlotKind::Write => self.writes_open += 1,
+            SlotKind::Other => {}
+        }
+        self.slots.push_back(Slot {
+            seq,
+            protocol: self.session.protocol(),
+            kind,
+            reply: None,
+            exec_local: None,
+        });
+        seq
+    }
+
+    fn slot_mut(&mut self, seq: u64) -> Option<&mut Slot> {
+        let first = self.slots.front()?.seq;
+        let at = seq.checked_sub(first)? as usize;
+        self.slots.get_mut(at).filter(|s| s.seq == seq)
+    }
+
+    /// A reply for request `seq`.
+    fn fill(&mut self, seq: u64, reply: Reply) {
+        let Some(slot) = self.slot_mut(seq) else {
+            return;
+        };
+        if slot.reply.is_some() {
+            return;
+        }
+        let reply = match slot.exec_local.take() {
+            Some(local) => Session::merge_exec(reply, local),
+            None => reply,
+        };
+        let kind = slot.kind;
+        slot.reply = Some(reply);
+        match kind {
+            SlotKind::Read => self.reads_open -= 1,
+            SlotKind::Write => self.writes_open -= 1,
+            SlotKind::Other => {}
+        }
+    }
+
+    /// Moves the answered head of the queue into `output`.
+    fn collect(&mut self, output: &mut Vec<u8>) {
+        while let Some(slot) = self.slots.front() {
+            if slot.reply.is_none() || output.len() >= OUT_BUFFER_MAX_BYTES {
+                break;
+            }
+            let slot = self.slots.pop_front().expect("a head");
+            let reply = slot.reply.expect("answered");
+            if reply.is_error() {
+                self.ctx.engine.stats.errors.fetch_add(1, Ordering::Relaxed);
+            }
+            reply.encode(slot.protocol, output);
+        }
+    }
+
+    fn on_message(&mut self, message: Outbound) -> Result<(), &'static str> {
+        match message {
+            Outbound::Reply(seq, reply) => self.fill(seq, reply),
+            Outbound::Watched(seq, watches) => {
+                if seq == self.watch_seq && self.watch_parts > 0 {
+                    self.session.add_watches(watches);
+                    self.watch_parts -= 1;
+                    if self.watch_parts == 0 {
+                        self.fill(seq, Reply::ok());
+                    }
+                }
+            }
+            Outbound::Close(reason) => return Err(reason),
+        }
+        Ok(())
+    }
+
+    /// Hands requests to the session and carries out their actions, as
+    /// far as the ordering rules allow.
+    async fn dispatch(&mut self) {
+        loop {
+            if self.watch_parts > 0 || self.closing {
+                return;
+            }
+            let (seq, action) = match self.held.take() {
+                Some(held) => held,
+                None => {
+                    let Some(args) = self.incoming.pop_front() else {
+                        return;
+                    };
+                    if args.is_empty() {
+                        let error = self
+                            .input_error
+                            .clone()
+                            .expect("an empty request is the error");
+                        (0, Action::ReplyAndClose(error))
+                    } else {
+                        self.ctx
+                            .engine
+                            .stats
+                            .commands_processed
+                            .fetch_add(1, Ordering::Relaxed);
+                        let server = super::ServerView {
+                            ctx: &self.ctx,
+                            connection: self.id,
+                        };
+                        let action = self.session.handle(args, &server);
+                        self.info.update(&self.session);
+                        (0, action)
+                    }
+                }
+            };
+            if let Err(action) = self.act(seq, action).await {
+                self.held = Some(action);
+                return;
+            }
+        }
+    }
+
+    /// Carries out `action` (its slot `seq` if it already has one); gives
+    /// it back when it must wait.
+    async fn act(&mut self, seq: u64, action: Action) -> Result<(), (u64, Action)> {
+        match action {
+            Action::None => Ok(()),
+            Action::Reply(reply) => {
+                let seq = self.slot(SlotKind::Other);
+                self.fill(seq, reply);
+                Ok(())
+            }
+            Action::ReplyAndClose(reply) => {
+                let seq = self.slot(SlotKind::Other);
+                self.fill(seq, reply);
+                self.closing = true;
+                Ok(())
+            }
+            Action::Read(args) => {
+                if self.writes_open > 0 {
+                    return Err((seq, Action::Read(args)));
+                }
+                let seq = if seq == 0 {
+                    self.slot(SlotKind::Read)
+                } else {
+                    seq
+                };
+                // A single node needs no barrier: every write acknowledged
+                // before this read is applied on its shard, and the read
+                // queues behind it there.
+                if self.session.local_reads() || !self.ctx.raft.status.cluster {
+                    self.read_now(seq, args).await;
+                } else {
+                    self.await_barrier(seq, args);
+                }
+                Ok(())
+            }
+            Action::Write(args) => {
+                if self.reads_open > 0 {
+                    return Err((seq, Action::Write(args)));
+                }
+                let seq = self.slot(SlotKind::Write);
+                self.propose(seq, Op::Command { seq, args });
+                Ok(())
+            }
+            Action::Exec {
+                watches,
+                commands,
+                local,
+            } => {
+                if self.reads_open > 0 {
+                    return Err((
+                        seq,
+                        Action::Exec {
+                            watches,
+                            commands,
+                            local,
+                        },
+                    ));
+                }
+                let seq = self.slot(SlotKind::Write);
+                self.slot_mut(seq).expect("just made").exec_local = Some(local);
+                self.propose(
+                    seq,
+                    Op::Exec {
+                        seq,
+                        watches,
+                        commands,
+                    },
+                );
+                Ok(())
+            }
+            Action::Watch(keys) => {
+                if self.writes_open > 0 {
+                    return Err((seq, Action::Watch(keys)));
+                }
+                // The tokens come from this node's shards: a stale one can
+                // only make EXEC fail, never miss a change.
+                let seq = self.slot(SlotKind::Other);
+                let to = Responder {
+                    outlet: self.outlet.clone(),
+                    seq,
+                };
+                self.watch_seq = seq;
+                self.watch_parts = self.ctx.engine.watch(keys, to);
+                Ok(())
+            }
+        }
+    }
+
+    /// A write through the Raft log; its reply comes when it is applied.
+    fn propose(&mut self, seq: u64, op: Op) {
+        let body = op.to_bytes();
+        let max = keel_consensus::proposal::PROPOSAL_BYTES_MAX - TXN_OVERHEAD_BYTES;
+        if body.len() > max {
+            let text = format!(
+                "ERR the command takes {} bytes in the log; one Raft entry holds at most {max}",
+                body.len()
+            );
+            return self.fill(seq, Reply::error_owned(text));
+        }
+        let txn = Txn {
+            session_id: self.id as i64,
+            xid: 0,
+            time_ms: wall_clock_ms(),
+            auth: Vec::new(),
+            op: TxnOp::Kv { body },
+        };
+        if let Err(error) = self.ctx.raft.propose(txn.encode()) {
+            let text = format!("TRYAGAIN the write was not queued: {error}");
+            self.fill(seq, Reply::error_owned(text));
+        }
+    }
+
+    fn await_barrier(&mut self, seq: u64, args: Args) {
+        let read = WaitingRead { seq, args };
+        if self.barrier_in_flight {
+            self.next_group.push(read);
+            return;
+        }
+        self.covered.push(read);
+        self.barrier_in_flight = true;
+    }
+
+    /// The wait for a barrier asked now (`run` polls it).
+    fn barrier_future(&self) -> BarrierFuture {
+        let ctx = self.ctx.clone();
+        Box::pin(async move {
+            let raft = ctx.raft.clone();
+            let ask = move |context: Vec<u8>| raft.read_index(context).is_ok();
+            ctx.engine.barrier.wait(&ask).await
+        })
+    }
+
+    async fn barrier_done(&mut self, passed: Result<(), BarrierTimeout>) {
+        let covered = std::mem::take(&mut self.covered);
+        for read in covered {
+            match &passed {
+                Ok(()) => self.read_now(read.seq, read.args).await,
+                Err(error) => {
+                    self.fill(read.seq, Reply::error_owned(format!("CLUSTERDOWN {error}")))
+                }
+            }
+        }
+        if !self.next_group.is_empty() {
+            self.covered = std::mem::take(&mut self.next_group);
+            self.barrier_in_flight = true;
+        }
+    }
+
+    /// Runs a read on this node's shards now.
+    async fn read_now(&mut self, seq: u64, args: Args) {
+        let engine = &self.ctx.engine;
+        let shards = {
+            let spec = command::lookup(&args).expect("checked by the session");
+            let command = Command::parse(spec, &args).expect("checked by the session");
+            route_shards(&command.route(), engine.shard_count())
+        };
+        let clocks = Clocks::read(engine.clock_ms(), wall_clock_ms());
+        if let [shard] = shards[..] {
+            let to = Responder {
+                outlet: self.outlet.clone(),
+                seq,
+            };
+            engine.read(shard, args, clocks, to);
+            return;
+        }
+        let mut lent = engine.borrow(&shards).await;
+        let reply = keyspace::run(&mut lent.view(), &args, clocks);
+        drop(lent);
+        self.fill(seq, reply);
+    }
+}
+
+async fn poll_barrier(barrier: &mut Option<BarrierFuture>) -> Result<(), BarrierTimeout> {
+    match barrier {
+        Some(future) => future.await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,249 @@
+"""Keel KV keeps every acknowledged write: kill -9 of a single node under
+write load (restarted on its data dir: snapshot with its keyspace part, then
+the log), kill -9 of a 3-node cluster's leader under load, reads that are
+linearizable across nodes, and a lagging follower that catches up by a
+snapshot holding the keyspace.
+
+KEEL_KV_CRASH_KILLS (default 3) and KEEL_KV_CLUSTER_KILLS (default 2) set the
+number of kills, KEEL_KV_CRASH_SEED the seed."""
+
+import os
+import random
+import threading
+import time
+
+from conftest import report_summary
+from harness.redis import Closed, RespConnection, wait_kv
+
+KILLS = int(os.environ.get("KEEL_KV_CRASH_KILLS", "3"))
+CLUSTER_KILLS = int(os.environ.get("KEEL_KV_CLUSTER_KILLS", "2"))
+SEED = int(os.environ.get("KEEL_KV_CRASH_SEED", "20261125"))
+WRITERS = 4
+KEYS_PER_WRITER = 20
+
+
+class Acked:
+    """What the writers were told is done: per key the highest value written
+    (values of a key only grow: one writer per key), per counter the
+    highest INCR reply, per set the members added."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.values = {}
+        self.counters = {}
+        self.members = {}
+        self.count = 0
+
+
+def writer(ports, index, acked, stop, seed):
+    """SET/INCR/SADD through whichever node answers; a failed or dropped
+    connection moves on to the next node (its last write is unacknowledged:
+    it may or may not have happened)."""
+    rng = random.Random(seed)
+    counter = 0
+    conn = None
+    turn = index
+    while not stop.is_set():
+        if conn is None:
+            try:
+                conn = RespConnection(ports[turn % len(ports)], timeout=5.0)
+            except OSError:
+                turn += 1
+                time.sleep(0.05)
+                continue
+        key = "w%d:k%d" % (index, rng.randrange(KEYS_PER_WRITER))
+        counter += 1
+        kind = rng.random()
+        try:
+            if kind < 0.6:
+                _, reply = conn.call("SET", key, "%012d" % counter)
+                ok = reply == "OK"
+                if ok:
+                    with acked.lock:
+                        acked.values[key] = max(acked.values.get(key, 0), counter)
+            elif kind < 0.8:
+                name = "w%d:n" % index
+                _, reply = conn.call("INCR", name)
+                ok = isinstance(reply, int)
+                if ok:
+                    with acked.lock:
+                        acked.counters[name] = max(acked.counters.get(name, 0), reply)
+            else:
+                name = "w%d:s" % index
+                _, reply = conn.call("SADD", name, str(counter))
+                ok = isinstance(reply, int)
+                if ok:
+                    with acked.lock:
+                        acked.members.setdefault(name, set()).add(str(counter).encode())
+            if ok:
+                with acked.lock:
+                    acked.count += 1
+            else:
+                time.sleep(0.05)
+        except (OSError, Closed, ValueError):
+            conn.close()
+            conn = None
+            turn += 1
+            time.sleep(0.05)
+    if conn is not None:
+        conn.close()
+
+
+def check(port, acked, local=False):
+    """Every acknowledged write is there (a value at least as new as the
+    last acknowledged one: an unacknowledged later write may have landed)."""
+    missing = []
+    with RespConnection(port, timeout=30.0) as c:
+        if local:
+            assert c.call("READONLY")[1] == "OK"
+        with acked.lock:
+            values = dict(acked.values)
+            counters = dict(acked.counters)
+            members = {k: set(v) for k, v in acked.members.items()}
+        for key, value in values.items():
+            got = c.call("GET", key)[1]
+            if got is None or int(got) < value:
+                missing.append((key, value, got))
+        for key, value in counters.items():
+            got = c.call("GET", key)[1]
+            if got is None or int(got) < value:
+                missing.append((key, value, got))
+        for key, value in members.items():
+            got = c.call("SMEMBERS", key)[1]
+            lost = value - set(got or [])
+            if lost:
+                missing.append((key, sorted(lost)[:5], len(lost)))
+    assert not missing, "acknowledged writes lost: %r" % missing[:10]
+
+
+def run_writers(ports, acked, seed):
+    stop = threading.Event()
+    threads = [threading.Thread(target=writer, args=(ports, i, acked, stop, seed + i), daemon=True)
+               for i in range(WRITERS)]
+    for t in threads:
+        t.start()
+    return stop, threads
+
+
+def test_kill_9_under_write_load_loses_no_acknowledged_write(kv_factory):
+    # Small snapshot triggers: restarts load a snapshot with the keyspace
+    # part and replay the log behind it.
+    target = kv_factory("single", snapshot_every_entries=400)
+    server = target.server
+    rng = random.Random(SEED)
+    acked = Acked()
+    stop, threads = run_writers([server.resp_port], acked, SEED)
+    try:
+        for kill in range(KILLS):
+            time.sleep(rng.uniform(0.8, 2.0))
+            server.kill()
+            before = acked.count
+            server.start()
+            wait_kv(server.resp_port)
+            check(server.resp_port, acked)
+            assert acked.count >= before
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+    check(server.resp_port, acked)
+    assert acked.count > 50, "the writers barely wrote (%d acknowledged)" % acked.count
+    snapshots = [n for n in os.listdir(os.path.join(server.data_dir, "snapshots")) if n.endswith(".snap")]
+    assert snapshots, "no snapshot was written: the restarts did not load a keyspace part"
+    report_summary("kv crash: %d kills, %d acknowledged writes, none lost" % (KILLS, acked.count))
+
+
+def test_kill_the_leader_under_load_loses_no_acknowledged_write(kv_factory):
+    target = kv_factory("cluster3")
+    cluster = target.server
+    ports = target.ports
+    rng = random.Random(SEED + 1)
+    acked = Acked()
+    stop, threads = run_writers(ports, acked, SEED + 100)
+    try:
+        for _ in range(CLUSTER_KILLS):
+            time.sleep(rng.uniform(1.0, 2.0))
+            leader = cluster.leader()
+            leader.kill()
+            time.sleep(rng.uniform(1.0, 2.0))
+            assert cluster.leader(timeout=20) is not leader
+            leader.start()
+            wait_kv(int(leader.settings["resp_port"]))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+    assert acked.count > 50
+    cluster.wait_replicated()
+    # Linearizable reads through every node, and each node's own state
+    # (READONLY) once it has caught up.
+    for port in ports:
+        check(port, acked)
+    time.sleep(1.0)
+    sizes = []
+    for port in ports:
+        check(port, acked, local=True)
+        with RespConnection(port) as c:
+            c.call("READONLY")
+            sizes.append(c.call("DBSIZE")[1])
+    assert len(set(sizes)) == 1, "replicas hold different keyspaces: %r" % sizes
+    report_summary("kv cluster: %d leader kills, %d acknowledged writes, none lost, %d keys on each replica"
+                   % (CLUSTER_KILLS, acked.count, sizes[0]))
+
+
+def test_reads_are_linearizable_across_nodes_and_readonly_reads_are_local(kv_factory):
+    target = kv_factory("cluster3")
+    ports = target.ports
+    conns = [RespConnection(p) for p in ports]
+    try:
+        for i in range(150):
+            writer_conn = conns[i % 3]
+            reader_conn = conns[(i + 1) % 3]
+            assert writer_conn.call("SET", "lin", str(i))[1] == "OK"
+            # Acknowledged on one node: any node's read that starts after
+            # it sees it (ReadIndex barrier, then this node's state).
+            assert reader_conn.call("GET", "lin")[1] == str(i).encode()
+            assert reader_conn.call("INCR", "lin")[1] == i + 1
+            assert conns[(i + 2) % 3].call("GET", "lin")[1] == str(i + 1).encode()
+        local = conns[1]
+        assert local.call("READONLY")[1] == "OK"
+        value = local.call("GET", "lin")[1]
+        assert value is not None
+        assert local.call("READWRITE")[1] == "OK"
+    finally:
+        for c in conns:
+            c.close()
+
+
+def test_a_lagging_follower_gets_the_keyspace_by_snapshot(kv_factory):
+    target = kv_factory("cluster3", snapshot_every_entries=300)
+    cluster = target.server
+    leader = cluster.leader()
+    follower = next(n for n in cluster.nodes if n is not leader)
+    follower.stop()
+    with RespConnection(int(leader.settings["resp_port"])) as c:
+        for i in range(2500):
+            assert c.call("SET", "snap:%d" % i, "v%d" % i)[1] == "OK"
+        c.call("HSET", "snap:h", "f", "v", "g", "w")
+        c.call("SADD", "snap:s", "1", "2", "x")
+        c.call("SET", "snap:ttl", "v", "EX", "1000")
+        expected = c.call("DBSIZE")[1]
+    follower.start()
+    port = int(follower.settings["resp_port"])
+    wait_kv(port)
+    cluster.wait_replicated(timeout=60)
+    since_start = follower.log_text().rsplit("===== start #", 1)[-1]
+    assert "installed snapshot from the leader" in since_start, \
+        "the follower caught up from the log: the test did not exercise a snapshot install"
+    with RespConnection(port) as c:
+        assert c.call("READONLY")[1] == "OK"
+        deadline = time.time() + 30
+        while c.call("DBSIZE")[1] != expected and time.time() < deadline:
+            time.sleep(0.2)
+        assert c.call("DBSIZE")[1] == expected
+        assert c.call("GET", "snap:1234")[1] == b"v1234"
+        assert c.call("HGETALL", "snap:h")[1] == [b"f", b"v", b"g", b"w"]
+        assert sorted(c.call("SMEMBERS", "snap:s")[1]) == [b"1", b"2", b"x"]
+        assert 990 <= c.call("TTL", "snap:ttl")[1] <= 1000
+    report_summary("kv snapshot catch-up: %d keys on the restarted follower, by a snapshot install"
+                   % expected)
