@@ -171,3 +171,16 @@ def test_corrupt_identity_is_refused_with_the_reason(loaded):
     serving, log = restart(server)
     assert not serving, "started with a corrupt IDENTITY"
     assert "IDENTITY" in log, log[-2000:]
+
+
+def test_identity_of_a_newer_format_is_refused_naming_both_versions(loaded):
+    server, _ = loaded
+    path = os.path.join(server.data_dir, "IDENTITY")
+    with open(path) as f:
+        text = f.read()
+    assert text.startswith("format=2\n"), text
+    with open(path, "w") as f:
+        f.write(text.replace("format=2", "format=9", 1))
+    serving, log = restart(server)
+    assert not serving, "started with an IDENTITY of a newer format"
+    assert "IDENTITY: format version 9, this Keel reads versions 1 to 2" in log, log[-2000:]

@@ -504,6 +504,12 @@ fn check_entries(entries: &[Entry], applied: u64) -> Result<(), ConsensusError> 
     Ok(())
 }
 
+/// IDENTITY's format version, its first line (`format=2`).
+pub const IDENTITY_FORMAT: u32 = 2;
+/// The version of an IDENTITY without a `format=` line (Keel 0.1.0).
+pub const IDENTITY_FORMAT_UNVERSIONED: u32 = 1;
+const _: () = assert!(IDENTITY_FORMAT_UNVERSIONED < IDENTITY_FORMAT);
+
 /// What `data_dir/IDENTITY` records: the cluster's id (fixed when the
 /// cluster bootstraps: a hash of its name and first member list; learned
 /// from the first leader by a node that joins), this node's id, and
@@ -519,7 +525,7 @@ pub(crate) struct Identity {
 impl Identity {
     pub(crate) fn render(&self) -> String {
         let mut text = format!(
-            "cluster_id={:#018x}\nnode_id={}\n",
+            "format={IDENTITY_FORMAT}\ncluster_id={:#018x}\nnode_id={}\n",
             self.cluster_id, self.node_id
         );
         if self.dynamic {
@@ -528,8 +534,26 @@ impl Identity {
         text
     }
 
+    /// The file's format version: the `format=N` first line, or 1 for a
+    /// file without it (Keel 0.1.0). None: a first line that names a
+    /// version but not as a number (a damaged file).
+    pub(crate) fn format_of(text: &str) -> Option<u32> {
+        match text.lines().next().and_then(|l| l.strip_prefix("format=")) {
+            Some(version) => version.parse().ok(),
+            None => Some(IDENTITY_FORMAT_UNVERSIONED),
+        }
+    }
+
+    /// A file of a version this Keel reads (`format_of` checked first).
     pub(crate) fn parse(text: &str) -> Option<Identity> {
-        let mut lines = text.lines();
+        let mut lines = text.lines().peekable();
+        if let Some(version) = lines.peek().and_then(|l| l.strip_prefix("format=")) {
+            let version: u32 = version.parse().ok()?;
+            if !(IDENTITY_FORMAT_UNVERSIONED..=IDENTITY_FORMAT).contains(&version) {
+                return None;
+            }
+            lines.next();
+        }
         let cluster = lines.next()?.strip_prefix("cluster_id=0x")?;
         let node = lines.next()?.strip_prefix("node_id=")?;
         let dynamic = match lines.next() {
@@ -577,6 +601,15 @@ fn check_identity(config: &RaftConfig) -> Result<Option<Identity>, ConsensusErro
     };
     match read {
         Ok(found) => {
+            if let Some(version) = Identity::format_of(&found) {
+                if version > IDENTITY_FORMAT || version < IDENTITY_FORMAT_UNVERSIONED {
+                    return Err(ConsensusError::FormatVersion {
+                        path: path.clone(),
+                        found: version,
+                        supported: format!("{IDENTITY_FORMAT_UNVERSIONED} to {IDENTITY_FORMAT}"),
+                    });
+                }
+            }
             let Some(identity) = Identity::parse(&found) else {
                 return Err(refuse(found, expected.render()));
             };

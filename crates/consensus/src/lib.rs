@@ -62,6 +62,14 @@ pub enum ConsensusError {
         found: String,
         expected: String,
     },
+    /// A file written by a Keel whose format this one cannot read:
+    /// refused, never misread.
+    #[error("{path}: format version {found}, this Keel reads versions {supported}: written by a newer Keel (or damaged)")]
+    FormatVersion {
+        path: std::path::PathBuf,
+        found: u32,
+        supported: String,
+    },
     #[error("raft log entry {index}: {source}")]
     EntryFormat {
         index: u64,

@@ -241,6 +241,17 @@ fn identity_round_trips_and_damaged_text_is_refused() {
             dynamic: false
         })
     );
+    assert_eq!(Identity::format_of(old), Some(1));
     assert_eq!(Identity::parse("cluster_id=0xzz\nnode_id=3\n"), None);
+    // The version is the first line; one this Keel does not know is not
+    // read (check_identity refuses it naming both versions).
+    let current = Identity::parse(old).unwrap().render();
+    assert!(current.starts_with("format=2\n"), "{current}");
+    assert_eq!(Identity::format_of(&current), Some(2));
+    let newer = current.replacen("format=2", "format=3", 1);
+    assert_eq!(Identity::format_of(&newer), Some(3));
+    assert_eq!(Identity::parse(&newer), None);
+    assert_eq!(Identity::format_of("format=x\n"), None);
+    assert_eq!(Identity::parse(&format!("format=0\n{old}")), None);
     assert_eq!(Identity::parse(&format!("{old}membership=static\n")), None);
 }
