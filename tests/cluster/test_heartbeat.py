@@ -3,7 +3,7 @@ write load (`keel bench --workload create --clients 200`) keeps its leader
 and term on every node, and the leader's heartbeat round trips (mntr
 keel_heartbeat_rtt_*, measured by the peer transport) stay short.
 
-KEEL_HEARTBEAT_SECONDS sets the length of the load (default 60)."""
+KEEL_HEARTBEAT_SECONDS sets the length of the load (default 45)."""
 
 import os
 import time
@@ -12,7 +12,7 @@ from conftest import report_summary
 
 from harness import mntr, run_bench
 
-SECONDS = int(os.environ.get("KEEL_HEARTBEAT_SECONDS", "60"))
+SECONDS = int(os.environ.get("KEEL_HEARTBEAT_SECONDS", "45"))
 CLIENTS = 200
 # raft-rs's election timeout is 10 ticks of 100 ms (randomized up to 2x).
 ELECTION_TIMEOUT_US = 1_000_000
