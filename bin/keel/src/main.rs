@@ -38,7 +38,7 @@ enum Command {
     /// zkCli-compatible client: one command, or interactive without one.
     Cli(CliArgs),
     /// Load generator for ZooKeeper-compatible servers (Keel or ZooKeeper).
-    Bench(BenchArgs),
+    Bench(Box<BenchArgs>),
 }
 
 /// Every flag overrides the config file key of the same name.
@@ -235,7 +235,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Server(args) => server(*args),
         Command::Cli(args) => client(args),
-        Command::Bench(args) => bench(args),
+        Command::Bench(args) => bench(*args),
     }
 }
 

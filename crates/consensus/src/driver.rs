@@ -602,7 +602,7 @@ fn check_identity(config: &RaftConfig) -> Result<Option<Identity>, ConsensusErro
     match read {
         Ok(found) => {
             if let Some(version) = Identity::format_of(&found) {
-                if version > IDENTITY_FORMAT || version < IDENTITY_FORMAT_UNVERSIONED {
+                if !(IDENTITY_FORMAT_UNVERSIONED..=IDENTITY_FORMAT).contains(&version) {
                     return Err(ConsensusError::FormatVersion {
                         path: path.clone(),
                         found: version,
