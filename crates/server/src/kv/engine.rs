@@ -127,9 +127,28 @@ pub struct ShardCounters {
 }
 
 struct ShardHandle {
-    sender: crossbeam_channel::Sender<Message>,
+    queue: Queue,
     counters: Arc<ShardCounters>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// Where a shard's messages go.
+enum Queue {
+    /// To the shard's own thread (the server).
+    Thread(crossbeam_channel::Sender<Message>),
+    /// Handled at once on the sender's thread (`KvEngine::start_inline`:
+    /// the simulator, which must not depend on thread scheduling).
+    Inline(Mutex<Home>),
+}
+
+/// A shard where its messages are handled, with the log clock as far as
+/// it has seen it.
+struct Home {
+    shard: Option<Shard>,
+    clock_ms: i64,
+    /// Inline only: a lent shard, back before the next message is handled
+    /// (its borrower runs on the thread that sends the messages).
+    lent: Option<std::sync::mpsc::Receiver<Shard>>,
 }
 
 /// Counters of the KV front end (INFO stats and clients).
@@ -156,6 +175,9 @@ pub struct KvEngine {
     order: Mutex<()>,
     /// The log's clock (ms): the largest entry time applied.
     clock_ms: AtomicI64,
+    /// The log index of the last KV operation applied, or of the snapshot
+    /// the keyspace was loaded from.
+    applied_index: AtomicU64,
     /// Connections of this node by id: where the replies of their writes go.
     outlets: Mutex<HashMap<u64, Outlet>>,
     next_connection_id: AtomicU64,
@@ -168,8 +190,8 @@ pub struct KvEngine {
 impl KvEngine {
     /// Starts one thread per shard of `image`.
     pub fn start(image: Image) -> Arc<KvEngine> {
-        let count = image.shards.len();
-        assert!(count > 0);
+        assert!(!image.shards.is_empty());
+        let (clock_ms, index) = (image.clock_ms, image.index);
         let shards = image
             .shards
             .into_iter()
@@ -183,16 +205,42 @@ impl KvEngine {
                     .spawn(move || shard_thread(shard, receiver, published))
                     .expect("a shard thread starts");
                 ShardHandle {
-                    sender,
+                    queue: Queue::Thread(sender),
                     counters,
                     thread: Mutex::new(Some(thread)),
                 }
             })
             .collect();
+        KvEngine::with_shards(shards, clock_ms, index)
+    }
+
+    /// The same engine without threads: every message to a shard is
+    /// handled at once on the thread that sends it, by the code a shard
+    /// thread runs, so applies, reads and snapshots happen in the order
+    /// they are asked and a run depends on nothing but its inputs (the
+    /// simulator). Reads spanning shards (`borrow`) are the threaded
+    /// engine's only.
+    pub fn start_inline(image: Image) -> Arc<KvEngine> {
+        assert!(!image.shards.is_empty());
+        let (clock_ms, index) = (image.clock_ms, image.index);
+        let shards = image
+            .shards
+            .into_iter()
+            .map(|shard| ShardHandle {
+                queue: Queue::Inline(Mutex::new(Home::new(shard))),
+                counters: Arc::new(ShardCounters::default()),
+                thread: Mutex::new(None),
+            })
+            .collect();
+        KvEngine::with_shards(shards, clock_ms, index)
+    }
+
+    fn with_shards(shards: Vec<ShardHandle>, clock_ms: i64, index: u64) -> Arc<KvEngine> {
         Arc::new(KvEngine {
             shards,
             order: Mutex::new(()),
-            clock_ms: AtomicI64::new(image.clock_ms),
+            clock_ms: AtomicI64::new(clock_ms),
+            applied_index: AtomicU64::new(index),
             outlets: Mutex::new(HashMap::new()),
             next_connection_id: AtomicU64::new(1),
             barrier: super::barrier::ReadBarrier::new(),
@@ -213,6 +261,13 @@ impl KvEngine {
     /// The log's clock (what decides expiry).
     pub fn clock_ms(&self) -> i64 {
         self.clock_ms.load(Ordering::Acquire)
+    }
+
+    /// The log index of the last KV operation applied (queued to the
+    /// shards), or of the snapshot the keyspace was loaded from: the
+    /// keyspace changes only when this does.
+    pub fn applied_index(&self) -> u64 {
+        self.applied_index.load(Ordering::Acquire)
     }
 
     pub fn counters(&self) -> impl Iterator<Item = &ShardCounters> {
@@ -242,8 +297,24 @@ impl KvEngine {
     }
 
     fn send(&self, shard: usize, message: Message) {
-        // A shard thread only stops when the engine does.
-        let _ = self.shards[shard].sender.send(message);
+        let handle = &self.shards[shard];
+        match &handle.queue {
+            // A shard thread only stops when the engine does.
+            Queue::Thread(sender) => {
+                let _ = sender.send(message);
+            }
+            Queue::Inline(home) => {
+                home.lock().handle(message, &handle.counters, false);
+            }
+        }
+    }
+
+    /// Every shard, borrowed, for `look` (on a thread outside the async
+    /// runtime: the simulator's replica digests and final reads).
+    pub fn inspect<R>(&self, look: impl FnOnce(&mut View<'_>) -> R) -> R {
+        let all: Vec<usize> = (0..self.shards.len()).collect();
+        let mut lent = self.borrow_blocking(&all);
+        look(&mut lent.view())
     }
 
     pub fn shard_of(&self, key: &[u8]) -> usize {
@@ -394,6 +465,7 @@ impl KvEngine {
         assert_eq!(image.shards.len(), self.shards.len());
         let _order = self.order.lock();
         self.clock_ms.store(image.clock_ms, Ordering::Release);
+        self.applied_index.store(image.index, Ordering::Release);
         for (index, shard) in image.shards.into_iter().enumerate() {
             self.send(index, Message::Replace(Box::new(shard)));
         }
@@ -402,7 +474,9 @@ impl KvEngine {
     /// Stops the shard threads (after what is queued).
     pub fn stop(&self) {
         for shard in &self.shards {
-            let _ = shard.sender.send(Message::Stop);
+            if let Queue::Thread(sender) = &shard.queue {
+                let _ = sender.send(Message::Stop);
+            }
         }
         for shard in &self.shards {
             if let Some(thread) = shard.thread.lock().take() {
@@ -575,6 +649,7 @@ impl KvApplier {
             }
         };
         let engine = self.engine.clone();
+        engine.applied_index.store(index, Ordering::Release);
         let clock_ms = engine.clock_ms().max(time_ms);
         engine.clock_ms.store(clock_ms, Ordering::Release);
         let ctx = Ctx {
@@ -675,15 +750,40 @@ fn shard_thread(
     inbox: crossbeam_channel::Receiver<Message>,
     counters: Arc<ShardCounters>,
 ) {
-    let mut shard = Some(shard);
-    // The log clock as far as this shard has seen it.
-    let mut clock_ms = 0i64;
+    let mut home = Home::new(shard);
     while let Ok(message) = inbox.recv() {
-        let current = shard.as_mut().expect("the shard is home between messages");
+        if !home.handle(message, &counters, true) {
+            break;
+        }
+    }
+}
+
+impl Home {
+    fn new(shard: Shard) -> Home {
+        Home {
+            shard: Some(shard),
+            clock_ms: 0,
+            lent: None,
+        }
+    }
+
+    /// Handles one message; false on `Stop`. A lent shard is waited for
+    /// at once when `wait_lent` (a shard thread), else before the next
+    /// message (inline: the borrower is the sender's own thread, and
+    /// gives it back before it sends anything else).
+    fn handle(&mut self, message: Message, counters: &ShardCounters, wait_lent: bool) -> bool {
+        if let Some(back) = self.lent.take() {
+            self.shard = Some(back.recv().expect("a borrowed shard comes back"));
+        }
+        let clock_ms = &mut self.clock_ms;
+        let current = self
+            .shard
+            .as_mut()
+            .expect("the shard is home between messages");
         match message {
             Message::Apply(items) => {
                 for item in items {
-                    clock_ms = clock_ms.max(item.ctx.now_ms);
+                    *clock_ms = (*clock_ms).max(item.ctx.now_ms);
                     let reply =
                         keyspace::apply(&mut View::new(vec![&mut *current]), &item.op, item.ctx);
                     if let (Some(reply), Some(to)) = (reply, item.to) {
@@ -692,7 +792,7 @@ fn shard_thread(
                 }
             }
             Message::Read { args, clocks, to } => {
-                let clocks = Clocks::read(clocks.ctx.now_ms.max(clock_ms), clocks.display_ms);
+                let clocks = Clocks::read(clocks.ctx.now_ms.max(*clock_ms), clocks.display_ms);
                 to.send(keyspace::run(
                     &mut View::new(vec![&mut *current]),
                     &args,
@@ -709,20 +809,21 @@ fn shard_thread(
                     .map(|key| Watch {
                         key,
                         token: current.applied_index,
-                        watched_ms: watched.max(clock_ms),
+                        watched_ms: watched.max(*clock_ms),
                     })
                     .collect();
                 let _ = to.outlet.send(Outbound::Watched(to.seq, watches));
             }
             Message::Lend { give, back } => {
-                let lent = shard.take().expect("home");
+                let lent = self.shard.take().expect("home");
                 match give.send(lent) {
-                    Ok(()) => {
-                        // The borrower's `Lent` always sends it back, also
-                        // when dropped early; losing it would lose data.
-                        shard = Some(back.recv().expect("a borrowed shard comes back"));
+                    // The borrower's `Lent` always sends it back, also
+                    // when dropped early; losing it would lose data.
+                    Ok(()) if wait_lent => {
+                        self.shard = Some(back.recv().expect("a borrowed shard comes back"));
                     }
-                    Err(unwanted) => shard = Some(unwanted),
+                    Ok(()) => self.lent = Some(back),
+                    Err(unwanted) => self.shard = Some(unwanted),
                 }
             }
             Message::Due { now_ms, max, to } => {
@@ -745,12 +846,14 @@ fn shard_thread(
                 });
             }
             Message::Replace(replacement) => {
-                clock_ms = 0;
-                shard = Some(*replacement);
+                *clock_ms = 0;
+                self.shard = Some(*replacement);
             }
-            Message::Stop => break,
+            Message::Stop => return false,
         }
-        let current = shard.as_ref().expect("home");
+        let Some(current) = self.shard.as_ref() else {
+            return true; // lent (inline): published when it is back
+        };
         counters
             .keys
             .store(current.key_count() as u64, Ordering::Relaxed);
@@ -766,6 +869,7 @@ fn shard_thread(
         counters
             .misses
             .store(current.stats.keyspace_misses.get(), Ordering::Relaxed);
+        true
     }
 }
 
