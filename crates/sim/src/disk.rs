@@ -12,6 +12,8 @@ use keel_consensus::core::{Io, Outbound, SnapshotSource};
 use keel_consensus::snapfile::{self, SnapshotRefused};
 use keel_consensus::{Configuration, ConsensusError, Dedup, SnapshotPosition};
 use keel_tree::DataTree;
+
+use crate::machine::SIM_KV_SHARDS;
 use raft::eraftpb::{ConfState, Entry, HardState};
 
 /// Snapshots a node keeps (the server keeps the same number of files).
@@ -70,9 +72,10 @@ impl SimDisk {
         let mut refused = Vec::new();
         while let Some((index, term, bytes)) = self.snapshots.last() {
             match verify_snapshot(*index, *term, bytes) {
-                Ok((tree, position)) => {
+                Ok(((tree, keyspace), position)) => {
                     return Loaded {
                         tree,
+                        keyspace,
                         dedup: position.dedup,
                         configuration: position.configuration,
                         refused,
@@ -86,6 +89,7 @@ impl SimDisk {
         }
         Loaded {
             tree: DataTree::default(),
+            keyspace: keel_kv::snapshot::empty(SIM_KV_SHARDS),
             dedup: Dedup::default(),
             configuration: None,
             refused,
@@ -110,6 +114,8 @@ impl SimDisk {
 /// What a restart loaded from the disk.
 pub struct Loaded {
     pub tree: DataTree,
+    /// The Keel KV keyspace stored after the tree (empty if none).
+    pub keyspace: keel_kv::snapshot::Image,
     pub dedup: Dedup,
     /// The configuration as of the snapshot (None: none loaded, or an
     /// envelope older than version 2).
@@ -118,19 +124,23 @@ pub struct Loaded {
     pub refused: Vec<(u64, String)>,
 }
 
-/// A snapshot checked as the server's restart checks it (one loader
+/// A node's state as a snapshot holds it: the tree, then the keyspace.
+pub type State = (DataTree, keel_kv::snapshot::Image);
+
+/// A snapshot checked as the server's restart checks it
+/// (`node::load_snapshot`: the tree, then the keyspace's part; one loader
 /// thread: a run must not depend on thread scheduling).
 pub fn verify_snapshot(
     index: u64,
     term: u64,
     bytes: &[u8],
-) -> Result<(DataTree, SnapshotPosition), SnapshotRefused> {
+) -> Result<(State, SnapshotPosition), SnapshotRefused> {
     snapfile::verify(
         index,
         term,
         bytes,
-        keel_tree::snapshot::decode,
-        DataTree::applied_index,
+        |state| keel_server::node::load_snapshot(state, 1, SIM_KV_SHARDS),
+        |(tree, _)| tree.applied_index(),
     )
 }
 

@@ -26,6 +26,7 @@
 //! replays one seed with its trace; see crates/sim/README.md.
 
 pub mod disk;
+pub mod kv;
 pub mod machine;
 pub mod rng;
 pub mod workload;
