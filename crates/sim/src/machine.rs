@@ -177,7 +177,11 @@ pub fn new_machine(
     now_ms: Arc<AtomicU64>,
 ) -> (SimMachine, Arc<KvEngine>) {
     let node = Node::new(tree, node_id, tick_ms, Arc::new(SimClock(now_ms.clone())));
-    let kv = KvEngine::start_inline(keyspace);
+    let started_ms = now_ms.load(Ordering::Relaxed);
+    let kv = KvEngine::start_inline(
+        keyspace,
+        keel_server::kv::engine::first_connection_id(started_ms),
+    );
     let recorder = Recorder {
         kv: kv.clone(),
         kv_digest: (0, 0),

@@ -188,8 +188,9 @@ pub struct KvEngine {
 }
 
 impl KvEngine {
-    /// Starts one thread per shard of `image`.
-    pub fn start(image: Image) -> Arc<KvEngine> {
+    /// Starts one thread per shard of `image`; connection ids from
+    /// `first_connection_id` (`first_connection_id()`).
+    pub fn start(image: Image, first_connection_id: u64) -> Arc<KvEngine> {
         assert!(!image.shards.is_empty());
         let (clock_ms, index) = (image.clock_ms, image.index);
         let shards = image
@@ -211,7 +212,7 @@ impl KvEngine {
                 }
             })
             .collect();
-        KvEngine::with_shards(shards, clock_ms, index)
+        KvEngine::with_shards(shards, clock_ms, index, first_connection_id)
     }
 
     /// The same engine without threads: every message to a shard is
@@ -220,7 +221,7 @@ impl KvEngine {
     /// they are asked and a run depends on nothing but its inputs (the
     /// simulator). Reads spanning shards (`borrow`) are the threaded
     /// engine's only.
-    pub fn start_inline(image: Image) -> Arc<KvEngine> {
+    pub fn start_inline(image: Image, first_connection_id: u64) -> Arc<KvEngine> {
         assert!(!image.shards.is_empty());
         let (clock_ms, index) = (image.clock_ms, image.index);
         let shards = image
@@ -232,17 +233,23 @@ impl KvEngine {
                 thread: Mutex::new(None),
             })
             .collect();
-        KvEngine::with_shards(shards, clock_ms, index)
+        KvEngine::with_shards(shards, clock_ms, index, first_connection_id)
     }
 
-    fn with_shards(shards: Vec<ShardHandle>, clock_ms: i64, index: u64) -> Arc<KvEngine> {
+    fn with_shards(
+        shards: Vec<ShardHandle>,
+        clock_ms: i64,
+        index: u64,
+        first_connection_id: u64,
+    ) -> Arc<KvEngine> {
+        assert!(first_connection_id > 0 && first_connection_id < i64::MAX as u64 / 2);
         Arc::new(KvEngine {
             shards,
             order: Mutex::new(()),
             clock_ms: AtomicI64::new(clock_ms),
             applied_index: AtomicU64::new(index),
             outlets: Mutex::new(HashMap::new()),
-            next_connection_id: AtomicU64::new(1),
+            next_connection_id: AtomicU64::new(first_connection_id),
             barrier: super::barrier::ReadBarrier::new(),
             stats: KvStats::default(),
             expiry: Mutex::new(ExpiryInFlight::default()),
@@ -876,6 +883,18 @@ impl Home {
 /// The keyspace of a snapshot's bytes after the tree's part.
 pub fn load_part(bytes: &[u8], shards: usize) -> Result<Image, kv_snapshot::KvSnapshotError> {
     kv_snapshot::decode(bytes, shards)
+}
+
+/// The first connection id of an engine started at `now_ms` (wall clock):
+/// ids never repeat across a node's restarts. The reply to a write goes to
+/// the connection of this node whose id its log entry names, and entries
+/// a node proposed before a crash may apply after its restart: with ids
+/// from 1 again, a new connection got an old connection's reply (the
+/// simulator found it). As ZooKeeper's session ids, from the clock: a
+/// restart comes milliseconds later, and no run opens 65,536 connections
+/// a millisecond. Fits the log's 63-bit session field.
+pub fn first_connection_id(now_ms: u64) -> u64 {
+    (now_ms << 16) | 1
 }
 
 /// How many shard threads: one per core.
