@@ -337,9 +337,11 @@ enum Ev {
     KvWake {
         client: usize,
     },
-    /// A KV client gives up waiting for request `seq`.
+    /// A KV client gives up waiting for request `seq` of its connection
+    /// number `generation`.
     KvTimeout {
         client: usize,
+        generation: u64,
         seq: u64,
     },
 }
@@ -377,6 +379,8 @@ struct KvClient {
     pending: Option<KvPending>,
     /// Requests sent (their values are unique: `kv<client>-<n>`).
     sent: u64,
+    /// Connections opened (the current one's number).
+    connections: u64,
 }
 
 /// A KV connection to one node's epoch, as the server's engine holds it.
@@ -605,6 +609,7 @@ impl World {
                 conn: None,
                 pending: None,
                 sent: 0,
+                connections: 0,
             })
             .collect();
         let kv_rng = Rng::new(options.seed ^ 0x6b76);
@@ -937,7 +942,11 @@ impl World {
             Ev::AddMember { node, attempt } => self.add_member(node, attempt),
             Ev::EndFaults => self.end_faults(),
             Ev::KvWake { client } => self.kv_wake(client),
-            Ev::KvTimeout { client, seq } => self.kv_timeout(client, seq),
+            Ev::KvTimeout {
+                client,
+                generation,
+                seq,
+            } => self.kv_timeout(client, generation, seq),
         }
     }
 
@@ -1575,6 +1584,7 @@ impl World {
             let n = self.node(node);
             let epoch = n.epoch;
             let (id, replies) = n.kv.as_ref().expect("a live node has a keyspace").connect();
+            self.kv_clients[client].connections += 1;
             self.kv_clients[client].conn = Some(KvConn {
                 node,
                 epoch,
@@ -1623,7 +1633,15 @@ impl World {
             history,
             barrier: None,
         });
-        self.schedule(OP_TIMEOUT_MS * 1000, Ev::KvTimeout { client, seq });
+        let generation = self.kv_clients[client].connections;
+        self.schedule(
+            OP_TIMEOUT_MS * 1000,
+            Ev::KvTimeout {
+                client,
+                generation,
+                seq,
+            },
+        );
         if read && self.options.kv_reads_skip_barrier {
             // The planted bug: no barrier, the node's shards at once.
             return self.kv_read_now(client);
@@ -1757,11 +1775,11 @@ impl World {
         }
     }
 
-    fn kv_timeout(&mut self, client: usize, seq: u64) {
-        let waiting = self.kv_clients[client]
-            .pending
-            .as_ref()
-            .is_some_and(|p| p.seq == seq);
+    fn kv_timeout(&mut self, client: usize, generation: u64, seq: u64) {
+        let c = &self.kv_clients[client];
+        let waiting = c.conn.is_some()
+            && c.connections == generation
+            && c.pending.as_ref().is_some_and(|p| p.seq == seq);
         if waiting {
             self.note(format!("kv{client} seq {seq} times out"));
             self.kv_lose_connection(client);
