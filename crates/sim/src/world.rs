@@ -1717,7 +1717,7 @@ impl World {
         let passed = engine.barrier.passed_number();
         for client in 0..self.kv_clients.len() {
             let c = &self.kv_clients[client];
-            if !c.conn.as_ref().is_some_and(|conn| conn.node == id) {
+            if c.conn.as_ref().is_none_or(|conn| conn.node != id) {
                 continue;
             }
             let ready = c
