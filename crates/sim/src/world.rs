@@ -80,6 +80,8 @@ pub const KV_RUN_PER_MILLION: u64 = 500_000;
 /// A KV client's pause between a reply and its next request (µs).
 pub const KV_THINK_MIN_US: u64 = 100_000;
 pub const KV_THINK_MAX_US: u64 = 500_000;
+/// A KV client moves to another node (or the same) before a request.
+pub const KV_MOVE_PER_MILLION: u64 = 250_000;
 
 /// The members a simulated cluster starts with (addresses are names: the
 /// simulator routes by id).
@@ -1567,8 +1569,16 @@ impl World {
         let connected = self.kv_clients[client].conn.as_ref().is_some_and(|c| {
             self.alive(c.node) && self.nodes[(c.node - 1) as usize].epoch == c.epoch
         });
-        if !connected {
-            self.kv_clients[client].conn = None;
+        // Now and then a client moves to another node between requests
+        // (a pool, a load balancer): its next read may then meet a node
+        // behind the one that acknowledged its write.
+        let moves = self.kv_rng.chance(KV_MOVE_PER_MILLION);
+        if !connected || moves {
+            if let Some(conn) = self.kv_clients[client].conn.take() {
+                if let Some(engine) = &self.nodes[(conn.node - 1) as usize].kv {
+                    engine.disconnect(conn.id);
+                }
+            }
             let candidates: Vec<u64> = (1..=self.options.nodes as u64)
                 .filter(|&id| {
                     self.nodes[(id - 1) as usize]

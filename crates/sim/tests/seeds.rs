@@ -429,8 +429,9 @@ fn kv_snapshots_without_keys_are_caught() {
     // The keyspace's snapshot part holds no keys
     // (keel_kv::planted::set_snapshot_keys_dropped): the check of every
     // snapshot written, and a node restarted or caught up from one, must
-    // show the keys missing.
-    let seeds = kv_seeds(200);
+    // show the keys missing. 50 seeds: nearly every one catches it, and
+    // its histories are not linearizable, the slowest to search.
+    let seeds = kv_seeds(50);
     let (failing, _) = run_batch(seeds, |seed| Options {
         kv_snapshot_keys_dropped: true,
         ..Options::for_seed(seed)
@@ -444,7 +445,7 @@ fn kv_snapshots_without_keys_are_caught() {
         .filter(|r| r.failures.iter().any(|f| f.starts_with("kv")))
         .count();
     eprintln!(
-        "KV snapshots without keys caught by {} of 200 KV seeds ({snapshot} by the snapshot check, {lost} by the KV history checks); first: {:?}",
+        "KV snapshots without keys caught by {} of 50 KV seeds ({snapshot} by the snapshot check, {lost} by the KV history checks); first: {:?}",
         failing.len(),
         failing
             .first()
