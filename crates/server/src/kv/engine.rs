@@ -562,6 +562,72 @@ mod tests {
         words.iter().map(|w| w.as_bytes().to_vec()).collect()
     }
 
+    fn reply(replies: &mut mpsc::UnboundedReceiver<Outbound>) -> (u64, Reply) {
+        match replies.try_recv() {
+            Ok(Outbound::Reply(seq, reply)) => (seq, reply),
+            other => panic!("expected a reply at once, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_inline_engine_applies_reads_and_snapshots_on_the_calling_thread() {
+        let engine = KvEngine::start_inline(kv_snapshot::empty(2), first_connection_id(5));
+        let (id, mut replies) = engine.connect();
+        assert_eq!(id, (5 << 16) | 1, "ids from the start's clock");
+        let mut applier = KvApplier::new(engine.clone());
+        let mut words = vec!["MSET"];
+        let keys: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
+        for key in &keys {
+            words.extend([key.as_str(), "1"]);
+        }
+        let mset = Op::Command {
+            seq: 1,
+            args: args(&words),
+        };
+        assert!(
+            keyspace::op_shards(&mset, 2).len() == 2,
+            "spans both shards"
+        );
+        applier.apply(7, 1_000, id as i64, &mset.to_bytes(), true);
+        // A transaction spanning shards borrows them (the lent shards come
+        // back before the next message) and runs after what is pending.
+        let exec = Op::Exec {
+            seq: 2,
+            watches: Vec::new(),
+            commands: keys.iter().map(|k| args(&["INCR", k])).collect(),
+        };
+        applier.apply(8, 1_001, id as i64, &exec.to_bytes(), true);
+        applier.flush();
+        assert_eq!(reply(&mut replies), (1, Reply::ok()));
+        let (seq, incrs) = reply(&mut replies);
+        assert_eq!(seq, 2);
+        assert_eq!(incrs, Reply::Array(vec![Reply::Integer(2); keys.len()]));
+        assert_eq!(engine.applied_index(), 8);
+        assert_eq!(engine.clock_ms(), 1_001);
+        let outlet = engine.outlet_of(id).unwrap();
+        engine.read(
+            engine.shard_of(b"k3"),
+            args(&["GET", "k3"]),
+            Clocks::read(engine.clock_ms(), 1_002),
+            Responder { outlet, seq: 3 },
+        );
+        assert_eq!(reply(&mut replies), (3, Reply::Bulk(b"2".to_vec())));
+        let mut part = Vec::new();
+        engine.snapshot_begin(8).unwrap().write(&mut part).unwrap();
+        let image = kv_snapshot::decode(&part, 2).unwrap();
+        assert_eq!(image.index, 8);
+        let saved: usize = image.shards.iter().map(Shard::key_count).sum();
+        let live = engine.inspect(|view| view.shards().map(|s| s.key_count()).sum::<usize>());
+        assert_eq!((saved, live), (keys.len(), keys.len()));
+        engine.replace(kv_snapshot::empty(2));
+        assert_eq!(engine.applied_index(), 0);
+        assert_eq!(engine.inspect(|view| view.shards().count()), 2);
+        assert_eq!(
+            engine.inspect(|view| view.shards().map(|s| s.key_count()).sum::<usize>()),
+            0
+        );
+    }
+
     #[test]
     fn an_mset_spanning_shards_splits_by_shard_keeping_pair_order() {
         let keys: Vec<String> = (0..40).map(|i| format!("k{i}")).collect();
