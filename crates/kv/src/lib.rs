@@ -26,6 +26,7 @@ pub mod fuzzing;
 pub mod glob;
 pub mod keyspace;
 pub mod op;
+pub mod planted;
 pub mod reply;
 pub mod resp;
 pub mod session;

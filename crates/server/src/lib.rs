@@ -489,7 +489,10 @@ async fn start_node(config: ServerConfig, stats: Arc<Stats>) -> Result<Started, 
     let clock = Arc::new(shared::MonotonicClock::start());
     let node = node::Node::new(tree, config.server_id, config.tick_time_ms as u64, clock);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let kv_engine = kv::KvEngine::start(keyspace);
+    let kv_engine = kv::KvEngine::start(
+        keyspace,
+        kv::engine::first_connection_id(wall_clock_ms() as u64),
+    );
     let machine = node::NodeMachine::new(node.clone(), ApplyMetrics::new(stats.clone()), threads)
         .with_kv(kv::KvApplier::new(kv_engine.clone()));
     let started = std::time::Instant::now();

@@ -12,6 +12,8 @@ use keel_consensus::core::{Io, Outbound, SnapshotSource};
 use keel_consensus::snapfile::{self, SnapshotRefused};
 use keel_consensus::{Configuration, ConsensusError, Dedup, SnapshotPosition};
 use keel_tree::DataTree;
+
+use crate::machine::SIM_KV_SHARDS;
 use raft::eraftpb::{ConfState, Entry, HardState};
 
 /// Snapshots a node keeps (the server keeps the same number of files).
@@ -70,9 +72,11 @@ impl SimDisk {
         let mut refused = Vec::new();
         while let Some((index, term, bytes)) = self.snapshots.last() {
             match verify_snapshot(*index, *term, bytes) {
-                Ok((tree, position)) => {
+                Ok(((tree, keyspace), position)) => {
                     return Loaded {
                         tree,
+                        keyspace: keyspace
+                            .unwrap_or_else(|| keel_kv::snapshot::empty(SIM_KV_SHARDS)),
                         dedup: position.dedup,
                         configuration: position.configuration,
                         refused,
@@ -86,6 +90,7 @@ impl SimDisk {
         }
         Loaded {
             tree: DataTree::default(),
+            keyspace: keel_kv::snapshot::empty(SIM_KV_SHARDS),
             dedup: Dedup::default(),
             configuration: None,
             refused,
@@ -110,6 +115,8 @@ impl SimDisk {
 /// What a restart loaded from the disk.
 pub struct Loaded {
     pub tree: DataTree,
+    /// The Keel KV keyspace stored after the tree (empty if none).
+    pub keyspace: keel_kv::snapshot::Image,
     pub dedup: Dedup,
     /// The configuration as of the snapshot (None: none loaded, or an
     /// envelope older than version 2).
@@ -118,19 +125,34 @@ pub struct Loaded {
     pub refused: Vec<(u64, String)>,
 }
 
-/// A snapshot checked as the server's restart checks it (one loader
-/// thread: a run must not depend on thread scheduling).
+/// A node's state as a snapshot holds it: the tree, then the keyspace
+/// (`None`: the file has no keyspace part, an empty keyspace).
+pub type State = (DataTree, Option<keel_kv::snapshot::Image>);
+
+/// A snapshot checked as the server's restart checks it
+/// (`node::load_snapshot`: the tree, then the keyspace's part; one loader
+/// thread: a run must not depend on thread scheduling). A file with no
+/// keyspace part (no KV write was ever applied) is the tree alone, as
+/// `load_snapshot` reads it, without building the empty keyspace's 16,384
+/// slot tables: every snapshot is checked, and that would cost a batch a
+/// tenth of its time.
 pub fn verify_snapshot(
     index: u64,
     term: u64,
     bytes: &[u8],
-) -> Result<(DataTree, SnapshotPosition), SnapshotRefused> {
+) -> Result<(State, SnapshotPosition), SnapshotRefused> {
     snapfile::verify(
         index,
         term,
         bytes,
-        keel_tree::snapshot::decode,
-        DataTree::applied_index,
+        |state| -> Result<State, keel_consensus::MachineError> {
+            if keel_tree::snapshot::part_len(state)? == state.len() {
+                return Ok((keel_tree::snapshot::decode(state)?, None));
+            }
+            let (tree, keyspace) = keel_server::node::load_snapshot(state, 1, SIM_KV_SHARDS)?;
+            Ok((tree, Some(keyspace)))
+        },
+        |(tree, _)| tree.applied_index(),
     )
 }
 

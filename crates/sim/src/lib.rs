@@ -20,12 +20,15 @@
 //! - ephemerals exist exactly while their session lives;
 //! - the reaper deletes only what is due, and leaves nothing due;
 //! - every snapshot written loads with the replicas' digest, and a
-//!   restart refuses the one corrupted at its crash.
+//!   restart refuses the one corrupted at its crash;
+//! - Keel KV (half the runs, `kv.rs`): the digests cover the keyspace,
+//!   each key's history is linearizable, no acknowledged INCR is lost.
 //!
 //! `SIM_SEED=<n> cargo test -p sim --release replay -- --nocapture`
 //! replays one seed with its trace; see crates/sim/README.md.
 
 pub mod disk;
+pub mod kv;
 pub mod machine;
 pub mod rng;
 pub mod workload;

@@ -4,11 +4,14 @@
 //! simulator: connections are outlets that queue what the node sends into
 //! one outbox per node (the simulator routes it over its network), the
 //! clock is the simulator's, and an observer records what each apply did
-//! for the checkers.
+//! for the checkers. The Keel KV keyspace is the server's too
+//! (`KvApplier` over a `KvEngine` without threads, `start_inline`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use keel_kv::shard::Shard;
+use keel_server::kv::{KvApplier, KvEngine};
 use keel_server::node::{ApplyObserver, Clock, Node, NodeMachine, Outbound, Outlet};
 use keel_tree::{owner_kind, Applied, DataTree, Event, OwnerKind, Txn, TxnOp};
 use parking_lot::Mutex;
@@ -72,11 +75,22 @@ struct Reaping {
     before: Option<keel_tree::Node>,
 }
 
+/// Shards of every simulated node's keyspace: two, so writes and
+/// snapshots span shards as on a server with several cores.
+pub const SIM_KV_SHARDS: usize = 2;
+
 /// What the checkers need from each apply.
 pub struct Recorder {
+    /// The node's keyspace: its digest joins the tree's.
+    kv: Arc<KvEngine>,
+    /// The keyspace's digest as of the engine's `applied_index` (the
+    /// keyspace changes only with it): borrowing the shards and walking
+    /// every slot's table after every entry would double a batch's time.
+    kv_digest: (u64, u64),
     /// The simulator's clock (ms): no deletion may be dated later.
     now_ms: Arc<AtomicU64>,
-    /// (applied index, tree digest) after each entry, for the replica check.
+    /// (applied index, digest of the tree and the keyspace) after each
+    /// entry, for the replica check.
     pub digests: Vec<(u64, u64)>,
     pub applied: Vec<AppliedTxn>,
     /// The first broken ephemeral contract seen, if any.
@@ -84,6 +98,19 @@ pub struct Recorder {
     /// The first deletion by the reaper of a node that was not due.
     pub reaper: Option<String>,
     reaping: Option<Reaping>,
+}
+
+impl Recorder {
+    fn kv_digest(&mut self) -> u64 {
+        let index = self.kv.applied_index();
+        if self.kv_digest.0 != index {
+            let digest = self
+                .kv
+                .inspect(|view| kv_digest(view.shards().map(|s| &*s)));
+            self.kv_digest = (index, digest);
+        }
+        self.kv_digest.1
+    }
 }
 
 impl ApplyObserver for Recorder {
@@ -129,7 +156,9 @@ impl ApplyObserver for Recorder {
     }
 
     fn settled(&mut self, tree: &DataTree) {
-        self.digests.push((tree.applied_index(), tree.digest()));
+        let keyspace = self.kv_digest();
+        self.digests
+            .push((tree.applied_index(), state_digest(tree, keyspace)));
         if self.ephemerals.is_none() {
             self.ephemerals = ephemerals_consistent(tree).err();
         }
@@ -138,15 +167,24 @@ impl ApplyObserver for Recorder {
 
 pub type SimMachine = NodeMachine<SimOutlet, Recorder>;
 
-/// A node's machine over `tree`, with the simulator's clock.
+/// A node's machine over `tree` and `keyspace`, with the simulator's
+/// clock; its keyspace engine (the server's, without threads).
 pub fn new_machine(
     node_id: u64,
     tree: DataTree,
+    keyspace: keel_kv::snapshot::Image,
     tick_ms: u64,
     now_ms: Arc<AtomicU64>,
-) -> SimMachine {
+) -> (SimMachine, Arc<KvEngine>) {
     let node = Node::new(tree, node_id, tick_ms, Arc::new(SimClock(now_ms.clone())));
+    let started_ms = now_ms.load(Ordering::Relaxed);
+    let kv = KvEngine::start_inline(
+        keyspace,
+        keel_server::kv::engine::first_connection_id(started_ms),
+    );
     let recorder = Recorder {
+        kv: kv.clone(),
+        kv_digest: (0, 0),
         now_ms,
         digests: Vec::new(),
         applied: Vec::new(),
@@ -155,7 +193,54 @@ pub fn new_machine(
         reaping: None,
     };
     // One loader thread: a run must not depend on thread scheduling.
-    NodeMachine::new(node, recorder, 1)
+    let machine = NodeMachine::new(node, recorder, 1).with_kv(KvApplier::new(kv.clone()));
+    (machine, kv)
+}
+
+/// The replicas' digest: the tree's, and the keyspace's if it holds a
+/// key (so a run without KV keeps the tree's digest).
+pub fn state_digest(tree: &DataTree, keyspace: u64) -> u64 {
+    tree.digest() ^ keyspace.rotate_left(29)
+}
+
+/// A digest of the keys of `shards`, whatever order their tables keep:
+/// each key's type, value, expiry and version (the log index of its
+/// last change, which WATCH compares), summed. 0 for none.
+pub fn kv_digest<'a>(shards: impl Iterator<Item = &'a Shard>) -> u64 {
+    let mut sum = 0u64;
+    for shard in shards.filter(|s| s.key_count() > 0) {
+        for entry in shard.entries() {
+            let mut hash = 0xcbf2_9ce4_8422_2325u64;
+            let mut add = |bytes: &[u8]| {
+                for &b in (bytes.len() as u64).to_be_bytes().iter().chain(bytes) {
+                    hash ^= u64::from(b);
+                    hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+                }
+            };
+            add(entry.key());
+            add(entry.value_type().name().as_bytes());
+            add(&entry.expire_at_ms.to_be_bytes());
+            add(&entry.version.to_be_bytes());
+            if let Some(value) = entry.string_value() {
+                add(value);
+            }
+            if let Some(aggregate) = entry.aggregate_ref() {
+                let mut parts: Vec<Vec<u8>> = match entry.value_type() {
+                    keel_kv::value::ValueType::Hash => aggregate
+                        .hash_pairs()
+                        .map(|(f, v)| [f, b"=", v].concat())
+                        .collect(),
+                    _ => aggregate.set_members(),
+                };
+                parts.sort();
+                for part in &parts {
+                    add(part);
+                }
+            }
+            sum = sum.wrapping_add(hash | 1);
+        }
+    }
+    sum
 }
 
 /// The reaper's contract, checked on the node as it was just before its

@@ -74,6 +74,11 @@ fn add_stats(total: &mut sim::Stats, run: &sim::Stats) {
     total.reaped_containers += run.reaped_containers;
     total.reaped_ttl_nodes += run.reaped_ttl_nodes;
     total.linearizability_undecided += run.linearizability_undecided;
+    total.membership_changes += run.membership_changes;
+    total.kv_operations += run.kv_operations;
+    total.kv_acknowledged_writes += run.kv_acknowledged_writes;
+    total.kv_unknown_outcomes += run.kv_unknown_outcomes;
+    total.kv_linearizability_undecided += run.kv_linearizability_undecided;
 }
 
 #[test]
@@ -121,6 +126,8 @@ fn replay() {
         Ok("reap-early") => options.reap_early = true,
         Ok("reap-late") => options.reap_late = true,
         Ok("snapshot-torn") => options.snapshot_torn = true,
+        Ok("kv-reads-skip-barrier") => options.kv_reads_skip_barrier = true,
+        Ok("kv-snapshot-keys-dropped") => options.kv_snapshot_keys_dropped = true,
         Ok("no-leader-transfer") => options.planted_bug = PlantedBug::NoLeaderTransfer,
         Ok(_) => options.planted_bug = PlantedBug::ApplyBeforeCommit,
         Err(_) => {}
@@ -379,4 +386,73 @@ fn snapshots_that_skip_copy_on_write_are_caught() {
             .map(|r| (r.seed, r.failures.first().cloned()))
     );
     assert!(torn > 0, "the snapshot check missed torn snapshots");
+}
+
+/// The batch's seeds that run Keel KV clients, among the first `count`.
+fn kv_seeds(count: u64) -> Vec<u64> {
+    (0..)
+        .filter(|&seed| Options::for_seed(seed).kv_clients > 0)
+        .take(count as usize)
+        .collect()
+}
+
+#[test]
+fn kv_reads_that_skip_the_read_barrier_are_caught() {
+    // A KV read answered from the node's shards at once, without a
+    // ReadIndex barrier: a follower behind, or a leader deposed by a
+    // partition, answers a value older than an acknowledged write.
+    let seeds = kv_seeds(200);
+    let (failing, _) = run_batch(seeds, |seed| Options {
+        kv_reads_skip_barrier: true,
+        ..Options::for_seed(seed)
+    });
+    let stale = failing
+        .iter()
+        .filter(|r| {
+            r.failures
+                .iter()
+                .any(|f| f.contains("kv history is not linearizable"))
+        })
+        .count();
+    eprintln!(
+        "KV reads skipping the barrier caught by {} of 200 KV seeds ({stale} by the KV linearizability check); first: {:?}",
+        failing.len(),
+        failing
+            .first()
+            .map(|r| (r.seed, r.failures.first().cloned()))
+    );
+    assert!(stale > 0, "the KV linearizability check missed stale reads");
+}
+
+#[test]
+fn kv_snapshots_without_keys_are_caught() {
+    // The keyspace's snapshot part holds no keys
+    // (keel_kv::planted::set_snapshot_keys_dropped): the check of every
+    // snapshot written, and a node restarted or caught up from one, must
+    // show the keys missing. 50 seeds: nearly every one catches it, and
+    // its histories are not linearizable, the slowest to search.
+    let seeds = kv_seeds(50);
+    let (failing, _) = run_batch(seeds, |seed| Options {
+        kv_snapshot_keys_dropped: true,
+        ..Options::for_seed(seed)
+    });
+    let snapshot = failing
+        .iter()
+        .filter(|r| r.failures.iter().any(|f| f.contains(": snapshot ")))
+        .count();
+    let lost = failing
+        .iter()
+        .filter(|r| r.failures.iter().any(|f| f.starts_with("kv")))
+        .count();
+    eprintln!(
+        "KV snapshots without keys caught by {} of 50 KV seeds ({snapshot} by the snapshot check, {lost} by the KV history checks); first: {:?}",
+        failing.len(),
+        failing
+            .first()
+            .map(|r| (r.seed, r.failures.first().cloned()))
+    );
+    assert!(
+        snapshot > 0,
+        "the snapshot check missed a keyspace left out"
+    );
 }

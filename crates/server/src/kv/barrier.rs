@@ -138,6 +138,12 @@ impl ReadBarrier {
         }
     }
 
+    /// The highest barrier passed (a reader that asked barrier n with
+    /// `context(n)` itself, without `wait`, polls this: the simulator).
+    pub fn passed_number(&self) -> u64 {
+        self.passed.borrow().0
+    }
+
     /// Barrier `number` passed (the apply step, on the driver's thread).
     pub fn passed(&self, number: u64) {
         {

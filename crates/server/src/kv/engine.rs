@@ -127,9 +127,28 @@ pub struct ShardCounters {
 }
 
 struct ShardHandle {
-    sender: crossbeam_channel::Sender<Message>,
+    queue: Queue,
     counters: Arc<ShardCounters>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// Where a shard's messages go.
+enum Queue {
+    /// To the shard's own thread (the server).
+    Thread(crossbeam_channel::Sender<Message>),
+    /// Handled at once on the sender's thread (`KvEngine::start_inline`:
+    /// the simulator, which must not depend on thread scheduling).
+    Inline(Mutex<Home>),
+}
+
+/// A shard where its messages are handled, with the log clock as far as
+/// it has seen it.
+struct Home {
+    shard: Option<Shard>,
+    clock_ms: i64,
+    /// Inline only: a lent shard, back before the next message is handled
+    /// (its borrower runs on the thread that sends the messages).
+    lent: Option<std::sync::mpsc::Receiver<Shard>>,
 }
 
 /// Counters of the KV front end (INFO stats and clients).
@@ -156,6 +175,9 @@ pub struct KvEngine {
     order: Mutex<()>,
     /// The log's clock (ms): the largest entry time applied.
     clock_ms: AtomicI64,
+    /// The log index of the last KV operation applied, or of the snapshot
+    /// the keyspace was loaded from.
+    applied_index: AtomicU64,
     /// Connections of this node by id: where the replies of their writes go.
     outlets: Mutex<HashMap<u64, Outlet>>,
     next_connection_id: AtomicU64,
@@ -166,10 +188,11 @@ pub struct KvEngine {
 }
 
 impl KvEngine {
-    /// Starts one thread per shard of `image`.
-    pub fn start(image: Image) -> Arc<KvEngine> {
-        let count = image.shards.len();
-        assert!(count > 0);
+    /// Starts one thread per shard of `image`; connection ids from
+    /// `first_connection_id` (`first_connection_id()`).
+    pub fn start(image: Image, first_connection_id: u64) -> Arc<KvEngine> {
+        assert!(!image.shards.is_empty());
+        let (clock_ms, index) = (image.clock_ms, image.index);
         let shards = image
             .shards
             .into_iter()
@@ -183,18 +206,50 @@ impl KvEngine {
                     .spawn(move || shard_thread(shard, receiver, published))
                     .expect("a shard thread starts");
                 ShardHandle {
-                    sender,
+                    queue: Queue::Thread(sender),
                     counters,
                     thread: Mutex::new(Some(thread)),
                 }
             })
             .collect();
+        KvEngine::with_shards(shards, clock_ms, index, first_connection_id)
+    }
+
+    /// The same engine without threads: every message to a shard is
+    /// handled at once on the thread that sends it, by the code a shard
+    /// thread runs, so applies, reads and snapshots happen in the order
+    /// they are asked and a run depends on nothing but its inputs (the
+    /// simulator). Reads spanning shards (`borrow`) are the threaded
+    /// engine's only.
+    pub fn start_inline(image: Image, first_connection_id: u64) -> Arc<KvEngine> {
+        assert!(!image.shards.is_empty());
+        let (clock_ms, index) = (image.clock_ms, image.index);
+        let shards = image
+            .shards
+            .into_iter()
+            .map(|shard| ShardHandle {
+                queue: Queue::Inline(Mutex::new(Home::new(shard))),
+                counters: Arc::new(ShardCounters::default()),
+                thread: Mutex::new(None),
+            })
+            .collect();
+        KvEngine::with_shards(shards, clock_ms, index, first_connection_id)
+    }
+
+    fn with_shards(
+        shards: Vec<ShardHandle>,
+        clock_ms: i64,
+        index: u64,
+        first_connection_id: u64,
+    ) -> Arc<KvEngine> {
+        assert!(first_connection_id > 0 && first_connection_id < i64::MAX as u64 / 2);
         Arc::new(KvEngine {
             shards,
             order: Mutex::new(()),
-            clock_ms: AtomicI64::new(image.clock_ms),
+            clock_ms: AtomicI64::new(clock_ms),
+            applied_index: AtomicU64::new(index),
             outlets: Mutex::new(HashMap::new()),
-            next_connection_id: AtomicU64::new(1),
+            next_connection_id: AtomicU64::new(first_connection_id),
             barrier: super::barrier::ReadBarrier::new(),
             stats: KvStats::default(),
             expiry: Mutex::new(ExpiryInFlight::default()),
@@ -213,6 +268,13 @@ impl KvEngine {
     /// The log's clock (what decides expiry).
     pub fn clock_ms(&self) -> i64 {
         self.clock_ms.load(Ordering::Acquire)
+    }
+
+    /// The log index of the last KV operation applied (queued to the
+    /// shards), or of the snapshot the keyspace was loaded from: the
+    /// keyspace changes only when this does.
+    pub fn applied_index(&self) -> u64 {
+        self.applied_index.load(Ordering::Acquire)
     }
 
     pub fn counters(&self) -> impl Iterator<Item = &ShardCounters> {
@@ -242,8 +304,24 @@ impl KvEngine {
     }
 
     fn send(&self, shard: usize, message: Message) {
-        // A shard thread only stops when the engine does.
-        let _ = self.shards[shard].sender.send(message);
+        let handle = &self.shards[shard];
+        match &handle.queue {
+            // A shard thread only stops when the engine does.
+            Queue::Thread(sender) => {
+                let _ = sender.send(message);
+            }
+            Queue::Inline(home) => {
+                home.lock().handle(message, &handle.counters, false);
+            }
+        }
+    }
+
+    /// Every shard, borrowed, for `look` (on a thread outside the async
+    /// runtime: the simulator's replica digests and final reads).
+    pub fn inspect<R>(&self, look: impl FnOnce(&mut View<'_>) -> R) -> R {
+        let all: Vec<usize> = (0..self.shards.len()).collect();
+        let mut lent = self.borrow_blocking(&all);
+        look(&mut lent.view())
     }
 
     pub fn shard_of(&self, key: &[u8]) -> usize {
@@ -394,6 +472,7 @@ impl KvEngine {
         assert_eq!(image.shards.len(), self.shards.len());
         let _order = self.order.lock();
         self.clock_ms.store(image.clock_ms, Ordering::Release);
+        self.applied_index.store(image.index, Ordering::Release);
         for (index, shard) in image.shards.into_iter().enumerate() {
             self.send(index, Message::Replace(Box::new(shard)));
         }
@@ -402,7 +481,9 @@ impl KvEngine {
     /// Stops the shard threads (after what is queued).
     pub fn stop(&self) {
         for shard in &self.shards {
-            let _ = shard.sender.send(Message::Stop);
+            if let Queue::Thread(sender) = &shard.queue {
+                let _ = sender.send(Message::Stop);
+            }
         }
         for shard in &self.shards {
             if let Some(thread) = shard.thread.lock().take() {
@@ -479,6 +560,72 @@ mod tests {
 
     fn args(words: &[&str]) -> Args {
         words.iter().map(|w| w.as_bytes().to_vec()).collect()
+    }
+
+    fn reply(replies: &mut mpsc::UnboundedReceiver<Outbound>) -> (u64, Reply) {
+        match replies.try_recv() {
+            Ok(Outbound::Reply(seq, reply)) => (seq, reply),
+            other => panic!("expected a reply at once, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_inline_engine_applies_reads_and_snapshots_on_the_calling_thread() {
+        let engine = KvEngine::start_inline(kv_snapshot::empty(2), first_connection_id(5));
+        let (id, mut replies) = engine.connect();
+        assert_eq!(id, (5 << 16) | 1, "ids from the start's clock");
+        let mut applier = KvApplier::new(engine.clone());
+        let mut words = vec!["MSET"];
+        let keys: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
+        for key in &keys {
+            words.extend([key.as_str(), "1"]);
+        }
+        let mset = Op::Command {
+            seq: 1,
+            args: args(&words),
+        };
+        assert!(
+            keyspace::op_shards(&mset, 2).len() == 2,
+            "spans both shards"
+        );
+        applier.apply(7, 1_000, id as i64, &mset.to_bytes(), true);
+        // A transaction spanning shards borrows them (the lent shards come
+        // back before the next message) and runs after what is pending.
+        let exec = Op::Exec {
+            seq: 2,
+            watches: Vec::new(),
+            commands: keys.iter().map(|k| args(&["INCR", k])).collect(),
+        };
+        applier.apply(8, 1_001, id as i64, &exec.to_bytes(), true);
+        applier.flush();
+        assert_eq!(reply(&mut replies), (1, Reply::ok()));
+        let (seq, incrs) = reply(&mut replies);
+        assert_eq!(seq, 2);
+        assert_eq!(incrs, Reply::Array(vec![Reply::Integer(2); keys.len()]));
+        assert_eq!(engine.applied_index(), 8);
+        assert_eq!(engine.clock_ms(), 1_001);
+        let outlet = engine.outlet_of(id).unwrap();
+        engine.read(
+            engine.shard_of(b"k3"),
+            args(&["GET", "k3"]),
+            Clocks::read(engine.clock_ms(), 1_002),
+            Responder { outlet, seq: 3 },
+        );
+        assert_eq!(reply(&mut replies), (3, Reply::Bulk(b"2".to_vec())));
+        let mut part = Vec::new();
+        engine.snapshot_begin(8).unwrap().write(&mut part).unwrap();
+        let image = kv_snapshot::decode(&part, 2).unwrap();
+        assert_eq!(image.index, 8);
+        let saved: usize = image.shards.iter().map(Shard::key_count).sum();
+        let live = engine.inspect(|view| view.shards().map(|s| s.key_count()).sum::<usize>());
+        assert_eq!((saved, live), (keys.len(), keys.len()));
+        engine.replace(kv_snapshot::empty(2));
+        assert_eq!(engine.applied_index(), 0);
+        assert_eq!(engine.inspect(|view| view.shards().count()), 2);
+        assert_eq!(
+            engine.inspect(|view| view.shards().map(|s| s.key_count()).sum::<usize>()),
+            0
+        );
     }
 
     #[test]
@@ -575,6 +722,7 @@ impl KvApplier {
             }
         };
         let engine = self.engine.clone();
+        engine.applied_index.store(index, Ordering::Release);
         let clock_ms = engine.clock_ms().max(time_ms);
         engine.clock_ms.store(clock_ms, Ordering::Release);
         let ctx = Ctx {
@@ -675,15 +823,40 @@ fn shard_thread(
     inbox: crossbeam_channel::Receiver<Message>,
     counters: Arc<ShardCounters>,
 ) {
-    let mut shard = Some(shard);
-    // The log clock as far as this shard has seen it.
-    let mut clock_ms = 0i64;
+    let mut home = Home::new(shard);
     while let Ok(message) = inbox.recv() {
-        let current = shard.as_mut().expect("the shard is home between messages");
+        if !home.handle(message, &counters, true) {
+            break;
+        }
+    }
+}
+
+impl Home {
+    fn new(shard: Shard) -> Home {
+        Home {
+            shard: Some(shard),
+            clock_ms: 0,
+            lent: None,
+        }
+    }
+
+    /// Handles one message; false on `Stop`. A lent shard is waited for
+    /// at once when `wait_lent` (a shard thread), else before the next
+    /// message (inline: the borrower is the sender's own thread, and
+    /// gives it back before it sends anything else).
+    fn handle(&mut self, message: Message, counters: &ShardCounters, wait_lent: bool) -> bool {
+        if let Some(back) = self.lent.take() {
+            self.shard = Some(back.recv().expect("a borrowed shard comes back"));
+        }
+        let clock_ms = &mut self.clock_ms;
+        let current = self
+            .shard
+            .as_mut()
+            .expect("the shard is home between messages");
         match message {
             Message::Apply(items) => {
                 for item in items {
-                    clock_ms = clock_ms.max(item.ctx.now_ms);
+                    *clock_ms = (*clock_ms).max(item.ctx.now_ms);
                     let reply =
                         keyspace::apply(&mut View::new(vec![&mut *current]), &item.op, item.ctx);
                     if let (Some(reply), Some(to)) = (reply, item.to) {
@@ -692,7 +865,7 @@ fn shard_thread(
                 }
             }
             Message::Read { args, clocks, to } => {
-                let clocks = Clocks::read(clocks.ctx.now_ms.max(clock_ms), clocks.display_ms);
+                let clocks = Clocks::read(clocks.ctx.now_ms.max(*clock_ms), clocks.display_ms);
                 to.send(keyspace::run(
                     &mut View::new(vec![&mut *current]),
                     &args,
@@ -709,20 +882,21 @@ fn shard_thread(
                     .map(|key| Watch {
                         key,
                         token: current.applied_index,
-                        watched_ms: watched.max(clock_ms),
+                        watched_ms: watched.max(*clock_ms),
                     })
                     .collect();
                 let _ = to.outlet.send(Outbound::Watched(to.seq, watches));
             }
             Message::Lend { give, back } => {
-                let lent = shard.take().expect("home");
+                let lent = self.shard.take().expect("home");
                 match give.send(lent) {
-                    Ok(()) => {
-                        // The borrower's `Lent` always sends it back, also
-                        // when dropped early; losing it would lose data.
-                        shard = Some(back.recv().expect("a borrowed shard comes back"));
+                    // The borrower's `Lent` always sends it back, also
+                    // when dropped early; losing it would lose data.
+                    Ok(()) if wait_lent => {
+                        self.shard = Some(back.recv().expect("a borrowed shard comes back"));
                     }
-                    Err(unwanted) => shard = Some(unwanted),
+                    Ok(()) => self.lent = Some(back),
+                    Err(unwanted) => self.shard = Some(unwanted),
                 }
             }
             Message::Due { now_ms, max, to } => {
@@ -745,12 +919,14 @@ fn shard_thread(
                 });
             }
             Message::Replace(replacement) => {
-                clock_ms = 0;
-                shard = Some(*replacement);
+                *clock_ms = 0;
+                self.shard = Some(*replacement);
             }
-            Message::Stop => break,
+            Message::Stop => return false,
         }
-        let current = shard.as_ref().expect("home");
+        let Some(current) = self.shard.as_ref() else {
+            return true; // lent (inline): published when it is back
+        };
         counters
             .keys
             .store(current.key_count() as u64, Ordering::Relaxed);
@@ -766,12 +942,25 @@ fn shard_thread(
         counters
             .misses
             .store(current.stats.keyspace_misses.get(), Ordering::Relaxed);
+        true
     }
 }
 
 /// The keyspace of a snapshot's bytes after the tree's part.
 pub fn load_part(bytes: &[u8], shards: usize) -> Result<Image, kv_snapshot::KvSnapshotError> {
     kv_snapshot::decode(bytes, shards)
+}
+
+/// The first connection id of an engine started at `now_ms` (wall clock):
+/// ids never repeat across a node's restarts. The reply to a write goes to
+/// the connection of this node whose id its log entry names, and entries
+/// a node proposed before a crash may apply after its restart: with ids
+/// from 1 again, a new connection got an old connection's reply (the
+/// simulator found it). As ZooKeeper's session ids, from the clock: a
+/// restart comes milliseconds later, and no run opens 65,536 connections
+/// a millisecond. Fits the log's 63-bit session field.
+pub fn first_connection_id(now_ms: u64) -> u64 {
+    (now_ms << 16) | 1
 }
 
 /// How many shard threads: one per core.

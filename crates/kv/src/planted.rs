@@ -1,0 +1,27 @@
+//! Planted bugs for the simulator's checkers to find (feature `testing`):
+//! each switch is per thread (a simulated run is one thread) and, without
+//! the feature, a constant `false`.
+
+#[cfg(any(test, feature = "testing"))]
+thread_local! {
+    static SNAPSHOT_KEYS_DROPPED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// A snapshot's KV part holds no keys: each shard writes its deletions
+/// frame and nothing else, so a node restarted from it, or a follower it
+/// is installed on, loses the keyspace (on this thread, until switched
+/// off).
+#[cfg(any(test, feature = "testing"))]
+pub fn set_snapshot_keys_dropped(on: bool) {
+    SNAPSHOT_KEYS_DROPPED.with(|flag| flag.set(on));
+}
+
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn snapshot_keys_dropped() -> bool {
+    SNAPSHOT_KEYS_DROPPED.with(|flag| flag.get())
+}
+
+#[cfg(not(any(test, feature = "testing")))]
+pub(crate) fn snapshot_keys_dropped() -> bool {
+    false
+}
