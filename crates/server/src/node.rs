@@ -811,12 +811,17 @@ impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
     fn snapshot_begin(&mut self) -> SnapshotJob {
         let _op = profile::enter(Op::APPLY);
         let mut state = self.node.write_state();
-        let head = state.tree.snapshot_begin();
+        let mut head = state.tree.snapshot_begin();
         let index = state.tree.applied_index();
         let kv = self
             .kv
             .as_ref()
             .and_then(|kv| kv.engine().snapshot_begin(index));
+        if kv.is_some() {
+            // The file says a keyspace part follows: one cut at the tree's
+            // END is then refused, not read as an empty keyspace.
+            keel_tree::snapshot::mark_followed(&mut head);
+        }
         SnapshotJob {
             index,
             term: state.tree.applied_term(),
@@ -1049,6 +1054,12 @@ pub fn load_snapshot(
     shards: usize,
 ) -> Result<(DataTree, keel_kv::snapshot::Image), MachineError> {
     let tree_len = keel_tree::snapshot::part_len(bytes)?;
+    if tree_len == bytes.len() && keel_tree::snapshot::followed(bytes)? {
+        return Err(format!(
+            "the snapshot ends after its tree part ({tree_len} bytes) but says a keyspace part follows: truncated"
+        )
+        .into());
+    }
     let tree = keel_tree::snapshot::load(&bytes[..tree_len], threads)?;
     let keyspace = keel_kv::snapshot::decode(&bytes[tree_len..], shards)?;
     Ok((tree, keyspace))
@@ -1269,6 +1280,12 @@ mod tests {
             args: vec![b"SET".to_vec(), b"k".to_vec(), b"v".to_vec()],
         };
         keys.apply(5, 1_000, &set);
+        let tree_len = bytes.len();
+        keel_tree::snapshot::mark_followed(&mut bytes);
+        assert!(
+            load_snapshot(&bytes, 1, 2).is_err(),
+            "a file cut at the tree's END that says a keyspace follows is refused"
+        );
         bytes.extend_from_slice(&keel_kv::snapshot::encode(keys.shards(), 5, 1_000));
         let (_, keyspace) = load_snapshot(&bytes, 1, 2).expect("both parts load");
         assert_eq!(
@@ -1276,11 +1293,12 @@ mod tests {
             1
         );
         assert_eq!(keyspace.clock_ms, 1_000);
-        let cut = bytes.len() - 1;
-        assert!(
-            load_snapshot(&bytes[..cut], 1, 2).is_err(),
-            "a torn keyspace part is refused"
-        );
+        for cut in [tree_len, tree_len + 1, bytes.len() - 1] {
+            assert!(
+                load_snapshot(&bytes[..cut], 1, 2).is_err(),
+                "a torn keyspace part is refused (cut at {cut})"
+            );
+        }
     }
 
     #[test]

@@ -146,7 +146,9 @@ pub fn verify_snapshot(
         term,
         bytes,
         |state| -> Result<State, keel_consensus::MachineError> {
-            if keel_tree::snapshot::part_len(state)? == state.len() {
+            if keel_tree::snapshot::part_len(state)? == state.len()
+                && !keel_tree::snapshot::followed(state)?
+            {
                 return Ok((keel_tree::snapshot::decode(state)?, None));
             }
             let (tree, keyspace) = keel_server::node::load_snapshot(state, 1, SIM_KV_SHARDS)?;

@@ -41,6 +41,11 @@ const MAGIC: &[u8; 8] = b"KEELSNAP";
 /// The format this Keel writes: format 3's frames without the proposal
 /// dedup table, which consensus now keeps (in its snapshot envelope).
 pub const FORMAT_VERSION: i32 = 4;
+/// Format 4 whose END frame is followed by another state's part (Keel
+/// KV's keyspace): a file of this version that ends at END is truncated.
+/// The tree writes format 4; its owner marks the head (`mark_followed`)
+/// when it will append a part.
+pub const FOLLOWED_FORMAT_VERSION: i32 = 5;
 /// Format 4 plus a dedup table in the header (read, the table skipped).
 const DEDUP_FORMAT_VERSION: i32 = 3;
 /// The previous, single-blob format: still read, never written.
@@ -77,7 +82,7 @@ const ORIGINS_MAX: usize = 1 << 16;
 pub enum SnapshotError {
     #[error("not a Keel snapshot (bad magic)")]
     BadMagic,
-    #[error("snapshot format version {0} is not supported (this Keel reads 2, 3 and 4)")]
+    #[error("snapshot format version {0} is not supported (this Keel reads 2 to 5)")]
     Version(i32),
     #[error("checksum mismatch in the frame at offset {offset}: stored {stored:#010x}, computed {computed:#010x}")]
     Checksum {
@@ -368,6 +373,27 @@ pub fn part_len(bytes: &[u8]) -> Result<usize, SnapshotError> {
     ))
 }
 
+/// Marks the head `snapshot_begin` returned: another part will follow
+/// the tree's END frame (format `FOLLOWED_FORMAT_VERSION`).
+pub fn mark_followed(head: &mut [u8]) {
+    assert!(head.len() >= FILE_HEADER_BYTES && &head[..MAGIC.len()] == MAGIC);
+    assert_eq!(
+        head[8..12],
+        FORMAT_VERSION.to_be_bytes(),
+        "a head this Keel wrote"
+    );
+    head[8..12].copy_from_slice(&FOLLOWED_FORMAT_VERSION.to_be_bytes());
+}
+
+/// Whether the file says another part follows its tree's END frame.
+pub fn followed(bytes: &[u8]) -> Result<bool, SnapshotError> {
+    if bytes.len() < FILE_HEADER_BYTES || &bytes[..MAGIC.len()] != MAGIC {
+        return Err(SnapshotError::BadMagic);
+    }
+    let version = i32::from_be_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    Ok(version == FOLLOWED_FORMAT_VERSION)
+}
+
 /// Decodes and verifies a snapshot on one thread.
 pub fn decode(bytes: &[u8]) -> Result<DataTree, SnapshotError> {
     load(bytes, 1)
@@ -380,7 +406,7 @@ pub fn load(bytes: &[u8], threads: usize) -> Result<DataTree, SnapshotError> {
     }
     let version = i32::from_be_bytes(bytes[8..12].try_into().expect("4 bytes"));
     match version {
-        FORMAT_VERSION | DEDUP_FORMAT_VERSION => {
+        FORMAT_VERSION | FOLLOWED_FORMAT_VERSION | DEDUP_FORMAT_VERSION => {
             load_framed(bytes, version, threads.clamp(1, LOAD_THREADS_MAX))
         }
         LEGACY_FORMAT_VERSION => legacy::decode(bytes),
