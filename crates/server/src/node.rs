@@ -691,6 +691,25 @@ impl<O: Outlet, B: ApplyObserver> NodeMachine<O, B> {
     }
 }
 
+/// Sends each event of an applied transaction to the sessions whose
+/// watches it triggers (the watches are consumed as ZooKeeper's are).
+fn fire_watches<O: Outlet>(
+    watches: &mut WatchManager,
+    routes: &BTreeMap<i64, Route<O>>,
+    applied: &Applied,
+) {
+    for event in &applied.events {
+        for session_id in watches.trigger(&event.path, event.event_type.code()) {
+            if let Some(route) = routes.get(&session_id) {
+                route.outlet.send(Outbound::Event {
+                    zxid: applied.zxid,
+                    event: event.clone(),
+                });
+            }
+        }
+    }
+}
+
 /// Events first, then the reply: ZooKeeper sends a watch notification
 /// before the response of the request that fired it. Runs under the
 /// state's write lock, so a read that follows sees the change and every
@@ -705,16 +724,7 @@ fn deliver<O: Outlet>(
 ) {
     let watches = state.watches.get_mut();
     let routes = state.routes.get_mut();
-    for event in &applied.events {
-        for session_id in watches.trigger(&event.path, event.event_type.code()) {
-            if let Some(route) = routes.get(&session_id) {
-                route.outlet.send(Outbound::Event {
-                    zxid: applied.zxid,
-                    event: event.clone(),
-                });
-            }
-        }
-    }
+    fire_watches(watches, routes, applied);
     if let Some((session_id, timeout_ms)) = applied.session_created {
         let mut sessions = profile::acquire(Lock::Sessions, || sessions.lock());
         if !sessions.contains(session_id) {
@@ -932,16 +942,7 @@ impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
         });
         let watches = state.watches.get_mut();
         let routes = state.routes.get_mut();
-        for event in &applied.events {
-            for session_id in watches.trigger(&event.path, event.event_type.code()) {
-                if let Some(route) = routes.get(&session_id) {
-                    route.outlet.send(Outbound::Event {
-                        zxid: applied.zxid,
-                        event: event.clone(),
-                    });
-                }
-            }
-        }
+        fire_watches(watches, routes, &applied);
         if let Some(to) = reply.and_then(crate::reconfig::ReplyTo::decode) {
             if let Some(route) = routes.get(&to.session_id) {
                 route.outlet.send(Outbound::Reply {
