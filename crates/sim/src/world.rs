@@ -2266,12 +2266,24 @@ impl World {
         let session = self.clients[client].session.expect("has a session");
         let request = workload::acl_request(&call, format!("c{client}-{xid}").as_bytes());
         self.note(format!("c{client} {session:#x} xid {xid} acl {call:?}"));
+        self.write_outside_history(client, xid, PendingKind::AclWrite { call }, &request);
+    }
+
+    /// A write whose reply is only noted (not in the linearizability
+    /// history): queued as pending, then sent through the log.
+    fn write_outside_history(
+        &mut self,
+        client: usize,
+        xid: i32,
+        kind: PendingKind,
+        request: &Request,
+    ) {
         self.clients[client].pending.push_back(Pending {
             xid,
-            kind: PendingKind::AclWrite { call },
+            kind,
             history: None,
         });
-        let op = request_op(&request);
+        let op = request_op(request);
         self.submit(client, Queued::Write { xid, op });
     }
 
@@ -2284,13 +2296,7 @@ impl World {
         let session = self.clients[client].session.expect("has a session");
         let request = workload::reap_request(&call, format!("c{client}-{xid}").as_bytes());
         self.note(format!("c{client} {session:#x} xid {xid} {call:?}"));
-        self.clients[client].pending.push_back(Pending {
-            xid,
-            kind: PendingKind::ReapWrite { call },
-            history: None,
-        });
-        let op = request_op(&request);
-        self.submit(client, Queued::Write { xid, op });
+        self.write_outside_history(client, xid, PendingKind::ReapWrite { call }, &request);
     }
 
     fn acl_read(&mut self, client: usize, xid: i32, call: &AclCall) {
