@@ -105,6 +105,9 @@ struct ServerArgs {
     /// Turn on the lock × operation profiler (four-letter word `lcks`).
     #[arg(long)]
     profile_locks: bool,
+    /// Threads serving client connections (0 = cores - 1, at least 1).
+    #[arg(long)]
+    client_threads: Option<usize>,
     /// TLS client port beside --client-port (0 = off; --client-port 0 turns
     /// the plain port off).
     #[arg(long)]
@@ -259,6 +262,7 @@ fn server_config(args: ServerArgs) -> anyhow::Result<ServerConfig> {
         snapshot_every_log_bytes,
         jute_max_buffer_bytes,
         max_client_connections_per_ip,
+        client_threads,
         server_id,
         peers,
         cluster_name,
@@ -324,6 +328,7 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
         .init();
     let config = server_config(args)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.client_threads())
         .enable_all()
         .build()?;
     runtime.block_on(async move {

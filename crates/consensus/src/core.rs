@@ -76,6 +76,12 @@ pub const READ_RETRY_TICKS: u64 = ELECTION_TICKS as u64;
 /// again: the message or the follower may have been lost, and raft-rs
 /// keeps the follower paused until told (report_snapshot).
 pub const SNAPSHOT_RETRY_TICKS: u64 = 5 * ELECTION_TICKS as u64;
+/// Entries the leader has appended and not yet committed before it holds
+/// further proposals back for the next entry (adaptive group commit, see
+/// `holding`). One: measured on 3 nodes sharing 2 cores, create x10/x400
+/// and mix x100 gained 1-10% over no bound (fewer, larger rounds; each
+/// round costs every node an fdatasync and a dozen thread wake-ups).
+pub const ENTRIES_IN_FLIGHT_MAX: u64 = 1;
 /// Ready rounds one `advance` handles at most.
 const READY_ROUNDS_MAX: usize = 4;
 const READ_CONTEXT_HEADER_BYTES: usize = 16;
@@ -359,6 +365,9 @@ pub struct Core<S: StateMachine, I: Io, P: SnapshotSource> {
     config: CoreConfig,
     pending: Vec<Proposal>,
     pending_bytes: usize,
+    /// The commit index this leader's appends last carried to the
+    /// followers (`tell_commit`).
+    commit_told: u64,
     snapshot_running: bool,
     snapshot_wanted: bool,
     /// Bytes of entries applied since the newest snapshot's index.
@@ -408,6 +417,9 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             pre_vote: true,
             check_quorum: true,
             max_inflight_msgs: 256,
+            // A new commit index rides on the next append; `tell_commit`
+            // sends it alone only when no append follows at once.
+            skip_bcast_commit: true,
             max_size_per_msg: 1024 * 1024,
             ..Default::default()
         };
@@ -430,6 +442,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             status,
             pending: Vec::new(),
             pending_bytes: 0,
+            commit_told: 0,
             snapshot_running: false,
             snapshot_wanted: false,
             log_bytes_since_snapshot: 0,
@@ -698,11 +711,12 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     pub fn advance(&mut self) -> Result<(), ConsensusError> {
         self.flush_proposals();
         for _ in 0..READY_ROUNDS_MAX {
+            self.tell_commit();
             self.on_ready()?;
             if std::mem::take(&mut self.reask_reads) {
                 self.reask_unanswered_reads();
             }
-            if !self.raw.has_ready() {
+            if !self.raw.has_ready() && !self.commit_untold() {
                 break;
             }
         }
@@ -710,9 +724,42 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         Ok(())
     }
 
-    /// Work is waiting for the next `advance`.
+    /// The leader committed past what its appends told the followers.
+    fn commit_untold(&self) -> bool {
+        self.leader && self.raw.raft.raft_log.committed > self.commit_told
+    }
+
+    /// raft-rs runs with `skip_bcast_commit`: a commit learned from acks
+    /// is not broadcast at once as an empty append (and acked again). When
+    /// the next batch goes out in the same turn its appends carry it
+    /// (`flush_proposals`); otherwise this sends it alone, so followers
+    /// apply (and answer their clients) without waiting for a heartbeat.
+    /// Under load that halves the messages of a round.
+    fn tell_commit(&mut self) {
+        if self.commit_untold() {
+            self.raw.raft.bcast_append();
+            self.commit_told = self.raw.raft.raft_log.committed;
+        }
+    }
+
+    /// Work is waiting for the next `advance` (proposals held back behind
+    /// entries in flight wait for an ack, not for the next turn).
     pub fn has_ready(&self) -> bool {
-        self.raw.has_ready() || !self.pending.is_empty()
+        self.raw.has_ready()
+            || self.commit_untold()
+            || (!self.pending.is_empty() && !self.holding())
+    }
+
+    /// The leader keeps queued proposals for the next entry while
+    /// ENTRIES_IN_FLIGHT_MAX of its entries are appended but not yet
+    /// committed and the batch has room: the batch grows while the
+    /// previous one replicates (adaptive group commit: under a light write
+    /// load every write goes out at once, under a heavy one each round
+    /// carries everything that queued during the last).
+    fn holding(&self) -> bool {
+        let log = &self.raw.raft.raft_log;
+        let in_flight = log.last_index().saturating_sub(log.committed);
+        self.leader && self.batch_has_room() && in_flight >= ENTRIES_IN_FLIGHT_MAX
     }
 
     fn reask_unanswered_reads(&mut self) {
@@ -731,7 +778,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     /// Group commit: everything queued becomes one entry; a follower sends
     /// the batch to the leader, which proposes it in arrival order.
     fn flush_proposals(&mut self) {
-        if self.pending.is_empty() {
+        if self.pending.is_empty() || self.holding() {
             return;
         }
         let proposals = std::mem::take(&mut self.pending);
@@ -759,6 +806,9 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             tracing::warn!(%error, count = proposals.len(), "proposal dropped");
             self.machine
                 .dropped(proposals.into_iter().map(|p| p.payload).collect());
+        } else {
+            // The new entry's appends carry the commit index.
+            self.commit_told = self.raw.raft.raft_log.committed;
         }
     }
 
