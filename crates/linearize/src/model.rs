@@ -24,7 +24,8 @@ pub(crate) struct Node {
     version: i32,
     owner: Option<i64>,
     /// Smallest counter a sequential create under this node may use: one more
-    /// than the last one used (ZooKeeper's cversion only grows while the node
+    /// than the last one used, counting plain creates too (ZooKeeper's
+    /// cversion moves on every child create and only grows while the node
     /// lives; a recreated node starts again at 0).
     next_seq: u64,
     hash: [u64; 2],
@@ -212,14 +213,15 @@ impl Tree {
         if parent.owner.is_some() {
             return error(err::NO_CHILDREN_FOR_EPHEMERALS);
         }
-        if let Some(c) = counter {
-            let parent = Node {
-                data: parent.data.clone(),
-                next_seq: c + 1,
-                ..*parent
-            };
-            self.put(parent_path, Some(parent), undo);
-        }
+        // Every create moves the parent's cversion, sequential or not, so a
+        // sequential create whose name nobody saw (`Seq::Next`) gets the
+        // counter after a plain sibling's create too.
+        let parent = Node {
+            data: parent.data.clone(),
+            next_seq: counter.unwrap_or(parent.next_seq) + 1,
+            ..*parent
+        };
+        self.put(parent_path, Some(parent), undo);
         self.put(&full, Some(Node::new(data.to_vec(), owner)), undo);
         Some(Ret::Created { path: full })
     }

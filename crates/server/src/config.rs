@@ -661,6 +661,23 @@ mod tests {
     }
 
     #[test]
+    fn client_threads_default_to_cores_but_one_and_are_bounded() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let config = ServerConfig::default();
+        assert_eq!(config.client_threads(), cores.saturating_sub(1).max(1));
+        assert!(config.client_threads() >= 1);
+        let parsed: ServerConfig = toml::from_str("client_threads = 3").unwrap();
+        parsed.validate().unwrap();
+        assert_eq!(parsed.client_threads(), 3);
+        let config = ServerConfig {
+            client_threads: CLIENT_THREADS_MAX + 1,
+            ..ServerConfig::default()
+        };
+        let error = config.validate().unwrap_err().to_string();
+        assert!(error.contains("client_threads 1025 is above 1024"), "{error}");
+    }
+
+    #[test]
     fn join_and_peers_with_client_addresses_are_checked_at_start() {
         let config = ServerConfig {
             server_id: 2,

@@ -387,6 +387,25 @@ fn unknown_sequential_create_seen_later_by_name() {
 }
 
 #[test]
+fn a_plain_create_moves_the_counter_an_unseen_sequential_create_uses() {
+    // The sequential create's result is lost and its name only shows up
+    // in a listing: it used counter 1, because creating /a/p moved /a's
+    // cversion (simulator seed 118449 once failed on exactly this).
+    let ops = with_a(vec![
+        op(1, create("/a/p", ""), 3, 4, created("/a/p")),
+        lost(2, create_sequential("/a/s-"), 5),
+        op(3, children("/a"), 10, 11, names(&["p", "s-0000000001"])),
+    ]);
+    assert_linearizable(&ops);
+    let reused = with_a(vec![
+        op(1, create("/a/p", ""), 3, 4, created("/a/p")),
+        lost(2, create_sequential("/a/s-"), 5),
+        op(3, children("/a"), 10, 11, names(&["p", "s-0000000000"])),
+    ]);
+    assert_not_linearizable(&reused);
+}
+
+#[test]
 fn root_level_sequential_nodes_share_a_partition_with_their_names() {
     let ops = vec![
         op(
