@@ -11,6 +11,8 @@
 #   make sim            simulator soak: SIM_FIRST_SEED=N SIM_SEEDS=M (default 0 and 1000)
 #   make fuzz           cargo-fuzz targets: FUZZ_TARGET=name (default all) FUZZ_SECONDS=S
 #   make compare        Keel vs a 3-node ZooKeeper 3.8 ensemble under keel bench (BENCHMARKS.md)
+#   make compare-java   the same clusters under ZooKeeper's own Java client (bench/java/LoadGen.java,
+#                       bench/java_compare.py: COMPARE_DURATION, COMPARE_WARMUP, COMPARE_CLIENTS)
 #   make compare-kv     Keel KV (1 and 3 nodes) vs redis-server 7.0 (appendfsync always/everysec)
 #                       under redis-benchmark, ratios printed (bench/compare_kv.py)
 #   make scale          Keel vs ZooKeeper 3.8 holding SCALE_ZNODES znodes (default 10,000,000):
@@ -35,7 +37,7 @@ SUITES      := tests/compat tests/badinput tests/crash tests/cluster tests/metri
 # suites that compare against ZooKeeper (the cluster suite is Keel-only)
 SELFCHECK_SUITES := tests/compat tests/badinput tests/crash
 
-.PHONY: all build run run-kv cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare compare-kv scale replay sim fuzz nemesis rolling-restart
+.PHONY: all build run run-kv cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare compare-java compare-kv scale replay sim fuzz nemesis rolling-restart
 
 all: build
 
@@ -94,6 +96,12 @@ compare-kv: test-deps build
 # Side-by-side benchmark vs a 3-node ZooKeeper 3.8 ensemble (COMPARE_DURATION=S per run).
 compare: test-deps build
 	python3 bench/compare.py
+
+# The same side-by-side run with the load from Apache ZooKeeper's Java client
+# (bench/java/LoadGen.java, compiled into bench/work): create and mix at
+# COMPARE_CLIENTS sessions (default 10,100,400), COMPARE_DURATION=S per run (default 10).
+compare-java: test-deps build
+	python3 bench/java_compare.py
 
 # Single-node Keel, then single-node ZooKeeper 3.8, each filled with SCALE_ZNODES znodes
 # (bench/scale.py; results in bench/work/scale.json). Long: run it on a quiet machine.
