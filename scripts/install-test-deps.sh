@@ -9,7 +9,9 @@
 #     tests/cluster/test_peer_auth.py) and faketime (libfaketime: tests/clock
 #     moves a server's wall clock), redis-server and redis-tools (tests/kv
 #     compares Keel KV with redis-server 7.0; `make compare-kv` runs
-#     redis-benchmark). Runs `apt-get update` only when a package is missing.
+#     redis-benchmark), openjdk-17-jdk-headless (javac: the Java-client tests
+#     and `make compare-java` compile their Java sources). Runs `apt-get
+#     update` only when a package is missing.
 #   * A Python venv at ./.venv (repo root) with kazoo, pytest, pytest-timeout
 #     prometheus-client (its text-format parser), pure-sasl (kazoo's SASL
 #     DIGEST-MD5, tests/security) and redis (redis-py, tests/kv).
@@ -23,7 +25,7 @@ cd "$ROOT"
 PYTHON="${PYTHON:-python3}"
 VENV="${KEEL_VENV:-$ROOT/.venv}"
 PY_PKGS=("kazoo==2.11.0" "pytest" "pytest-timeout" "prometheus-client" "pure-sasl" "redis")
-APT_PKGS=(zookeeper zookeeper-bin prometheus openssl faketime redis-server redis-tools)
+APT_PKGS=(zookeeper zookeeper-bin openjdk-17-jdk-headless prometheus openssl faketime redis-server redis-tools)
 
 log() { printf '[test-deps] %s\n' "$*" >&2; }
 
