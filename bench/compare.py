@@ -30,6 +30,7 @@ Python 3 standard library only.
 import argparse
 import csv
 import os
+import shutil
 import re
 import signal
 import socket
@@ -127,11 +128,19 @@ _groups = []
 
 
 def stop_all():
+    """Stops every group started and deletes the servers' data directories
+    (logs and per-run output stay): a full run writes gigabytes of Raft
+    logs and snapshots. COMPARE_KEEP_DATA=1 keeps them."""
     for g in _groups:
         try:
             g.stop(timeout=10)
         except Exception:
             g.kill()
+    if os.environ.get("COMPARE_KEEP_DATA") == "1":
+        return
+    for g in _groups:
+        for node in g.nodes:
+            shutil.rmtree(node.data_dir, ignore_errors=True)
 
 
 def bench(root, system, group, workload, clients, duration, tag):
