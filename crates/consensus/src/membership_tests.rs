@@ -361,7 +361,11 @@ fn the_leader_batches_behind_an_entry_in_flight_and_followers_learn_commits_with
     net.settle();
     for (id, n) in &net.nodes {
         let (applied, index) = start[id];
-        assert_eq!(n.machine().applied, applied + 3, "node {id}: a, b, c applied");
+        assert_eq!(
+            n.machine().applied,
+            applied + 3,
+            "node {id}: a, b, c applied"
+        );
         assert_eq!(
             n.machine().index,
             index + 2,

@@ -674,7 +674,10 @@ mod tests {
             ..ServerConfig::default()
         };
         let error = config.validate().unwrap_err().to_string();
-        assert!(error.contains("client_threads 1025 is above 1024"), "{error}");
+        assert!(
+            error.contains("client_threads 1025 is above 1024"),
+            "{error}"
+        );
     }
 
     #[test]
