@@ -163,20 +163,19 @@ def cpu_seconds(pids):
     return total / CLK_TCK
 
 
-def bench_with_cpu(root, system, group, workload, clients, duration, tag):
-    """Like bench(), and also the servers' CPU ms per 1,000 operations over
-    the timed phase (between its first and last progress lines)."""
-    csvp = os.path.join(root, "bench-%s-%s-%d-%s.csv" % (system, workload, clients, tag))
-    out = os.path.join(root, "bench-%s-%s-%d-%s.out" % (system, workload, clients, tag))
-    pids = [nd.proc.pid for nd in group.nodes]
-    command = [KEEL_BIN, "bench", "--servers", group.bench_address, "--workload", workload,
-               "--clients", str(clients), "--duration", str(duration), "--csv", csvp] + group.bench_flags
+def run_sampled(command, pids, deadline_s):
+    """Runs a load generator that prints keel bench's progress lines on
+    stderr (`keel bench`, bench/java/LoadGen.java), sampling the servers'
+    CPU (`pids`) at each. Killed after `deadline_s`. Returns (stdout,
+    stderr lines, CPU ms per 1,000 operations over the timed phase, between
+    its first and last progress lines, or None); raises RuntimeError naming
+    `what` if it fails."""
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             errors="replace", stdin=subprocess.DEVNULL, start_new_session=True)
     stdout = []
     reader = threading.Thread(target=lambda: stdout.append(proc.stdout.read()), daemon=True)
     reader.start()
-    watchdog = threading.Timer(duration + 180, proc.kill)
+    watchdog = threading.Timer(deadline_s, proc.kill)
     watchdog.start()
     samples, lines = [], []
     try:
@@ -192,20 +191,42 @@ def bench_with_cpu(root, system, group, workload, clients, duration, tag):
             proc.kill()
             proc.wait()
     reader.join(timeout=10)
-    with open(out, "w") as f:
-        f.write("".join(stdout) + "".join(lines))
-    if proc.returncode != 0:
-        raise RuntimeError("keel bench failed (%d): %s\n%s" % (
-            proc.returncode, " ".join(command), "".join(lines)[-3000:]))
-    with open(csvp, newline="") as f:
-        row = list(csv.DictReader(f))[-1]
     cpu_ms_per_kop = None
     if len(samples) >= 2 and samples[-1][1] > samples[0][1]:
         cpu_s = samples[-1][0] - samples[0][0]
         ops = samples[-1][1] - samples[0][1]
         cpu_ms_per_kop = cpu_s * 1000.0 / (ops / 1000.0)
+    return proc.returncode, "".join(stdout), lines, cpu_ms_per_kop
+
+
+def bench_with_cpu(root, system, group, workload, clients, duration, tag):
+    """Like bench(), and also the servers' CPU ms per 1,000 operations over
+    the timed phase (between its first and last progress lines)."""
+    csvp = os.path.join(root, "bench-%s-%s-%d-%s.csv" % (system, workload, clients, tag))
+    out = os.path.join(root, "bench-%s-%s-%d-%s.out" % (system, workload, clients, tag))
+    pids = [nd.proc.pid for nd in group.nodes]
+    command = [KEEL_BIN, "bench", "--servers", group.bench_address, "--workload", workload,
+               "--clients", str(clients), "--duration", str(duration), "--csv", csvp] + group.bench_flags
+    status, stdout, lines, cpu_ms_per_kop = run_sampled(command, pids, duration + 180)
+    with open(out, "w") as f:
+        f.write(stdout + "".join(lines))
+    if status != 0:
+        raise RuntimeError("keel bench failed (%d): %s\n%s" % (
+            status, " ".join(command), "".join(lines)[-3000:]))
+    with open(csvp, newline="") as f:
+        row = list(csv.DictReader(f))[-1]
     row["cpu_ms_per_kop"] = "" if cpu_ms_per_kop is None else "%.3f" % cpu_ms_per_kop
     return row
+
+
+def run_main(main):
+    """Runs a comparison script's main(); Ctrl-C stops every server started."""
+    try:
+        main()
+    except KeyboardInterrupt as e:
+        stop_all()
+        log("interrupted (%s); all started processes stopped" % (e or "Ctrl-C"))
+        sys.exit(130)
 
 
 def fdatasync_p50_ms(directory, count=200):
@@ -427,9 +448,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except KeyboardInterrupt as e:
-        stop_all()
-        log("interrupted (%s); all started processes stopped" % (e or "Ctrl-C"))
-        sys.exit(130)
+    run_main(main)

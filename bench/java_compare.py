@@ -36,7 +36,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
@@ -45,7 +44,7 @@ sys.path.insert(0, BENCH)
 # bench/compare.py: the clusters, the CPU sampling, the output helpers.
 import compare  # noqa: E402
 from compare import (  # noqa: E402
-    KEEL_BIN, REPO, RUN_LINE, WORK, WORKLOADS, cpu_seconds, fmt_ms, fmt_tps, log, on_signal,
+    KEEL_BIN, REPO, WORK, WORKLOADS, fmt_ms, fmt_tps, log, on_signal, run_main, run_sampled,
     start_cluster, stop_all,
 )
 from harness import ZK_CLIENT_CLASSPATH  # noqa: E402  (compare.py put tests/ on the path)
@@ -94,41 +93,16 @@ def loadgen_with_cpu(root, classpath, system, group, workload, clients, duration
     command = (["java"] + JVM_OPTIONS + JVM_FIXED + ["-cp", classpath, "LoadGen",
                "--servers", group.address, "--workload", workload, "--sessions", str(clients),
                "--duration", str(duration), "--warmup", str(warmup)])
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            errors="replace", stdin=subprocess.DEVNULL, start_new_session=True)
-    stdout = []
-    reader = threading.Thread(target=lambda: stdout.append(proc.stdout.read()), daemon=True)
-    reader.start()
-    watchdog = threading.Timer(warmup + duration + RUN_GRACE_S, proc.kill)
-    watchdog.start()
-    samples, lines = [], []
-    try:
-        for line in proc.stderr:
-            lines.append(line)
-            m = RUN_LINE.match(line)
-            if m:
-                samples.append((cpu_seconds(pids), int(m.group(2))))
-        proc.wait()
-    finally:
-        watchdog.cancel()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    reader.join(timeout=10)
+    status, stdout, lines, cpu_ms_per_kop = run_sampled(command, pids, warmup + duration + RUN_GRACE_S)
     with open(out, "w") as f:
-        f.write(" ".join(command) + "\n" + "".join(stdout) + "".join(lines))
-    if proc.returncode != 0:
+        f.write(" ".join(command) + "\n" + stdout + "".join(lines))
+    if status != 0:
         raise RuntimeError("LoadGen failed (%d): %s\n%s" % (
-            proc.returncode, " ".join(command), "".join(lines)[-3000:]))
-    summary = parse_summary("".join(stdout))
+            status, " ".join(command), "".join(lines)[-3000:]))
+    summary = parse_summary(stdout)
     for key in ("TPS", "p50_us", "p99_us", "ops", "errors", "disconnects", "expiries"):
         if key not in summary:
             raise RuntimeError("LoadGen printed no %r (see %s)" % (key, out))
-    cpu_ms_per_kop = None
-    if len(samples) >= 2 and samples[-1][1] > samples[0][1]:
-        cpu_s = samples[-1][0] - samples[0][0]
-        ops = samples[-1][1] - samples[0][1]
-        cpu_ms_per_kop = cpu_s * 1000.0 / (ops / 1000.0)
     return {
         "system": system,
         "workload": workload,
@@ -260,9 +234,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except KeyboardInterrupt as e:
-        stop_all()
-        log("interrupted (%s); all started processes stopped" % (e or "Ctrl-C"))
-        sys.exit(130)
+    run_main(main)
