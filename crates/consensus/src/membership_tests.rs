@@ -213,24 +213,33 @@ impl Net {
             node.advance().expect("advance");
         }
         for _ in 0..8 {
-            let messages: Vec<(u64, Outbound)> = self.outbox.borrow_mut().drain(..).collect();
-            if messages.is_empty() {
+            if !self.deliver_outbox() {
                 break;
             }
-            for (from, message) in messages {
-                self.deliver(from, message);
-            }
-            for node in self.nodes.values_mut() {
-                node.advance().expect("advance");
-                if let Some(job) = node.take_snapshot_job() {
-                    let (index, term) = (job.index, job.term);
-                    node.io_mut()
-                        .save_snapshot(index, term, &job.head)
-                        .expect("kept");
-                    node.snapshot_done(index, Ok(()), 0);
-                }
+        }
+    }
+
+    /// Delivers every queued message, then advances every node and writes
+    /// the snapshots due at once; false if nothing was queued.
+    fn deliver_outbox(&mut self) -> bool {
+        let messages: Vec<(u64, Outbound)> = self.outbox.borrow_mut().drain(..).collect();
+        if messages.is_empty() {
+            return false;
+        }
+        for (from, message) in messages {
+            self.deliver(from, message);
+        }
+        for node in self.nodes.values_mut() {
+            node.advance().expect("advance");
+            if let Some(job) = node.take_snapshot_job() {
+                let (index, term) = (job.index, job.term);
+                node.io_mut()
+                    .save_snapshot(index, term, &job.head)
+                    .expect("kept");
+                node.snapshot_done(index, Ok(()), 0);
             }
         }
+        true
     }
 
     fn deliver(&mut self, from: u64, message: Outbound) {
@@ -258,15 +267,8 @@ impl Net {
     /// none is left.
     fn settle(&mut self) {
         for _ in 0..32 {
-            let messages: Vec<(u64, Outbound)> = self.outbox.borrow_mut().drain(..).collect();
-            if messages.is_empty() {
+            if !self.deliver_outbox() {
                 return;
-            }
-            for (from, message) in messages {
-                self.deliver(from, message);
-            }
-            for node in self.nodes.values_mut() {
-                node.advance().expect("advance");
             }
         }
         panic!("messages still flowing: {}", self.describe());
