@@ -123,6 +123,34 @@ impl Socket {
         closed
     }
 
+    /// Writes what the socket's send buffer takes now, without waiting
+    /// (`MSG_DONTWAIT`): the number of bytes written, 0 when the buffer is
+    /// full. For the transport's direct writes, after the handshake.
+    pub(crate) fn send_now(&self, bytes: &[u8]) -> std::io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        assert!(self.deadline.is_none(), "a direct write during the handshake");
+        // SAFETY: the pointer and length come from one live slice, and the
+        // descriptor belongs to `self.tcp` for the whole call.
+        let sent = unsafe {
+            libc::send(
+                self.tcp.as_raw_fd(),
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        if sent >= 0 {
+            let sent = sent as usize;
+            assert!(sent <= bytes.len());
+            return Ok(sent);
+        }
+        let error = std::io::Error::last_os_error();
+        match error.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => Ok(0),
+            _ => Err(error),
+        }
+    }
+
     fn time_left(&self) -> std::io::Result<Option<Duration>> {
         let Some(deadline) = self.deadline else {
             return Ok(None);
@@ -178,6 +206,15 @@ impl PeerStream {
     /// See `Socket::closed_by_peer`.
     pub(crate) fn closed_by_peer(&mut self) -> bool {
         self.socket_mut().closed_by_peer()
+    }
+
+    /// The socket of a plain (not TLS) stream: bytes written to it reach
+    /// the peer as they are.
+    pub(crate) fn plain(&self) -> Option<&Socket> {
+        match self {
+            PeerStream::Plain(socket) => Some(socket),
+            PeerStream::TlsClient(_) | PeerStream::TlsServer(_) => None,
+        }
     }
 
     pub(crate) fn socket_mut(&mut self) -> &mut Socket {

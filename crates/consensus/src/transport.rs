@@ -29,7 +29,11 @@
 //!
 //! Sender threads block on a mutex + condvar queue (no spinning, no
 //! timeout polling): a write load used to cost them `sched_yield` loops in
-//! crossbeam's receive backoff.
+//! crossbeam's receive backoff. While a sender thread waits, it lends its
+//! connection to the queue: a frame queued then (up to
+//! `DIRECT_WRITE_BYTES_MAX`, plain TCP) is written at once by the thread
+//! that queues it, without waiting (`MSG_DONTWAIT`), instead of waking the
+//! sender thread; what the socket does not take, the sender writes.
 //!
 //! Members come and go at runtime (`set_peers`, from the applied
 //! membership): a new member gets its two sender threads, a member gone
@@ -90,6 +94,12 @@ const SNAPSHOT_REPORTS_MAX: usize = 64;
 /// without an error. Under load batches follow each other faster and
 /// nothing is checked.
 const IDLE_CHECK_MS: u64 = 50;
+
+/// Frames up to this size are written by the thread that queues them when
+/// the lane's sender thread is idle and the socket takes them at once
+/// (plain TCP); larger ones, and any that would wait, go through the
+/// sender thread.
+const DIRECT_WRITE_BYTES_MAX: usize = 64 * 1024;
 
 /// A peer whose handshake failed is connected to again after this long.
 const HANDSHAKE_RETRY_MS: u64 = 1_000;
@@ -273,6 +283,58 @@ struct QueueState {
     /// Items other than snapshots (bounded by PEER_QUEUE_FRAMES_MAX).
     frames: usize,
     closed: bool,
+    /// The lane's connection while its sender thread waits for items
+    /// (plain TCP only): `push` writes a small frame to it directly.
+    parked: Option<Parked>,
+}
+
+/// A connected writer lent to `push` by a sender thread with nothing to do.
+struct Parked {
+    writer: BufWriter<PeerStream>,
+    /// When the connection was last written to (`IDLE_CHECK_MS`).
+    written: Instant,
+}
+
+/// How a direct write went.
+enum Direct {
+    /// The whole frame is in the socket.
+    Done,
+    /// Not written (no parked writer, too big, idle, or the socket's
+    /// buffer is full): the frame goes through the sender thread.
+    NotTried,
+    /// This many bytes are in the socket; the rest must follow before
+    /// anything else.
+    Partial(usize),
+}
+
+impl Parked {
+    fn write(&mut self, frame: &[u8]) -> Direct {
+        assert!(
+            self.writer.buffer().is_empty(),
+            "a parked writer holds unflushed bytes"
+        );
+        if frame.len() > DIRECT_WRITE_BYTES_MAX
+            || self.written.elapsed() >= Duration::from_millis(IDLE_CHECK_MS)
+        {
+            return Direct::NotTried;
+        }
+        let Some(socket) = self.writer.get_ref().plain() else {
+            return Direct::NotTried;
+        };
+        // An error is left for the sender thread's write to meet and
+        // handle (reconnect); the frame goes with the queue.
+        match socket.send_now(frame) {
+            Ok(0) | Err(_) => Direct::NotTried,
+            Ok(sent) => {
+                self.written = Instant::now();
+                if sent == frame.len() {
+                    Direct::Done
+                } else {
+                    Direct::Partial(sent)
+                }
+            }
+        }
+    }
 }
 
 impl Queue {
@@ -289,9 +351,20 @@ impl Queue {
 
     /// False if the queue is full and the item was dropped. A snapshot
     /// always goes in, replacing one still queued (one transfer per peer).
-    fn push(&self, item: Item) -> bool {
+    fn push(&self, mut item: Item) -> bool {
         let mut state = self.lock();
         let was_empty = state.items.is_empty();
+        if let (true, Item::Frame(frame), Some(parked)) =
+            (was_empty, &item, state.parked.as_mut())
+        {
+            // The sender thread is idle: write from this thread, saving
+            // its wake-up (one per message, the transport's main cost).
+            match parked.write(frame) {
+                Direct::Done => return true,
+                Direct::NotTried => {}
+                Direct::Partial(sent) => item = Item::Frame(frame[sent..].to_vec()),
+            }
+        }
         if matches!(item, Item::Snapshot { .. }) {
             state
                 .items
@@ -310,17 +383,30 @@ impl Queue {
         true
     }
 
-    /// Waits for items and moves them all into `batch`; false once closed.
-    fn take_all(&self, batch: &mut VecDeque<Item>) -> bool {
+    /// Waits for items and moves them all into `batch`, lending the
+    /// connection to `push` meanwhile; gives it back with the time of its
+    /// last write, or None once closed (the connection is dropped).
+    fn take_all(
+        &self,
+        batch: &mut VecDeque<Item>,
+        writer: BufWriter<PeerStream>,
+        written: Instant,
+    ) -> Option<(BufWriter<PeerStream>, Instant)> {
+        assert!(batch.is_empty());
+        assert!(writer.buffer().is_empty(), "parking an unflushed writer");
         let mut state = self.lock();
+        assert!(state.parked.is_none(), "one sender thread per queue");
+        state.parked = Some(Parked { writer, written });
         loop {
             if !state.items.is_empty() {
                 std::mem::swap(batch, &mut state.items);
                 state.frames = 0;
-                return true;
+                let parked = state.parked.take().expect("parked above");
+                return Some((parked.writer, parked.written));
             }
             if state.closed {
-                return false;
+                state.parked = None;
+                return None;
             }
             state = self.wake.wait(state).unwrap_or_else(|e| e.into_inner());
         }
@@ -814,9 +900,10 @@ fn pump(link: &Link, stream: PeerStream, frames: &Queue) -> Result<(), Pumped> {
     let mut batch = VecDeque::new();
     let mut written = Instant::now();
     loop {
-        if !frames.take_all(&mut batch) {
+        let Some(lent) = frames.take_all(&mut batch, writer, written) else {
             return Ok(());
-        }
+        };
+        (writer, written) = lent;
         let idle = written.elapsed() >= Duration::from_millis(IDLE_CHECK_MS);
         if idle && writer.get_mut().closed_by_peer() {
             return Err(Pumped::ClosedWhileIdle(std::mem::take(&mut batch)));
@@ -1577,7 +1664,8 @@ mod tests {
             "a newer snapshot replaces the queued one"
         );
         let mut batch = VecDeque::new();
-        assert!(queue.take_all(&mut batch));
+        let (writer, _peer) = loopback_writer();
+        let (writer, written) = queue.take_all(&mut batch, writer, Instant::now()).unwrap();
         assert_eq!(batch.len(), PEER_QUEUE_FRAMES_MAX + 1);
         match batch.back() {
             Some(Item::Snapshot { message, .. }) => {
@@ -1589,15 +1677,89 @@ mod tests {
         assert!(queue.push(snapshot(3)));
         queue.drop_stale(Some(snapshot(1)));
         batch.clear();
-        assert!(queue.take_all(&mut batch));
+        let (writer, written) = queue.take_all(&mut batch, writer, written).unwrap();
         assert_eq!(
             batch.len(),
             1,
             "only the newest snapshot survives a disconnect"
         );
         queue.close();
-        assert!(!queue.take_all(&mut batch));
+        batch.clear();
+        assert!(queue.take_all(&mut batch, writer, written).is_none());
         assert!(queue.wait_closed(Duration::from_secs(5)));
+    }
+
+    /// A connected plain writer and the peer's end of it.
+    fn loopback_writer() -> (BufWriter<PeerStream>, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let tcp = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (peer, _) = listener.accept().unwrap();
+        let mut socket = handshake::Socket::handshaking(tcp);
+        socket.end_deadline().unwrap();
+        let stream = PeerStream::Plain(socket);
+        (BufWriter::new(stream), peer)
+    }
+
+    fn wait_parked(queue: &Queue) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while queue.lock().parked.is_none() {
+            assert!(Instant::now() < deadline, "the sender never parked");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn a_frame_queued_while_the_sender_waits_is_written_directly_and_a_large_one_wakes_it() {
+        let queue = Arc::new(Queue::new());
+        let (writer, mut peer) = loopback_writer();
+        peer.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let sender = {
+            let queue = queue.clone();
+            std::thread::spawn(move || {
+                let mut batch = VecDeque::new();
+                let lent = queue.take_all(&mut batch, writer, Instant::now());
+                (lent.map(|(_, written)| written), batch)
+            })
+        };
+        wait_parked(&queue);
+        assert!(queue.push(Item::Frame(b"direct".to_vec())));
+        let mut got = [0u8; 6];
+        peer.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"direct");
+        {
+            let state = queue.lock();
+            assert!(state.items.is_empty(), "written by push, not queued");
+            assert!(state.parked.is_some(), "the sender thread still waits");
+        }
+        let large = vec![7u8; DIRECT_WRITE_BYTES_MAX + 1];
+        assert!(queue.push(Item::Frame(large)));
+        let (written, batch) = sender.join().unwrap();
+        assert!(written.is_some());
+        assert_eq!(batch.len(), 1, "the large frame went to the sender thread");
+        assert!(matches!(&batch[0], Item::Frame(f) if f.len() == DIRECT_WRITE_BYTES_MAX + 1));
+        assert!(queue.lock().parked.is_none(), "the sender took its writer back");
+    }
+
+    #[test]
+    fn a_lane_idle_past_the_check_is_not_written_directly() {
+        let queue = Arc::new(Queue::new());
+        let (writer, _peer) = loopback_writer();
+        let long_ago = Instant::now() - Duration::from_millis(IDLE_CHECK_MS + 10);
+        let sender = {
+            let queue = queue.clone();
+            std::thread::spawn(move || {
+                let mut batch = VecDeque::new();
+                let lent = queue.take_all(&mut batch, writer, long_ago);
+                (lent.is_some(), batch.len())
+            })
+        };
+        wait_parked(&queue);
+        assert!(queue.push(Item::Frame(b"checked first".to_vec())));
+        assert_eq!(
+            sender.join().unwrap(),
+            (true, 1),
+            "the sender thread checks an idle connection before writing"
+        );
     }
 
     #[test]
