@@ -82,6 +82,12 @@ pub const SNAPSHOT_RETRY_TICKS: u64 = 5 * ELECTION_TICKS as u64;
 /// and mix x100 gained 1-10% over no bound (fewer, larger rounds; each
 /// round costs every node an fdatasync and a dozen thread wake-ups).
 pub const ENTRIES_IN_FLIGHT_MAX: u64 = 1;
+/// The longest a leader may linger over a batch after its entries in
+/// flight committed (`Core::set_linger_us`; the server asks for it when
+/// reads dominate, see `keel_server::linger`).
+pub const LINGER_US_MAX: u64 = 10_000;
+/// A batch this large goes out at once, lingering or not.
+pub const LINGER_BATCH_ENOUGH: usize = 64;
 /// Ready rounds one `advance` handles at most.
 const READY_ROUNDS_MAX: usize = 4;
 const READ_CONTEXT_HEADER_BYTES: usize = 16;
@@ -365,6 +371,15 @@ pub struct Core<S: StateMachine, I: Io, P: SnapshotSource> {
     config: CoreConfig,
     pending: Vec<Proposal>,
     pending_bytes: usize,
+    /// The driver's monotonic clock, µs (`set_clock_us`).
+    now_us: u64,
+    /// How long the leader may linger over a batch (`set_linger_us`).
+    linger_us: u64,
+    /// When the current lingering began (the entries in flight had
+    /// committed and proposals were queued).
+    linger_since_us: Option<u64>,
+    /// Proposals in the last entry this node proposed.
+    last_batch_proposals: usize,
     /// The commit index this leader's appends last carried to the
     /// followers (`tell_commit`).
     commit_told: u64,
@@ -442,6 +457,10 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             status,
             pending: Vec::new(),
             pending_bytes: 0,
+            now_us: 0,
+            linger_us: 0,
+            linger_since_us: None,
+            last_batch_proposals: 0,
             commit_told: 0,
             snapshot_running: false,
             snapshot_wanted: false,
@@ -709,6 +728,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     /// Runs steps 1–7 of the module doc, again while handling a Ready left
     /// more to do (bounded: the rest waits for the next call).
     pub fn advance(&mut self) -> Result<(), ConsensusError> {
+        self.start_lingering();
         self.flush_proposals();
         for _ in 0..READY_ROUNDS_MAX {
             self.tell_commit();
@@ -757,9 +777,73 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     /// load every write goes out at once, under a heavy one each round
     /// carries everything that queued during the last).
     fn holding(&self) -> bool {
+        if !(self.leader && self.batch_has_room()) {
+            return false;
+        }
+        self.in_flight() >= ENTRIES_IN_FLIGHT_MAX
+            || self
+                .linger_until_us()
+                .is_some_and(|until| self.now_us < until)
+    }
+
+    /// This leader's entries appended and not yet committed.
+    fn in_flight(&self) -> u64 {
         let log = &self.raw.raft.raft_log;
-        let in_flight = log.last_index().saturating_sub(log.committed);
-        self.leader && self.batch_has_room() && in_flight >= ENTRIES_IN_FLIGHT_MAX
+        log.last_index().saturating_sub(log.committed)
+    }
+
+    /// The driver's monotonic clock, µs; never goes back. A core whose
+    /// clock is never set (the simulator's) never lingers long: its
+    /// lingering ends at `linger_us` after 0.
+    pub fn set_clock_us(&mut self, now_us: u64) {
+        assert!(now_us >= self.now_us, "the clock went back");
+        self.now_us = now_us;
+    }
+
+    /// How long the leader may hold a batch once its entries in flight
+    /// have committed, waiting for more writes to join it (0: never).
+    /// Worth it when clients mostly read: the few writes of a round then
+    /// share one fdatasync and one replication round trip per node
+    /// instead of paying one each, and the clients waiting on them are
+    /// few. Writers that only write would lose throughput, which is why
+    /// the server sets it from what its clients send.
+    pub fn set_linger_us(&mut self, linger_us: u64) {
+        assert!(linger_us <= LINGER_US_MAX, "linger {linger_us} µs");
+        self.linger_us = linger_us;
+    }
+
+    /// When a lingering leader flushes its batch anyway: only while
+    /// lingering is allowed, more than one proposal went into the last
+    /// entry (a lone writer never waits) and the batch is small.
+    fn linger_until_us(&self) -> Option<u64> {
+        if self.linger_us == 0
+            || self.pending.is_empty()
+            || self.pending.len() >= LINGER_BATCH_ENOUGH
+            || self.last_batch_proposals < 2
+        {
+            return None;
+        }
+        Some(self.linger_since_us? + self.linger_us)
+    }
+
+    /// When the driver must advance again although no input came: a
+    /// lingering batch's time is up.
+    pub fn wake_at_us(&self) -> Option<u64> {
+        if !self.leader || self.in_flight() >= ENTRIES_IN_FLIGHT_MAX {
+            return None;
+        }
+        self.linger_until_us()
+    }
+
+    /// Lingering starts when proposals wait and nothing is in flight.
+    fn start_lingering(&mut self) {
+        if self.leader
+            && self.linger_since_us.is_none()
+            && !self.pending.is_empty()
+            && self.in_flight() < ENTRIES_IN_FLIGHT_MAX
+        {
+            self.linger_since_us = Some(self.now_us);
+        }
     }
 
     fn reask_unanswered_reads(&mut self) {
@@ -783,6 +867,8 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         }
         let proposals = std::mem::take(&mut self.pending);
         self.pending_bytes = 0;
+        self.linger_since_us = None;
+        self.last_batch_proposals = proposals.len();
         let bytes: usize = proposals.iter().map(|p| p.payload.len()).sum();
         let mut data = Vec::with_capacity(bytes + proposals.len() * PROPOSAL_OVERHEAD_BYTES);
         encode_entry(&proposals, &mut data);

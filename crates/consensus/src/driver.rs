@@ -270,6 +270,9 @@ pub struct RaftStatus {
     pub log_write_pauses: AtomicU64,
     /// The server is stopping: a paused log write gives up.
     pub stopping: AtomicBool,
+    /// How long the leader may linger over a batch (`Core::set_linger_us`),
+    /// set by the server (`RaftHandle::set_linger_us`).
+    pub linger_us: AtomicU64,
 }
 
 /// Why the driver did not take a proposal or a read barrier.
@@ -331,6 +334,13 @@ impl RaftHandle {
     /// `StateMachine::read_ready`.
     pub fn read_index(&self, context: Vec<u8>) -> Result<(), SubmitError> {
         Ok(self.inputs.try_send(Input::ReadIndex(context))?)
+    }
+
+    /// How long the leader may linger over a batch from now on (at most
+    /// `core::LINGER_US_MAX`; 0: never). See `Core::set_linger_us`.
+    pub fn set_linger_us(&self, linger_us: u64) {
+        assert!(linger_us <= crate::core::LINGER_US_MAX);
+        self.status.linger_us.store(linger_us, Ordering::Relaxed);
     }
 
     pub fn shutdown(&self) {
@@ -941,13 +951,25 @@ fn start_transport(
 impl<S: StateMachine> Driver<S> {
     fn run(&mut self, loopback: Sender<Input>) -> Result<(), ConsensusError> {
         let mut next_tick = Instant::now() + self.tick;
+        let started = Instant::now();
+        let clock_us = || started.elapsed().as_micros() as u64;
         loop {
+            self.core.set_clock_us(clock_us());
+            self.core
+                .set_linger_us(self.core.io().status.linger_us.load(Ordering::Relaxed));
             // Work left from the last turn (a replay applies a bounded
-            // amount per turn) must not wait for an input or the tick.
+            // amount per turn) must not wait for an input or the tick; a
+            // lingering batch wakes the driver when its time is up.
             let timeout = if self.core.has_ready() {
                 Duration::ZERO
             } else {
-                next_tick.saturating_duration_since(Instant::now())
+                let tick = next_tick.saturating_duration_since(Instant::now());
+                match self.core.wake_at_us() {
+                    Some(at_us) => {
+                        tick.min(Duration::from_micros(at_us.saturating_sub(clock_us())))
+                    }
+                    None => tick,
+                }
             };
             crossbeam_channel::select! {
                 recv(self.inputs) -> input => match input {
@@ -996,6 +1018,7 @@ impl<S: StateMachine> Driver<S> {
             if let Some(failed) = self.core.io().store.failure() {
                 return Err(failed);
             }
+            self.core.set_clock_us(clock_us());
             let before = self.timings.before_advance();
             self.core.advance()?;
             self.timings.after_advance(before);

@@ -128,7 +128,10 @@ impl Socket {
     /// full. For the transport's direct writes, after the handshake.
     pub(crate) fn send_now(&self, bytes: &[u8]) -> std::io::Result<usize> {
         use std::os::fd::AsRawFd;
-        assert!(self.deadline.is_none(), "a direct write during the handshake");
+        assert!(
+            self.deadline.is_none(),
+            "a direct write during the handshake"
+        );
         // SAFETY: the pointer and length come from one live slice, and the
         // descriptor belongs to `self.tcp` for the whole call.
         let sent = unsafe {

@@ -33,7 +33,7 @@ mod tests;
 
 #[cfg(feature = "testing")]
 pub use crate::core::{Core, CoreConfig, Durable, Io, Outbound, PlantedBug, SnapshotSource};
-pub use crate::core::{BATCH_BYTES_MAX, ELECTION_TICKS, LOG_KEPT_BEHIND_SNAPSHOT};
+pub use crate::core::{BATCH_BYTES_MAX, ELECTION_TICKS, LINGER_US_MAX, LOG_KEPT_BEHIND_SNAPSHOT};
 pub use driver::{
     prepare, recover, start, MachineError, RaftConfig, RaftHandle, RaftStatus, Recovery,
     SnapshotJob, SnapshotPosition, SnapshotWriter, StateMachine, SubmitError, PROPOSAL_QUEUE_MAX,

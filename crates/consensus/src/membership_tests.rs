@@ -377,6 +377,62 @@ fn the_leader_batches_behind_an_entry_in_flight_and_followers_learn_commits_with
 }
 
 #[test]
+fn a_lingering_leader_holds_a_small_batch_until_its_time_is_up_but_never_a_lone_write() {
+    let mut net = established();
+    net.settle();
+    let leader = net.leader().expect("a leader");
+    let entries = |net: &Net| net.nodes[&leader].machine().index;
+    let node = net.nodes.get_mut(&leader).expect("leader");
+    node.set_linger_us(1_000);
+    node.set_clock_us(10_000);
+    // The last entry carried one proposal: a lone writer goes at once.
+    node.propose(b"a".to_vec());
+    node.advance().expect("advance");
+    assert!(node.wake_at_us().is_none());
+    net.settle();
+    let after_a = entries(&net);
+    // Two proposals in one entry (b waits behind a's entry in flight).
+    let node = net.nodes.get_mut(&leader).expect("leader");
+    node.propose(b"b".to_vec());
+    node.advance().expect("advance");
+    node.propose(b"c".to_vec());
+    node.advance().expect("advance");
+    net.settle();
+    assert_eq!(entries(&net), after_a + 2, "b alone, c after it");
+    let node = net.nodes.get_mut(&leader).expect("leader");
+    node.propose(b"c2".to_vec());
+    node.propose(b"c3".to_vec());
+    node.advance().expect("advance");
+    net.settle();
+    let before = entries(&net);
+    // Now the leader lingers: d waits for e although nothing is in flight.
+    let node = net.nodes.get_mut(&leader).expect("leader");
+    node.set_clock_us(20_000);
+    node.propose(b"d".to_vec());
+    node.advance().expect("advance");
+    assert!(!node.has_ready(), "d is held");
+    assert_eq!(node.wake_at_us(), Some(21_000));
+    node.set_clock_us(20_500);
+    node.propose(b"e".to_vec());
+    node.advance().expect("advance");
+    assert!(!node.has_ready(), "d and e are held until 21,000 µs");
+    net.settle();
+    assert_eq!(entries(&net), before, "nothing went out while lingering");
+    let node = net.nodes.get_mut(&leader).expect("leader");
+    node.set_clock_us(21_000);
+    assert!(node.has_ready(), "the linger is over");
+    node.advance().expect("advance");
+    net.settle();
+    assert_eq!(entries(&net), before + 1, "d and e in one entry");
+    // Lingering off: the next small batch goes at once.
+    let node = net.nodes.get_mut(&leader).expect("leader");
+    node.set_linger_us(0);
+    node.propose(b"f".to_vec());
+    assert!(node.has_ready());
+    assert!(node.wake_at_us().is_none());
+}
+
+#[test]
 fn the_first_leader_gives_the_bootstrap_configuration_an_id() {
     let net = established();
     let ids: Vec<u64> = net

@@ -354,8 +354,7 @@ impl Queue {
     fn push(&self, mut item: Item) -> bool {
         let mut state = self.lock();
         let was_empty = state.items.is_empty();
-        if let (true, Item::Frame(frame), Some(parked)) =
-            (was_empty, &item, state.parked.as_mut())
+        if let (true, Item::Frame(frame), Some(parked)) = (was_empty, &item, state.parked.as_mut())
         {
             // The sender thread is idle: write from this thread, saving
             // its wake-up (one per message, the transport's main cost).
@@ -1712,7 +1711,8 @@ mod tests {
     fn a_frame_queued_while_the_sender_waits_is_written_directly_and_a_large_one_wakes_it() {
         let queue = Arc::new(Queue::new());
         let (writer, mut peer) = loopback_writer();
-        peer.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        peer.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
         let sender = {
             let queue = queue.clone();
             std::thread::spawn(move || {
@@ -1737,7 +1737,10 @@ mod tests {
         assert!(written.is_some());
         assert_eq!(batch.len(), 1, "the large frame went to the sender thread");
         assert!(matches!(&batch[0], Item::Frame(f) if f.len() == DIRECT_WRITE_BYTES_MAX + 1));
-        assert!(queue.lock().parked.is_none(), "the sender took its writer back");
+        assert!(
+            queue.lock().parked.is_none(),
+            "the sender took its writer back"
+        );
     }
 
     #[test]

@@ -197,6 +197,8 @@ fn mntr(shared: &Shared) -> String {
         ),
         ("keel_raft_proposals", load(&status.proposals)),
         ("keel_raft_batches", load(&status.batches)),
+        // How long the leader may hold a small batch now (linger.rs).
+        ("keel_write_linger_us", load(&status.linger_us)),
         ("keel_snapshots_taken", load(&status.snapshots_taken)),
         // Leader → follower heartbeat round trips (0 on a node that never
         // led): proof that a saturating write load does not starve them.

@@ -13,6 +13,7 @@ pub mod fifo;
 pub mod fourlw;
 pub mod join;
 pub mod kv;
+pub mod linger;
 pub mod metrics;
 pub mod node;
 mod port;
@@ -268,6 +269,7 @@ pub async fn run_with(
         tokio::join!(
             run_timers(node.shared.clone()),
             reaper::run(node.shared.clone()),
+            linger::run(node.shared.clone()),
             watch_read_only(node.shared.clone(), switch),
             kv::run_expiry(node.kv.clone()),
             resp_port

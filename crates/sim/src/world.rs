@@ -536,6 +536,11 @@ struct Client {
     recent_events: std::collections::VecDeque<(String, keel_jute::EventType, i64)>,
 }
 
+/// Leader lingers the simulated nodes run with (`Core::set_linger_us`),
+/// one per node by seed: never, shorter and longer than a simulated
+/// round trip.
+const SIM_LINGERS_US: [u64; 3] = [0, 500, 3_000];
+
 pub struct World {
     options: Options,
     rng: Rng,
@@ -973,6 +978,7 @@ impl World {
             members.partition(|id| !self.options.observers.contains(id))
         };
         let preferred_leader = self.options.preferred_leader;
+        let linger_us = |seed: u64| SIM_LINGERS_US[(seed >> 32) as usize % SIM_LINGERS_US.len()];
         let now_ms = self.now_us / 1000;
         let clock = self.clock_ms.clone();
         let seed = self.rng.next_u64();
@@ -1052,6 +1058,11 @@ impl World {
             std::sync::Arc::new(RaftStatus::default()),
         )
         .expect("a simulated node starts");
+        let mut core = core;
+        // The leader's linger (the server's `linger.rs` sets it from the
+        // load; here from the core's seed, not drawn from the run's
+        // generator, so the rest of a seed's run draws what it drew before).
+        core.set_linger_us(linger_us(seed));
         node.core = Some(core);
         node.kv = Some(kv);
         node.kv_barrier = 0;
@@ -1123,6 +1134,12 @@ impl World {
     }
 
     fn request_advance(&mut self, id: u64) {
+        self.request_advance_after(id, 0);
+    }
+
+    /// An advance in `wait_us` at the earliest (a lingering leader's
+    /// batch); one already scheduled comes first and asks again.
+    fn request_advance_after(&mut self, id: u64, wait_us: u64) {
         let now_us = self.now_us;
         let node = self.node(id);
         if node.advance_scheduled || node.core.is_none() {
@@ -1130,7 +1147,7 @@ impl World {
         }
         node.advance_scheduled = true;
         let epoch = node.epoch;
-        let after_us = node.busy_until_us.saturating_sub(now_us) + 50;
+        let after_us = (node.busy_until_us.saturating_sub(now_us) + 50).max(wait_us);
         self.schedule(after_us, Ev::Advance { node: id, epoch });
     }
 
@@ -1214,6 +1231,7 @@ impl World {
         }
         node.advance_scheduled = false;
         let core = node.core.as_mut().expect("a live epoch has a core");
+        core.set_clock_us(now_us);
         let result = core.advance();
         let busy_ms = std::mem::take(&mut core.io_mut().busy_ms);
         let sent = std::mem::take(&mut core.io_mut().sent);
@@ -1223,6 +1241,7 @@ impl World {
         let ephemerals = recorder.ephemerals.take();
         let reaper = recorder.reaper.take();
         let more = core.has_ready();
+        let wake_at_us = core.wake_at_us();
         let job = core.take_snapshot_job();
         let term = core.term();
         node.busy_until_us = now_us + busy_ms * 1000;
@@ -1249,6 +1268,8 @@ impl World {
         self.kv_poll(id);
         if more {
             self.request_advance(id);
+        } else if let Some(at_us) = wake_at_us {
+            self.request_advance_after(id, at_us.saturating_sub(now_us));
         }
         if let Some(job) = job {
             let delay_us = self.rng.between(1_000, 20_000);
