@@ -211,12 +211,19 @@ impl PeerStream {
         self.socket_mut().closed_by_peer()
     }
 
-    /// The socket of a plain (not TLS) stream: bytes written to it reach
-    /// the peer as they are.
-    pub(crate) fn plain(&self) -> Option<&Socket> {
+    /// Writes what can go now without waiting (`Socket::send_now`): how
+    /// many bytes of `frame` the stream took, and whether some of them
+    /// still wait in the TLS layer's buffer (a `flush` sends them; plain
+    /// TCP never has any). Errors are left for the next blocking write to
+    /// meet. Only on a stream whose earlier writes were flushed.
+    pub(crate) fn write_now(&mut self, frame: &[u8]) -> WrittenNow {
         match self {
-            PeerStream::Plain(socket) => Some(socket),
-            PeerStream::TlsClient(_) | PeerStream::TlsServer(_) => None,
+            PeerStream::Plain(socket) => WrittenNow {
+                accepted: socket.send_now(frame).unwrap_or(0),
+                pending: false,
+            },
+            PeerStream::TlsClient(stream) => tls_write_now(&mut stream.conn, &stream.sock, frame),
+            PeerStream::TlsServer(stream) => tls_write_now(&mut stream.conn, &stream.sock, frame),
         }
     }
 
@@ -226,6 +233,57 @@ impl PeerStream {
             PeerStream::TlsClient(stream) => &mut stream.sock,
             PeerStream::TlsServer(stream) => &mut stream.sock,
         }
+    }
+}
+
+/// What `PeerStream::write_now` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WrittenNow {
+    pub accepted: usize,
+    pub pending: bool,
+}
+
+/// Encrypts `frame` into the connection's buffer and sends what the
+/// socket takes now.
+fn tls_write_now<D>(
+    conn: &mut rustls::ConnectionCommon<D>,
+    socket: &Socket,
+    frame: &[u8],
+) -> WrittenNow {
+    if conn.wants_write() {
+        // Earlier records wait: the sender thread flushes them first.
+        return WrittenNow {
+            accepted: 0,
+            pending: true,
+        };
+    }
+    let accepted = conn.writer().write(frame).unwrap_or(0);
+    let mut now = DontWait(socket);
+    while conn.wants_write() {
+        match conn.write_tls(&mut now) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    WrittenNow {
+        accepted,
+        pending: conn.wants_write(),
+    }
+}
+
+/// A socket's writes that never wait: a full send buffer is WouldBlock.
+struct DontWait<'a>(&'a Socket);
+
+impl Write for DontWait<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self.0.send_now(buf)? {
+            0 if !buf.is_empty() => Err(std::io::ErrorKind::WouldBlock.into()),
+            sent => Ok(sent),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

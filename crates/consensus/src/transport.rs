@@ -31,9 +31,10 @@
 //! timeout polling): a write load used to cost them `sched_yield` loops in
 //! crossbeam's receive backoff. While a sender thread waits, it lends its
 //! connection to the queue: a frame queued then (up to
-//! `DIRECT_WRITE_BYTES_MAX`, plain TCP) is written at once by the thread
-//! that queues it, without waiting (`MSG_DONTWAIT`), instead of waking the
-//! sender thread; what the socket does not take, the sender writes.
+//! `DIRECT_WRITE_BYTES_MAX`) is written at once by the thread that queues
+//! it, without waiting (`MSG_DONTWAIT`; over TLS, encrypted into the
+//! connection's buffer first), instead of waking the sender thread; what
+//! the socket does not take, the sender writes.
 //!
 //! Members come and go at runtime (`set_peers`, from the applied
 //! membership): a new member gets its two sender threads, a member gone
@@ -96,9 +97,8 @@ const SNAPSHOT_REPORTS_MAX: usize = 64;
 const IDLE_CHECK_MS: u64 = 50;
 
 /// Frames up to this size are written by the thread that queues them when
-/// the lane's sender thread is idle and the socket takes them at once
-/// (plain TCP); larger ones, and any that would wait, go through the
-/// sender thread.
+/// the lane's sender thread is idle and the socket takes them at once;
+/// larger ones, and any that would wait, go through the sender thread.
 const DIRECT_WRITE_BYTES_MAX: usize = 64 * 1024;
 
 /// A peer whose handshake failed is connected to again after this long.
@@ -283,8 +283,8 @@ struct QueueState {
     /// Items other than snapshots (bounded by PEER_QUEUE_FRAMES_MAX).
     frames: usize,
     closed: bool,
-    /// The lane's connection while its sender thread waits for items
-    /// (plain TCP only): `push` writes a small frame to it directly.
+    /// The lane's connection while its sender thread waits for items:
+    /// `push` writes a small frame to it directly.
     parked: Option<Parked>,
 }
 
@@ -318,21 +318,21 @@ impl Parked {
         {
             return Direct::NotTried;
         }
-        let Some(socket) = self.writer.get_ref().plain() else {
-            return Direct::NotTried;
-        };
         // An error is left for the sender thread's write to meet and
         // handle (reconnect); the frame goes with the queue.
-        match socket.send_now(frame) {
-            Ok(0) | Err(_) => Direct::NotTried,
-            Ok(sent) => {
-                self.written = Instant::now();
-                if sent == frame.len() {
-                    Direct::Done
-                } else {
-                    Direct::Partial(sent)
-                }
-            }
+        let now = self.writer.get_mut().write_now(frame);
+        assert!(now.accepted <= frame.len());
+        if now.accepted == 0 && !now.pending {
+            return Direct::NotTried;
+        }
+        self.written = Instant::now();
+        if now.accepted == frame.len() && !now.pending {
+            Direct::Done
+        } else {
+            // The rest of the frame, or (all taken, TLS records left in
+            // the connection's buffer) nothing: the sender thread's flush
+            // sends what waits.
+            Direct::Partial(now.accepted)
         }
     }
 }

@@ -145,6 +145,26 @@ fn replay() {
     assert!(report.ok(), "seed {seed} fails");
 }
 
+/// Seeds that once found a bug, outside the default batch's range.
+const FOUND_BUGS: [(u64, &str); 2] = [
+    (
+        118_449,
+        "linearize model: a plain create moves the sequential counter",
+    ),
+    (
+        218_482,
+        "a leader elected with the step that removes it applies it while leading (raft-rs panicked)",
+    ),
+];
+
+#[test]
+fn seeds_that_once_found_a_bug_pass() {
+    for (seed, bug) in FOUND_BUGS {
+        let report = World::new(Options::for_seed(seed)).run();
+        assert!(report.ok(), "seed {seed} ({bug}): {:?}", report.failures);
+    }
+}
+
 #[test]
 fn the_same_seed_gives_the_same_run_byte_for_byte() {
     for seed in [3, 17, 4242] {

@@ -542,6 +542,42 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         Step::Waiting
     }
 
+    /// A leader whose vote a configuration change took away steps down at
+    /// once. raft-rs keeps such a leader leading (an untested branch) and
+    /// panics at its next persisted append, its own progress being gone.
+    /// The leader that proposes such a step hands leadership over first
+    /// (`transfer_for_change`), but a member elected afterwards with the
+    /// step in its log applies it while leading (simulator seed 218482):
+    /// it asks the most caught-up remaining voter to campaign now
+    /// (MsgTimeoutNow, sent with the next Ready) and becomes a follower.
+    fn step_down_removed(&mut self, conf_state: &ConfState) {
+        let me = self.config.node_id;
+        let target = self
+            .raw
+            .raft
+            .prs()
+            .iter()
+            .filter(|(id, _)| **id != me && conf_state.voters.contains(id))
+            .map(|(id, progress)| (progress.matched, *id))
+            .max()
+            .map(|(_, id)| id);
+        tracing::warn!(?target, "this leader is no longer a voter: stepping down");
+        let term = self.raw.raft.term;
+        // Not raft-rs's transfer_leader: a message it queued would be in
+        // the Ready of a node no longer leading, which raft-rs refuses.
+        self.raw.raft.become_follower(term, raft::INVALID_ID);
+        assert!(self.raw.raft.state != raft::StateRole::Leader);
+        self.role(false, raft::INVALID_ID);
+        if let Some(target) = target {
+            let mut campaign = Message::default();
+            campaign.set_msg_type(MessageType::MsgTimeoutNow);
+            campaign.from = me;
+            campaign.to = target;
+            campaign.term = term;
+            self.io.send(Outbound::Raft(campaign));
+        }
+    }
+
     fn propose_step(
         &mut self,
         changes: Vec<ConfChangeSingle>,
@@ -601,6 +637,13 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         };
         let conf = Conf::of(&conf_state);
         tracing::info!(index, ?conf_state, "configuration changed");
+        let me = self.config.node_id;
+        if self.leader
+            && !conf_state.voters.contains(&me)
+            && !conf_state.voters_outgoing.contains(&me)
+        {
+            self.step_down_removed(&conf_state);
+        }
         if let Some(step) = step {
             if self.reconfig.membership.pending.as_ref() != Some(&step) {
                 self.reconfig.promote_wait_since = None;
