@@ -268,6 +268,11 @@ const FAMILIES: &[Family] = &[
         "Entries committed and not yet applied here",
     ),
     family(
+        "keel_write_linger_seconds",
+        G,
+        "How long the Raft leader may hold a small write batch now",
+    ),
+    family(
         "keel_raft_fsyncs_total",
         C,
         "Raft log writes with fdatasync",
@@ -806,6 +811,10 @@ impl Sources {
         out.gauge(
             "keel_snapshot_last_duration_seconds",
             load(&status.snapshot_last_ms) as f64 / 1000.0,
+        );
+        out.gauge(
+            "keel_write_linger_seconds",
+            load(&status.linger_us) as f64 / 1_000_000.0,
         );
         for (name, counter) in [
             ("commit_count", &status.commits),
