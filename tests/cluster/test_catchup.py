@@ -18,7 +18,7 @@ from kazoo.client import KazooClient
 
 from conftest import report_summary
 
-from harness import mntr, run_bench
+from harness import mntr, raft_applied_index, run_bench
 
 LOG_WRITES = int(os.environ.get("KEEL_CATCHUP_WRITES", "100000"))
 SNAPSHOT_DATA_NODES = int(os.environ.get("KEEL_CATCHUP_SNAPSHOT_NODES", "20000"))
@@ -29,15 +29,6 @@ LOG_KEPT_BEHIND_SNAPSHOT = 1000  # crates/consensus (core.rs / driver.rs)
 # log, past the default byte trigger (snapshot_every_log_bytes = 64 MiB).
 NO_SNAPSHOT_LOG_BYTES = 1 << 40
 SNAPSHOT_FILE = re.compile(r"^snapshot-(\d+)-(\d+)\.snap$")
-
-
-def since_last_start(node):
-    """The node's log since its last start."""
-    return node.log_text().rsplit("===== start #", 1)[-1]
-
-
-def applied_index(node):
-    return int(mntr(node.port).get("keel_raft_applied_index", "0"))
 
 
 def snapshot_indexes(node):
@@ -65,7 +56,7 @@ def test_a_restarted_follower_catches_up_from_the_log(keel_cluster):
     leader = cluster.leader()
     follower = next(n for n in cluster.nodes if n is not leader)
     majority = [n for n in cluster.nodes if n is not follower]
-    follower_index = applied_index(follower)
+    follower_index = raft_applied_index(follower.port)
     follower.stop()
 
     written, runs, tps = 0, 0, 0.0
@@ -77,11 +68,11 @@ def test_a_restarted_follower_catches_up_from_the_log(keel_cluster):
         tps = float(bench["TPS"])
         written += 2 * created  # its creates, and the cleanup's deletes
         duration = max(2, int((LOG_WRITES - written) / 2 / max(tps, 1.0)) + 1)
-    behind = applied_index(leader) - follower_index
+    behind = raft_applied_index(leader.port) - follower_index
     assert not any(snapshot_indexes(leader)), "the leader took a snapshot: the log test would not test the log"
 
     took, serving, zxid = restart_and_time_catch_up(cluster, follower, leader)
-    log = since_last_start(follower)
+    log = follower.log_since_start()
     assert "installed snapshot from the leader" not in log, "the follower got a snapshot, not the log"
     line = ("catch-up from the log: %d writes (%d bench runs, %.0f TPS) = %d entries while a follower was "
             "down; after restart it served in %.2fs and matched the leader (zxid %s) after %.2fs"
@@ -119,7 +110,7 @@ def test_a_follower_behind_the_compacted_log_gets_the_snapshot_in_chunks(keel_cl
     write_data("127.0.0.1:%d" % leader.port, SNAPSHOT_DATA_NODES, VALUE_BYTES)
     data_s = time.time() - t0
     cluster.wait_converged(timeout=60)
-    follower_index = applied_index(follower)
+    follower_index = raft_applied_index(follower.port)
     follower.stop()
 
     # Many small entries (few clients: small group-commit batches) until the
@@ -134,7 +125,7 @@ def test_a_follower_behind_the_compacted_log_gets_the_snapshot_in_chunks(keel_cl
     deadline = time.time() + 90
     while not compacted_past_follower():
         assert time.time() < deadline, "the leader's log was not compacted past index %d: snapshots %r, applied %d" % (
-            follower_index, snapshot_indexes(leader), applied_index(leader))
+            follower_index, snapshot_indexes(leader), raft_applied_index(leader.port))
         run_bench(cluster.connect_string(majority), "create", 4, 3)
         runs += 1
     # The newest snapshot must be written out before the follower asks.
@@ -146,13 +137,13 @@ def test_a_follower_behind_the_compacted_log_gets_the_snapshot_in_chunks(keel_cl
          if SNAPSHOT_FILE.match(f)), key=lambda p: int(SNAPSHOT_FILE.match(os.path.basename(p)).group(1))))
 
     took, serving, zxid = restart_and_time_catch_up(cluster, follower, leader)
-    log = since_last_start(follower)
+    log = follower.log_since_start()
     assert "installed snapshot from the leader" in log, "the follower did not install the leader's snapshot"
     received = re.findall(r"snapshot received.*?\bbytes=(\d+).*?\bchunks=(\d+).*?\bms=(\d+)", log)
     assert received, "no 'snapshot received' line in the follower's log"
     bytes_, chunks, ms = map(int, received[-1])
     assert chunks > 1 and bytes_ >= SNAPSHOT_DATA_NODES * VALUE_BYTES * 0.9, (bytes_, chunks)
-    sent = re.findall(r"snapshot sent.*?\bchunks=(\d+)", since_last_start(leader))
+    sent = re.findall(r"snapshot sent.*?\bchunks=(\d+)", leader.log_since_start())
     assert sent, "no 'snapshot sent' line in the leader's log"
     line = ("catch-up by snapshot: %d x %d B nodes (%.1fs to write), snapshot_every_entries=%d, %d entries behind "
             "(%d bench runs); leader's snapshot file %.1f MB; follower received %d bytes in %d chunks (%d ms), "

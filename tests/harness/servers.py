@@ -291,6 +291,10 @@ class BaseServer:
         except OSError:
             return ""
 
+    def log_since_start(self):
+        """The log since the last start (after its `===== start #` line)."""
+        return self.log_text().rsplit("===== start #", 1)[-1]
+
     def log_tail(self, n=200):
         lines = self.log_text().splitlines()
         return "----- %s log (%s), last %d lines -----\n%s\n----- end of log -----" % (
@@ -445,6 +449,11 @@ def mntr(port, timeout=10.0):
     except OSError:
         return {}
     return dict(line.split("\t", 1) for line in text.strip().splitlines() if "\t" in line)
+
+
+def raft_applied_index(port):
+    """A Keel node's Raft applied index (mntr), 0 if it does not answer."""
+    return int(mntr(port).get("keel_raft_applied_index", "0"))
 
 
 def server_state(port, timeout=2.0):

@@ -13,7 +13,7 @@ import threading
 import time
 
 from conftest import report_summary
-from harness.servers import mntr
+from harness.servers import raft_applied_index
 from harness.redis import Closed, RespConnection, wait_kv
 
 KILLS = int(os.environ.get("KEEL_KV_CRASH_KILLS", "3"))
@@ -216,10 +216,6 @@ def test_reads_are_linearizable_across_nodes_and_readonly_reads_are_local(kv_fac
             c.close()
 
 
-def raft_applied_index(node):
-    return int(mntr(node.port).get("keel_raft_applied_index", "0"))
-
-
 def test_a_lagging_follower_gets_the_keyspace_by_snapshot(kv_factory):
     target = kv_factory("cluster3", snapshot_every_entries=300)
     cluster = target.server
@@ -239,17 +235,13 @@ def test_a_lagging_follower_gets_the_keyspace_by_snapshot(kv_factory):
     # KV writes do not move the ZooKeeper zxid (cluster.wait_replicated
     # would return at once): wait on the Raft applied index instead.
     # The install is logged just after the index moves: poll both.
-    target_index = raft_applied_index(leader)
-
-    def since_start():
-        return follower.log_text().rsplit("===== start #", 1)[-1]
-
+    target_index = raft_applied_index(leader.port)
     deadline = time.time() + 60
-    while time.time() < deadline and (raft_applied_index(follower) < target_index
-                                      or "installed snapshot from the leader" not in since_start()):
+    while time.time() < deadline and (raft_applied_index(follower.port) < target_index
+                                      or "installed snapshot from the leader" not in follower.log_since_start()):
         time.sleep(0.05)
-    assert raft_applied_index(follower) >= target_index, follower.log_tail(40)
-    assert "installed snapshot from the leader" in since_start(), \
+    assert raft_applied_index(follower.port) >= target_index, follower.log_tail(40)
+    assert "installed snapshot from the leader" in follower.log_since_start(), \
         "the follower caught up from the log: the test did not exercise a snapshot install"
     with RespConnection(port) as c:
         assert c.call("READONLY")[1] == "OK"

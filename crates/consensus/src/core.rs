@@ -792,9 +792,8 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         log.last_index().saturating_sub(log.committed)
     }
 
-    /// The driver's monotonic clock, µs; never goes back. A core whose
-    /// clock is never set (the simulator's) never lingers long: its
-    /// lingering ends at `linger_us` after 0.
+    /// The monotonic clock lingering is measured on, µs (the driver's
+    /// `Instant`, the simulator's logical time); never goes back.
     pub fn set_clock_us(&mut self, now_us: u64) {
         assert!(now_us >= self.now_us, "the clock went back");
         self.now_us = now_us;

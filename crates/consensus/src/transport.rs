@@ -299,8 +299,9 @@ struct Parked {
 enum Direct {
     /// The whole frame is in the socket.
     Done,
-    /// Not written (no parked writer, too big, idle, or the socket's
-    /// buffer is full): the frame goes through the sender thread.
+    /// Not written (too big, idle, the socket's buffer full, or earlier
+    /// TLS records still waiting): the frame goes through the sender
+    /// thread.
     NotTried,
     /// This many bytes are in the socket; the rest must follow before
     /// anything else.
@@ -322,7 +323,7 @@ impl Parked {
         // handle (reconnect); the frame goes with the queue.
         let now = self.writer.get_mut().write_now(frame);
         assert!(now.accepted <= frame.len());
-        if now.accepted == 0 && !now.pending {
+        if now.accepted == 0 {
             return Direct::NotTried;
         }
         self.written = Instant::now();

@@ -1049,7 +1049,7 @@ impl World {
             peers: Default::default(),
         };
         let (machine, kv) = new_machine(id, tree, keyspace, TICK_MS, clock);
-        let core = Core::new(
+        let mut core = Core::new(
             config,
             memory,
             SimSnapshots(disk),
@@ -1058,7 +1058,6 @@ impl World {
             std::sync::Arc::new(RaftStatus::default()),
         )
         .expect("a simulated node starts");
-        let mut core = core;
         // The leader's linger (the server's `linger.rs` sets it from the
         // load; here from the core's seed, not drawn from the run's
         // generator, so the rest of a seed's run draws what it drew before).
