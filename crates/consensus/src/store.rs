@@ -19,7 +19,11 @@ use std::sync::{Arc, OnceLock};
 use raft::eraftpb::{ConfState, Entry, HardState};
 use raft_engine::{Config, Engine, LogBatch, MessageExt, ReadableSize, RecoveryMode};
 
+use crate::zerofill::ZeroFill;
 use crate::ConsensusError;
+
+/// raft-engine over `ZeroFill` (see zerofill.rs).
+type LogEngine = Engine<ZeroFill>;
 
 /// Keel runs one Raft group per process.
 const GROUP_ID: u64 = 1;
@@ -47,7 +51,7 @@ pub struct Recovered {
 }
 
 pub struct LogStore {
-    engine: Arc<Engine>,
+    engine: Arc<LogEngine>,
     dir: PathBuf,
     /// Set once by the first write or fdatasync that failed (this thread's
     /// or the purge thread's): the log is no longer trusted.
@@ -87,7 +91,7 @@ impl LogStore {
             purge_threshold: ReadableSize(4 * LOG_FILE_BYTES),
             ..Default::default()
         };
-        let engine = Engine::open(config)?;
+        let engine = Engine::open_with_file_system(config, Arc::new(ZeroFill))?;
         let engine = Arc::new(engine);
         let fault = Arc::new(OnceLock::new());
         let (purge, purger) = start_purger(engine.clone(), dir.to_path_buf(), fault.clone())?;
@@ -227,7 +231,7 @@ impl LogStore {
 type Purger = (crossbeam_channel::Sender<()>, std::thread::JoinHandle<()>);
 
 fn start_purger(
-    engine: Arc<Engine>,
+    engine: Arc<LogEngine>,
     dir: PathBuf,
     fault: Arc<OnceLock<String>>,
 ) -> Result<Purger, ConsensusError> {

@@ -21,8 +21,12 @@ pub const READ_BARRIER_TIMEOUT_MS: u64 = 5_000;
 /// Bytes of a KV barrier's context.
 pub const CONTEXT_BYTES: usize = 8;
 /// Barriers asked and not answered at once (each costs the leader a
-/// heartbeat round to a quorum).
-pub const BARRIERS_IN_FLIGHT_MAX: usize = 4;
+/// heartbeat round to a quorum, and every node several thread wake-ups).
+/// One: reads arriving while it is out wait for the next, which then
+/// serves them all. Measured on 3 nodes (redis-benchmark GET, 50 clients,
+/// no pipelining): 62-64k req/s at 23 µs of server CPU per read, against
+/// 52-53k at 28.5 µs with 4; pipelined GETs the same either way.
+pub const BARRIERS_IN_FLIGHT_MAX: usize = 1;
 
 #[derive(Debug)]
 struct State {
