@@ -720,3 +720,42 @@ fn children_created_in_any_order_stay_sorted() {
     assert_eq!(children, expected.into_iter().collect::<Vec<_>>());
     crate::fuzzing::check_invariants(&h.tree);
 }
+
+/// Unpadded numbered names (what `keel bench` creates: `n1009` then
+/// `n1010`, which sorts after the older `n101`) land a little past the
+/// hint, in sorted order, with numbers crossing 10, 100 and 1,000, and
+/// with a second writer's names interleaved under the same parent.
+#[test]
+fn unpadded_numbered_children_land_in_order_past_the_hint() {
+    let mut h = Harness::new();
+    h.create("/u", 0).unwrap();
+    let mut expected = std::collections::BTreeSet::new();
+    for i in 0..2_500 {
+        h.create(&format!("/u/n{i}"), 0).unwrap();
+        expected.insert(format!("n{i}"));
+        if i % 7 == 0 {
+            h.create(&format!("/u/m{i}"), 0).unwrap();
+            expected.insert(format!("m{i}"));
+        }
+    }
+    let children = h.tree.node("/u").unwrap().children;
+    assert_eq!(children, expected.into_iter().collect::<Vec<_>>());
+    crate::fuzzing::check_invariants(&h.tree);
+}
+
+/// `gallop` finds the first child not before the name, from any start
+/// at or before it, whatever the distance.
+#[test]
+fn gallop_finds_the_first_child_not_before_the_name() {
+    let children: Vec<u32> = (0..100).map(|i| i * 2).collect();
+    for from in 0..=children.len() {
+        for sought in 0..=200u32 {
+            let expected = children.partition_point(|c| *c < sought);
+            if expected < from {
+                continue; // the hint is only used when children[from - 1] < sought
+            }
+            let got = crate::tree::gallop(&children, from, |c| c < sought);
+            assert_eq!(got, expected, "from {from}, sought {sought}");
+        }
+    }
+}
