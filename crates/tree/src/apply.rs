@@ -346,7 +346,7 @@ impl DataTree {
         if self.system_node(parent_path).is_some() {
             return Err(ErrorCode::BadArguments);
         }
-        let parent = self.resolve(parent_path).ok_or(ErrorCode::NoNode)?;
+        let parent = self.resolve_parent(parent_path).ok_or(ErrorCode::NoNode)?;
         acl::check(self.acl_of(parent), perms::CREATE, ctx.auth)?;
         let parent_stat = self.slot(parent).stat;
         let mut node_path = args.path.to_string();
@@ -462,7 +462,7 @@ impl DataTree {
         if self.system_node(parent_path).is_some() {
             return Err(ErrorCode::BadArguments);
         }
-        let parent = self.resolve(parent_path).ok_or(ErrorCode::NoNode)?;
+        let parent = self.resolve_parent(parent_path).ok_or(ErrorCode::NoNode)?;
         acl::check(self.acl_of(parent), perms::CREATE, ctx.auth)?;
         if matches!(
             owner_kind(self.slot(parent).stat.ephemeral_owner),

@@ -759,3 +759,91 @@ fn gallop_finds_the_first_child_not_before_the_name() {
         }
     }
 }
+
+fn delete(h: &mut Harness, path: &str) -> Result<(), ErrorCode> {
+    h.request(Request::Delete(DeleteRequest {
+        path: path.into(),
+        version: -1,
+    }))
+    .result
+    .map(|_| ())
+}
+
+/// The parent cache never outlives the node it names: after the parent
+/// is deleted (and its slot reused by another node) a create under its
+/// path is NoNode, and under a parent made again at that path it lands
+/// there; a multi that deleted the parent and rolled back leaves it
+/// usable.
+#[test]
+fn a_cached_parent_is_forgotten_when_nodes_are_unlinked() {
+    let mut h = Harness::new();
+    h.create("/a", 0).unwrap();
+    h.create("/a/p", 0).unwrap();
+    h.create("/a/p/x", 0).unwrap(); // /a/p now cached
+    let old = h.tree.resolve("/a/p").unwrap();
+    delete(&mut h, "/a/p/x").unwrap();
+    delete(&mut h, "/a/p").unwrap();
+    h.create("/b", 0).unwrap();
+    h.create("/c", 0).unwrap();
+    let reused = [h.tree.resolve("/b"), h.tree.resolve("/c")];
+    assert!(
+        reused.contains(&Some(old)),
+        "the deleted parent's slot was reused"
+    );
+    assert_eq!(h.create("/a/p/y", 0), Err(ErrorCode::NoNode));
+    assert!(h.tree.node("/b").unwrap().children.is_empty());
+    assert!(h.tree.node("/c").unwrap().children.is_empty());
+    h.create("/a/p", 0).unwrap();
+    h.create("/a/p/z", 0).unwrap();
+    assert_eq!(h.tree.node("/a/p").unwrap().children, vec!["z".to_string()]);
+    // A multi that deletes /a/p/z and /a/p, then fails: both come back.
+    let failed = Request::Multi(vec![
+        MultiOp::Delete(DeleteRequest {
+            path: "/a/p/z".into(),
+            version: -1,
+        }),
+        MultiOp::Delete(DeleteRequest {
+            path: "/a/p".into(),
+            version: -1,
+        }),
+        MultiOp::Check(CheckVersionRequest {
+            path: "/a".into(),
+            version: 12345,
+        }),
+    ]);
+    let Ok(Response::Multi(results)) = h.request(failed).result else {
+        panic!("a multi answers per op")
+    };
+    assert!(matches!(results[2], MultiResult::Error(_)), "{results:?}");
+    assert!(h.tree.resolve("/a/p/z").is_some(), "the multi rolled back");
+    h.create("/a/p/w", 0).unwrap();
+    assert_eq!(
+        h.tree.node("/a/p").unwrap().children,
+        vec!["w".to_string(), "z".to_string()]
+    );
+    crate::fuzzing::check_invariants(&h.tree);
+}
+
+/// Many parents, more than the cache has slots, each used again and
+/// again: every create lands under its own parent.
+#[test]
+fn creates_under_more_parents_than_the_cache_holds_land_right() {
+    let mut h = Harness::new();
+    h.create("/w", 0).unwrap();
+    let parents = crate::tree::PARENT_CACHE_SLOTS + 300;
+    for p in 0..parents {
+        h.create(&format!("/w/c{p}"), 0).unwrap();
+    }
+    for round in 0..3 {
+        for p in (0..parents).step_by(7) {
+            h.create(&format!("/w/c{p}/n{round}"), 0).unwrap();
+        }
+    }
+    for p in (0..parents).step_by(7) {
+        assert_eq!(
+            h.tree.node(&format!("/w/c{p}")).unwrap().children,
+            vec!["n0", "n1", "n2"]
+        );
+    }
+    crate::fuzzing::check_invariants(&h.tree);
+}

@@ -115,6 +115,55 @@ pub struct DataTree {
     pub(crate) snapshot: Option<SnapshotState>,
     /// Where each recently grown parent's last child was inserted.
     pub(crate) insert_hints: InsertHints,
+    /// Recently resolved parent paths of creates.
+    pub(crate) parents: ParentCache,
+}
+
+/// Parent paths remembered for creates (direct-mapped by the path's hash).
+pub const PARENT_CACHE_SLOTS: usize = 1024;
+
+/// The node ids of recently resolved parent paths. A create resolves its
+/// parent component by component, one index probe per level, and with
+/// many writers the upper levels (a directory per client, a bucket per
+/// lane) are each used once in hundreds of creates: cold in the cache,
+/// three misses a level (the probe's control bytes, its bucket, the
+/// node). Here the parent costs one hash of its path and one comparison.
+///
+/// An entry holds as long as no node was unlinked since it was made (a
+/// path names the same node until that node is unlinked, and only an
+/// unlinked node's id can be reused): `unlinked` counts unlinks, and an
+/// entry made under an older count is ignored. Only a cache: `resolve`
+/// finds the same node with or without it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ParentCache {
+    /// (path, node, `unlinked` when made); empty until first used.
+    slots: Vec<Option<(Box<str>, NodeId, u64)>>,
+    unlinked: u64,
+    hasher: hashbrown::DefaultHashBuilder,
+}
+
+impl ParentCache {
+    fn slot_of(&self, path: &str) -> usize {
+        std::hash::BuildHasher::hash_one(&self.hasher, path) as usize % PARENT_CACHE_SLOTS
+    }
+
+    fn get(&self, path: &str) -> Option<NodeId> {
+        let (cached, id, made) = self.slots.get(self.slot_of(path))?.as_ref()?;
+        (*made == self.unlinked && &**cached == path).then_some(*id)
+    }
+
+    fn put(&mut self, path: &str, id: NodeId) {
+        if self.slots.is_empty() {
+            self.slots.resize(PARENT_CACHE_SLOTS, None);
+        }
+        let slot = self.slot_of(path);
+        self.slots[slot] = Some((path.into(), id, self.unlinked));
+    }
+
+    /// A node was unlinked: every entry may name a node that is gone.
+    fn forget_all(&mut self) {
+        self.unlinked += 1;
+    }
 }
 
 /// Parents whose last insert position is remembered (direct-mapped).
@@ -197,6 +246,7 @@ impl DataTree {
             journal: None,
             snapshot: None,
             insert_hints: InsertHints::default(),
+            parents: ParentCache::default(),
         }
     }
 
@@ -448,6 +498,21 @@ impl DataTree {
         Some(id)
     }
 
+    /// `resolve` for a create's parent, through the parent cache.
+    pub(crate) fn resolve_parent(&mut self, path: &str) -> Option<NodeId> {
+        if let Some(id) = self.parents.get(path) {
+            debug_assert_eq!(
+                self.resolve(path),
+                Some(id),
+                "stale parent cache entry for {path}"
+            );
+            return Some(id);
+        }
+        let id = self.resolve(path)?;
+        self.parents.put(path, id);
+        Some(id)
+    }
+
     pub(crate) fn slot(&self, id: NodeId) -> &Slot {
         self.arena.get(id)
     }
@@ -617,6 +682,7 @@ impl DataTree {
         );
         self.before_change(id);
         self.account(id, false);
+        self.parents.forget_all();
         self.index.remove(&self.arena, id);
         let parent = self.arena.get(id).parent;
         let position = self
