@@ -847,3 +847,23 @@ fn creates_under_more_parents_than_the_cache_holds_land_right() {
     }
     crate::fuzzing::check_invariants(&h.tree);
 }
+
+/// Two writers under one parent, each numbering its own names: every
+/// insert of the second lands at the end although the hint points into
+/// the first's names, and all stay sorted.
+#[test]
+fn two_interleaved_writers_under_one_parent_stay_sorted() {
+    let mut h = Harness::new();
+    h.create("/i", 0).unwrap();
+    let mut expected = std::collections::BTreeSet::new();
+    for i in 0..500 {
+        for writer in ["a", "b"] {
+            let name = format!("{writer}{i:04}");
+            h.create(&format!("/i/{name}"), 0).unwrap();
+            expected.insert(name);
+        }
+    }
+    let children = h.tree.node("/i").unwrap().children;
+    assert_eq!(children, expected.into_iter().collect::<Vec<_>>());
+    crate::fuzzing::check_invariants(&h.tree);
+}

@@ -556,9 +556,10 @@ impl DataTree {
             .sum()
     }
 
-    /// Where a new child `name` goes among `parent`'s sorted children: at
-    /// or a little past the hinted spot (just after the last insert) when
-    /// `name` sorts after the child before it, else `child_position`.
+    /// Where a new child `name` goes among `parent`'s sorted children: when
+    /// `name` sorts after the child before the hinted spot (just after the
+    /// last insert), at the end if it sorts past the last child, else at or
+    /// a little past the hint; otherwise `child_position`.
     ///
     /// Past the hint the search gallops (1, 2, 4, ... children ahead, then
     /// bisects the last step): names numbered without padding (`n1009`
@@ -572,6 +573,12 @@ impl DataTree {
             let after_previous =
                 at == 0 || (at <= children.len() && name_of(children[at - 1]) < name);
             if after_previous {
+                // Past the last child (appends, most creates, also those of
+                // a second writer whose names sort after the first's) at
+                // once; the last child is usually in the cache.
+                if children.last().is_none_or(|last| name_of(*last) < name) {
+                    return children.len();
+                }
                 let position = gallop(children, at, |child| name_of(child) < name);
                 assert!(
                     position == children.len() || name_of(children[position]) != name,
