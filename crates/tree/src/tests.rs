@@ -69,6 +69,23 @@ impl Harness {
         })
     }
 
+    fn delete(&mut self, path: &str) -> Result<(), ErrorCode> {
+        self.request(Request::Delete(DeleteRequest {
+            path: path.into(),
+            version: -1,
+        }))
+        .result
+        .map(|_| ())
+    }
+
+    /// `parent`'s children are exactly `expected`, in order, and the
+    /// tree's invariants hold.
+    fn assert_children(&self, parent: &str, expected: std::collections::BTreeSet<String>) {
+        let children = self.tree.node(parent).unwrap().children;
+        assert_eq!(children, expected.into_iter().collect::<Vec<_>>());
+        crate::fuzzing::check_invariants(&self.tree);
+    }
+
     fn stat(&self, path: &str) -> Stat {
         self.tree
             .stat(path)
@@ -705,20 +722,14 @@ fn children_created_in_any_order_stay_sorted() {
         expected.insert(format!("n{i}"));
     }
     for i in (0..160).step_by(3) {
-        let applied = h.request(Request::Delete(DeleteRequest {
-            path: format!("/h/n{i}"),
-            version: -1,
-        }));
-        assert!(applied.result.is_ok(), "{applied:?}");
+        h.delete(&format!("/h/n{i}")).unwrap();
         expected.remove(&format!("n{i}"));
     }
     for i in [1000, 5, 6, 0, 3] {
         let created = h.create(&format!("/h/n{i}"), 0);
         assert_eq!(created.is_ok(), expected.insert(format!("n{i}")), "n{i}");
     }
-    let children = h.tree.node("/h").unwrap().children;
-    assert_eq!(children, expected.into_iter().collect::<Vec<_>>());
-    crate::fuzzing::check_invariants(&h.tree);
+    h.assert_children("/h", expected);
 }
 
 /// Unpadded numbered names (what `keel bench` creates: `n1009` then
@@ -738,9 +749,7 @@ fn unpadded_numbered_children_land_in_order_past_the_hint() {
             expected.insert(format!("m{i}"));
         }
     }
-    let children = h.tree.node("/u").unwrap().children;
-    assert_eq!(children, expected.into_iter().collect::<Vec<_>>());
-    crate::fuzzing::check_invariants(&h.tree);
+    h.assert_children("/u", expected);
 }
 
 /// `gallop` finds the first child not before the name, from any start
@@ -760,15 +769,6 @@ fn gallop_finds_the_first_child_not_before_the_name() {
     }
 }
 
-fn delete(h: &mut Harness, path: &str) -> Result<(), ErrorCode> {
-    h.request(Request::Delete(DeleteRequest {
-        path: path.into(),
-        version: -1,
-    }))
-    .result
-    .map(|_| ())
-}
-
 /// The parent cache never outlives the node it names: after the parent
 /// is deleted (and its slot reused by another node) a create under its
 /// path is NoNode, and under a parent made again at that path it lands
@@ -781,8 +781,8 @@ fn a_cached_parent_is_forgotten_when_nodes_are_unlinked() {
     h.create("/a/p", 0).unwrap();
     h.create("/a/p/x", 0).unwrap(); // /a/p now cached
     let old = h.tree.resolve("/a/p").unwrap();
-    delete(&mut h, "/a/p/x").unwrap();
-    delete(&mut h, "/a/p").unwrap();
+    h.delete("/a/p/x").unwrap();
+    h.delete("/a/p").unwrap();
     h.create("/b", 0).unwrap();
     h.create("/c", 0).unwrap();
     let reused = [h.tree.resolve("/b"), h.tree.resolve("/c")];
@@ -863,7 +863,5 @@ fn two_interleaved_writers_under_one_parent_stay_sorted() {
             expected.insert(name);
         }
     }
-    let children = h.tree.node("/i").unwrap().children;
-    assert_eq!(children, expected.into_iter().collect::<Vec<_>>());
-    crate::fuzzing::check_invariants(&h.tree);
+    h.assert_children("/i", expected);
 }
