@@ -471,9 +471,21 @@ impl<O: Outlet> Node<O> {
     /// `auth`, served from this node's tree; its watches are registered
     /// before the lock is released, so no change can slip between the read
     /// and its watch. Requests that are not reads answer Unimplemented.
+    ///
+    /// A global session this node's tree no longer has (its close was
+    /// applied while the read waited behind the session's writes) is
+    /// answered SessionExpired and registers nothing: the session's
+    /// watches went with its close, and its connection's Close is queued
+    /// behind the writes' replies. Answering from the tree would show the
+    /// client a state past its own session's end, past changes whose
+    /// watches it will never hear fire (simulator seed 331133).
     pub fn read(&self, session_id: i64, auth: &[Id], request: &Request) -> LocalRead {
         let state = self.read_state();
         let zxid = state.tree.last_zxid();
+        let local = keel_session::is_local_session_id(session_id);
+        if !local && state.tree.session_timeout_ms(session_id).is_none() {
+            return LocalRead::answer(Err(ErrorCode::SessionExpired), zxid);
+        }
         match request {
             Request::SetWatches(w) => {
                 let watches = [&w.data_watches, &w.exist_watches, &w.child_watches];
@@ -1232,6 +1244,52 @@ mod tests {
         assert_eq!(expired.len(), 1);
         assert_eq!(expired[0].0, 7);
         assert_eq!(expired[0].1.xid, INTERNAL_XID);
+    }
+
+    #[test]
+    fn a_read_of_a_session_whose_close_was_applied_answers_expired_and_watches_nothing() {
+        let (mut machine, _) = node();
+        let session = keel_session::initial_session_id(1, 0) + 1;
+        let watcher = open(&mut machine, session, 1);
+        let children = Request::GetChildren(keel_jute::GetChildrenRequest {
+            path: "/".into(),
+            watch: true,
+        });
+        let live = machine.node().read(session, &[], &children);
+        assert!(live.result.is_ok());
+        assert_eq!(live.watches.len(), 1);
+        let close = Txn {
+            session_id: session,
+            xid: INTERNAL_XID,
+            time_ms: 0,
+            auth: Vec::new(),
+            op: TxnOp::CloseSession,
+        };
+        commit(&mut machine, 2, 1, &close);
+        // A read that waited behind the session's writes runs after the
+        // close was applied (its connection has the Close still queued).
+        let late = machine.node().read(session, &[], &children);
+        assert_eq!(late.result, Err(ErrorCode::SessionExpired));
+        assert!(late.watches.is_empty());
+        // No watch of the dead session is left to fire.
+        let before = watcher.0.lock().len();
+        let other = open(&mut machine, 8, 3);
+        commit(&mut machine, 4, 1, &request(8, 1, &create("/x")));
+        let events = watcher.0.lock()[before..]
+            .iter()
+            .filter(|m| matches!(m, Outbound::Event { .. }))
+            .count();
+        assert_eq!(
+            events, 0,
+            "a watch registered after the session closed fired"
+        );
+        assert!(matches!(
+            other.0.lock().last(),
+            Some(Outbound::Reply { xid: 1, .. })
+        ));
+        // A local session (read-only mode) is never in the tree; its reads
+        // are served.
+        assert!(machine.node().read(7, &[], &children).result.is_ok());
     }
 
     fn auth_packet(scheme: &str, auth: &[u8]) -> Vec<u8> {

@@ -311,6 +311,9 @@ enum Ev {
         generation: u64,
         xid: i32,
         zxid: i64,
+        /// False for a SessionExpired answer: it shows the client no state
+        /// (the node's read of a session whose close it applied).
+        shows_state: bool,
         watches: Vec<(String, WatchKind)>,
         recorded: Option<(usize, Ret)>,
     },
@@ -931,9 +934,16 @@ impl World {
                 generation,
                 xid,
                 zxid,
+                shows_state,
                 watches,
                 recorded,
-            } => self.read_done(client, generation, xid, zxid, watches, recorded),
+            } => self.read_done(
+                client,
+                generation,
+                (xid, zxid, shows_state),
+                watches,
+                recorded,
+            ),
             Ev::Crash {
                 node,
                 restart_after_ms,
@@ -2265,7 +2275,7 @@ impl World {
         let last_zxid = self.node(node).core.as_ref().expect("checked alive");
         let (zxid, _) = answer.reply(last_zxid.machine().node().last_zxid());
         let xid = keel_jute::xid::AUTH;
-        self.reply_after_events(client, node, xid, zxid, Vec::new(), None);
+        self.reply_after_events(client, node, (xid, zxid, true), Vec::new(), None);
     }
 
     /// A request under ACL_ROOT: a write through the log, a read here;
@@ -2329,7 +2339,7 @@ impl World {
         let core = self.node(node).core.as_mut().expect("checked alive");
         let outcome = core.machine().node().read(session, &auth, &request);
         self.check_acl(client, call, &outcome.result);
-        self.reply_after_events(client, node, xid, outcome.zxid, Vec::new(), None);
+        self.reply_after_events(client, node, outcome_key(xid, &outcome), Vec::new(), None);
     }
 
     /// Only ACL_USER may use the nodes under ACL_ROOT (anyone may create
@@ -2373,7 +2383,8 @@ impl World {
             outcome.zxid,
             outcome.result.is_ok()
         ));
-        self.reply_after_events(client, node, xid, outcome.zxid, outcome.watches, None);
+        let key = outcome_key(xid, &outcome);
+        self.reply_after_events(client, node, key, outcome.watches, None);
     }
 
     /// A persistent watch of this client on `path` (a one-shot watch set
@@ -2442,8 +2453,7 @@ impl World {
         self.reply_after_events(
             client,
             node,
-            xid,
-            zxid,
+            outcome_key(xid, &outcome),
             outcome.watches,
             history.map(|at| (at, ret)),
         );
@@ -2455,8 +2465,7 @@ impl World {
         &mut self,
         client: usize,
         node: u64,
-        xid: i32,
-        zxid: i64,
+        (xid, zxid, shows_state): (i32, i64, bool),
         watches: Vec<(String, WatchKind)>,
         recorded: Option<(usize, Ret)>,
     ) {
@@ -2486,6 +2495,7 @@ impl World {
                 generation,
                 xid,
                 zxid,
+                shows_state,
                 watches,
                 recorded,
             },
@@ -2505,8 +2515,7 @@ impl World {
         &mut self,
         client: usize,
         generation: u64,
-        xid: i32,
-        zxid: i64,
+        (xid, zxid, shows_state): (i32, i64, bool),
         watches: Vec<(String, WatchKind)>,
         recorded: Option<(usize, Ret)>,
     ) {
@@ -2517,7 +2526,7 @@ impl World {
             return;
         }
         let pending = self.clients[client].pending.pop_front().expect("checked");
-        if !matches!(pending.kind, PendingKind::Auth) {
+        if shows_state && !matches!(pending.kind, PendingKind::Auth) {
             // (auth is answered at zxid 0, which clients do not count)
             self.response_seen(client, zxid);
         }
@@ -3237,4 +3246,11 @@ fn tree_part_end(file: &[u8]) -> Option<usize> {
     let tree_len = keel_tree::snapshot::part_len(state).ok()?;
     let end = file.len() - state.len() + tree_len;
     (end < file.len()).then_some(end)
+}
+
+/// A read reply's xid, zxid and whether it shows the client any state (a
+/// SessionExpired answer does not: see `Node::read`).
+fn outcome_key(xid: i32, outcome: &keel_server::node::LocalRead) -> (i32, i64, bool) {
+    let expired = outcome.result == Err(ErrorCode::SessionExpired);
+    (xid, outcome.zxid, !expired)
 }

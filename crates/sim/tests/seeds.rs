@@ -146,7 +146,7 @@ fn replay() {
 }
 
 /// Seeds that once found a bug, outside the default batch's range.
-const FOUND_BUGS: [(u64, &str); 2] = [
+const FOUND_BUGS: [(u64, &str); 3] = [
     (
         118_449,
         "linearize model: a plain create moves the sequential counter",
@@ -154,6 +154,10 @@ const FOUND_BUGS: [(u64, &str); 2] = [
     (
         218_482,
         "a leader elected with the step that removes it applies it while leading (raft-rs panicked)",
+    ),
+    (
+        331_133,
+        "a read queued behind writes ran after its own session's close was applied, past a change whose watch the close had dropped",
     ),
 ];
 
