@@ -786,6 +786,12 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
                 .is_some_and(|until| self.now_us < until)
     }
 
+    /// Proposals arriving now only join the batch being held (see
+    /// `holding`): the driver need not wake for them.
+    pub fn holds_proposals(&self) -> bool {
+        self.holding()
+    }
+
     /// This leader's entries appended and not yet committed.
     fn in_flight(&self) -> u64 {
         let log = &self.raw.raft.raft_log;

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{never, Receiver, Sender};
 use keel_metrics::Histogram;
 use raft::eraftpb::{ConfState, Entry, HardState};
 use raft::storage::MemStorage;
@@ -26,11 +26,14 @@ use crate::core::{storage_from, Core, CoreConfig, Durable, Io, Outbound, Snapsho
 use crate::membership::{Change, Members, Membership, ReconfigError};
 use crate::proposal::{Committed, Configuration, Dedup, PROPOSAL_SEQUENCE_BITS};
 use crate::store::LogStore;
-use crate::transport::{PeerInput, Transport};
+use crate::transport::{PeerInbox, PeerInput, Transport};
 use crate::{snapfile, ConsensusError};
 
 /// Proposals waiting for the driver before `propose` pushes back.
 pub const PROPOSAL_QUEUE_MAX: usize = 64 * 1024;
+/// Inputs other than proposals (reads, touches, snapshot reports, ...)
+/// one driver turn takes at most before it advances.
+const CONTROL_INPUTS_PER_TURN_MAX: usize = 4096;
 /// How long a clean stop waits for a snapshot being written.
 pub const SNAPSHOT_SHUTDOWN_WAIT_MS: u64 = 30_000;
 
@@ -294,7 +297,6 @@ impl<T> From<crossbeam_channel::TrySendError<T>> for SubmitError {
 }
 
 enum Input {
-    Propose(Vec<u8>),
     ReadIndex(Vec<u8>),
     Touches(Vec<i64>),
     SnapshotDone {
@@ -312,12 +314,18 @@ enum Input {
         context: Vec<u8>,
     },
     Shutdown,
+    /// Wakes a driver that is not waiting on proposals: a lingering batch
+    /// reached LINGER_BATCH_ENOUGH in the queue (`RaftHandle::propose`).
+    Bell,
 }
 
 /// The handle the server holds: cheap to clone, thread-safe.
 #[derive(Clone)]
 pub struct RaftHandle {
     inputs: Sender<Input>,
+    /// Proposals have a queue of their own: a leader holding its next
+    /// batch does not wait on it (`Driver::run`).
+    proposals: Sender<Vec<u8>>,
     pub status: Arc<RaftStatus>,
 }
 
@@ -326,7 +334,13 @@ impl RaftHandle {
     /// error if the driver is gone or its queue is full (the caller
     /// answers the client with an error).
     pub fn propose(&self, payload: Vec<u8>) -> Result<(), SubmitError> {
-        Ok(self.inputs.try_send(Input::Propose(payload))?)
+        self.proposals.try_send(payload)?;
+        if self.proposals.len() == crate::core::LINGER_BATCH_ENOUGH {
+            // A lingering leader sends a batch this large at once; it is
+            // not listening to this queue, so tell it (once per burst).
+            let _ = self.inputs.try_send(Input::Bell);
+        }
+        Ok(())
     }
 
     /// Asks for a linearizable read barrier (sync); an error if the driver
@@ -818,11 +832,15 @@ struct Driver<S: StateMachine> {
     identity: IdentityKeeper,
     timings: Timings,
     inputs: Receiver<Input>,
+    /// Local proposals (`RaftHandle::propose`).
+    proposals: Receiver<Vec<u8>>,
     peer_inputs: Receiver<PeerInput>,
-    /// Keeps `peer_inputs` connected when no transport holds a sender (a
-    /// single node): a disconnected channel is always ready in `select!`,
-    /// and the loop would spin on it.
-    _peer_sender: Sender<PeerInput>,
+    /// Followers' forwarded batches (`PeerInbox::forwards`).
+    forwards: Receiver<PeerInput>,
+    /// Keep `peer_inputs` and `forwards` connected when no transport holds
+    /// a sender (a single node): a disconnected channel is always ready in
+    /// `select!`, and the loop would spin on it.
+    _peer_senders: PeerInbox,
     tick: Duration,
     snapshot_dir: PathBuf,
 }
@@ -850,9 +868,15 @@ pub fn start<S: StateMachine>(
     let own_applied = recovery.position.dedup.applied(config.node_id);
     let first_sequence = ((clock_ms << 12) & sequence_mask).max(own_applied + 1);
     let (peer_sender, peer_inputs) = crossbeam_channel::bounded(PROPOSAL_QUEUE_MAX);
+    let (forward_sender, forwards) = crossbeam_channel::bounded(PROPOSAL_QUEUE_MAX);
+    let peer_senders = PeerInbox {
+        control: peer_sender,
+        forwards: forward_sender,
+    };
     let cluster_id = recovery.identity.map_or(0, |identity| identity.cluster_id);
-    let transport = start_transport(&config, cluster_id, peer_sender.clone())?;
+    let transport = start_transport(&config, cluster_id, peer_senders.clone())?;
     let (sender, inputs) = crossbeam_channel::bounded(PROPOSAL_QUEUE_MAX);
+    let (proposal_sender, proposals) = crossbeam_channel::bounded(PROPOSAL_QUEUE_MAX);
     let status = Arc::new(RaftStatus {
         cluster: transport.is_some(),
         observer: AtomicBool::new(config.observers.contains(&config.node_id) && !config.join),
@@ -896,6 +920,7 @@ pub fn start<S: StateMachine>(
     let timings = Timings::new(status.clone());
     let handle = RaftHandle {
         inputs: sender.clone(),
+        proposals: proposal_sender,
         status,
     };
     let mut driver = Driver {
@@ -909,8 +934,10 @@ pub fn start<S: StateMachine>(
         },
         timings,
         inputs,
+        proposals,
         peer_inputs,
-        _peer_sender: peer_sender,
+        forwards,
+        _peer_senders: peer_senders,
         tick: Duration::from_millis(config.tick_ms.max(1)),
         snapshot_dir,
     };
@@ -923,7 +950,7 @@ pub fn start<S: StateMachine>(
 fn start_transport(
     config: &RaftConfig,
     cluster_id: u64,
-    inbox: Sender<PeerInput>,
+    inbox: PeerInbox,
 ) -> Result<Option<Transport>, ConsensusError> {
     if config.peers.len() <= 1 && !config.join {
         return Ok(None);
@@ -971,6 +998,23 @@ impl<S: StateMachine> Driver<S> {
                     None => tick,
                 }
             };
+            // A leader holding its next batch (entries in flight, or
+            // lingering) is not woken by each proposal or forwarded batch:
+            // they wait in their queues and join the batch when an ack,
+            // the linger's end or any other input wakes it. Under a
+            // read-mostly load that was most of the leader's wake-ups.
+            let (never_proposals, never_forwards) = (never(), never());
+            let holding = self.core.holds_proposals();
+            let proposals = if holding {
+                &never_proposals
+            } else {
+                &self.proposals
+            };
+            let forwards = if holding {
+                &never_forwards
+            } else {
+                &self.forwards
+            };
             crossbeam_channel::select! {
                 recv(self.inputs) -> input => match input {
                     Ok(Input::Shutdown) | Err(_) => {
@@ -979,14 +1023,24 @@ impl<S: StateMachine> Driver<S> {
                     }
                     Ok(input) => self.take(input),
                 },
+                recv(proposals) -> payload => {
+                    if let Ok(payload) = payload {
+                        self.core.propose(payload);
+                    }
+                },
                 recv(self.peer_inputs) -> input => {
+                    if let Ok(input) = input {
+                        self.core.peer(input);
+                    }
+                },
+                recv(forwards) -> input => {
                     if let Ok(input) = input {
                         self.core.peer(input);
                     }
                 },
                 default(timeout) => {}
             }
-            while self.core.batch_has_room() {
+            for _ in 0..CONTROL_INPUTS_PER_TURN_MAX {
                 match self.inputs.try_recv() {
                     Ok(Input::Shutdown) => {
                         self.await_snapshot();
@@ -998,6 +1052,18 @@ impl<S: StateMachine> Driver<S> {
             }
             while let Ok(input) = self.peer_inputs.try_recv() {
                 self.core.peer(input);
+            }
+            while self.core.batch_has_room() {
+                let Ok(input) = self.forwards.try_recv() else {
+                    break;
+                };
+                self.core.peer(input);
+            }
+            while self.core.batch_has_room() {
+                let Ok(payload) = self.proposals.try_recv() else {
+                    break;
+                };
+                self.core.propose(payload);
             }
             let reports = self
                 .core
@@ -1044,7 +1110,6 @@ impl<S: StateMachine> Driver<S> {
 
     fn take(&mut self, input: Input) {
         match input {
-            Input::Propose(payload) => self.core.propose(payload),
             Input::ReadIndex(context) => self.core.read_index(context),
             Input::Touches(sessions) => self.core.touches(sessions),
             Input::SnapshotDone { index, result, ms } => self.core.snapshot_done(index, result, ms),
@@ -1061,6 +1126,7 @@ impl<S: StateMachine> Driver<S> {
             } => self
                 .core
                 .reconfigure(change, expected_config_id, authorized, context),
+            Input::Bell => {}
             Input::Shutdown => unreachable!("handled by the loop"),
         }
     }

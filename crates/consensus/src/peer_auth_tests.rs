@@ -119,7 +119,8 @@ fn cluster(members: Vec<(u64, PeerAuth)>) -> HashMap<u64, Node> {
     for ((id, auth), listener) in members.into_iter().zip(listeners) {
         let (sender, inbox) = crossbeam_channel::unbounded();
         let address = listener.local_addr().unwrap();
-        let transport = Transport::start_on(listener, id, CLUSTER, &peers, auth, sender).unwrap();
+        let transport =
+            Transport::start_on(listener, id, CLUSTER, &peers, auth, sender.into()).unwrap();
         nodes.insert(
             id,
             Node {

@@ -521,7 +521,7 @@ impl Transport {
         listen: SocketAddr,
         peers: &HashMap<u64, SocketAddr>,
         auth: PeerAuth,
-        inbox: Sender<PeerInput>,
+        inbox: PeerInbox,
     ) -> std::io::Result<Transport> {
         let listener = TcpListener::bind(listen)?;
         Transport::start_on(listener, self_id, cluster_id, peers, auth, inbox)
@@ -535,7 +535,7 @@ impl Transport {
         cluster_id: u64,
         peers: &HashMap<u64, SocketAddr>,
         auth: PeerAuth,
-        inbox: Sender<PeerInput>,
+        inbox: PeerInbox,
     ) -> std::io::Result<Transport> {
         let heartbeat = Arc::new(HeartbeatStats::new(
             (1..=MEMBER_ID_MAX).filter(|&p| p != self_id),
@@ -959,6 +959,27 @@ fn send_snapshot(link: &Link, writer: &mut impl Write, message: &Message) -> std
 // ---------------------------------------------------------------------------
 // Receiving
 
+/// Where the reader threads deliver what peers send: forwarded proposals
+/// on a channel of their own, everything else on `control`. A leader
+/// holding its next batch (entries in flight, or lingering) does not wait
+/// on `forwards`, so the followers' forwards join the batch without
+/// waking the driver for each (driver.rs, `Driver::run`).
+#[derive(Clone)]
+pub struct PeerInbox {
+    pub control: Sender<PeerInput>,
+    pub forwards: Sender<PeerInput>,
+}
+
+impl From<Sender<PeerInput>> for PeerInbox {
+    /// One channel for everything (tests).
+    fn from(sender: Sender<PeerInput>) -> PeerInbox {
+        PeerInbox {
+            control: sender.clone(),
+            forwards: sender,
+        }
+    }
+}
+
 /// What every reader thread shares.
 #[derive(Clone)]
 struct ReaderContext {
@@ -966,7 +987,7 @@ struct ReaderContext {
     cluster_id: Arc<AtomicU64>,
     known: Arc<RwLock<Vec<u64>>>,
     auth: PeerAuth,
-    inbox: Sender<PeerInput>,
+    inbox: PeerInbox,
     heartbeat: Arc<HeartbeatStats>,
     /// Transfers being reassembled, at most one per peer.
     transfers: Arc<Mutex<HashMap<u64, Reassembly>>>,
@@ -1350,7 +1371,11 @@ fn read_frames(
         } else {
             decode_input(kind, from, payload, context)?
         };
-        if context.inbox.send(input).is_err() {
+        let inbox = match input {
+            PeerInput::Forward(_) => &context.inbox.forwards,
+            _ => &context.inbox.control,
+        };
+        if inbox.send(input).is_err() {
             return Ok(());
         }
     }
@@ -1522,7 +1547,7 @@ mod tests {
             cluster_id: Arc::default(),
             known: Arc::new(RwLock::new(vec![7])),
             auth: PeerAuth::default(),
-            inbox,
+            inbox: inbox.into(),
             heartbeat: Arc::default(),
             transfers: Arc::default(),
             handshakes: Arc::default(),
@@ -1776,7 +1801,7 @@ mod tests {
             cluster_id: Arc::new(AtomicU64::new(77)),
             known: Arc::new(RwLock::new(vec![1, 2])),
             auth: PeerAuth::default(),
-            inbox,
+            inbox: inbox.into(),
             heartbeat: Arc::new(HeartbeatStats::new([2])),
             transfers: Arc::default(),
             handshakes: Arc::default(),
