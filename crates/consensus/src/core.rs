@@ -775,8 +775,9 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     /// committed and the batch has room: the batch grows while the
     /// previous one replicates (adaptive group commit: under a light write
     /// load every write goes out at once, under a heavy one each round
-    /// carries everything that queued during the last).
-    fn holding(&self) -> bool {
+    /// carries everything that queued during the last). Proposals arriving
+    /// meanwhile only join that batch: the driver need not wake for them.
+    pub(crate) fn holding(&self) -> bool {
         if !(self.leader && self.batch_has_room()) {
             return false;
         }
@@ -784,12 +785,6 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             || self
                 .linger_until_us()
                 .is_some_and(|until| self.now_us < until)
-    }
-
-    /// Proposals arriving now only join the batch being held (see
-    /// `holding`): the driver need not wake for them.
-    pub fn holds_proposals(&self) -> bool {
-        self.holding()
     }
 
     /// This leader's entries appended and not yet committed.

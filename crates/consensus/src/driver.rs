@@ -1004,16 +1004,10 @@ impl<S: StateMachine> Driver<S> {
             // the linger's end or any other input wakes it. Under a
             // read-mostly load that was most of the leader's wake-ups.
             let (never_proposals, never_forwards) = (never(), never());
-            let holding = self.core.holds_proposals();
-            let proposals = if holding {
-                &never_proposals
+            let (proposals, forwards) = if self.core.holding() {
+                (&never_proposals, &never_forwards)
             } else {
-                &self.proposals
-            };
-            let forwards = if holding {
-                &never_forwards
-            } else {
-                &self.forwards
+                (&self.proposals, &self.forwards)
             };
             crossbeam_channel::select! {
                 recv(self.inputs) -> input => match input {
