@@ -78,6 +78,18 @@ impl Harness {
         .map(|_| ())
     }
 
+    /// Creates `parent/name` (persistent) and records `name` in
+    /// `expected`.
+    fn create_child(
+        &mut self,
+        parent: &str,
+        name: String,
+        expected: &mut std::collections::BTreeSet<String>,
+    ) {
+        self.create(&format!("{parent}/{name}"), 0).unwrap();
+        expected.insert(name);
+    }
+
     /// `parent`'s children are exactly `expected`, in order, and the
     /// tree's invariants hold.
     fn assert_children(&self, parent: &str, expected: std::collections::BTreeSet<String>) {
@@ -718,8 +730,7 @@ fn children_created_in_any_order_stay_sorted() {
     h.create("/h", 0).unwrap();
     let mut expected = std::collections::BTreeSet::new();
     for i in (0..150).chain((300..320).rev()).chain(150..160) {
-        h.create(&format!("/h/n{i}"), 0).unwrap();
-        expected.insert(format!("n{i}"));
+        h.create_child("/h", format!("n{i}"), &mut expected);
     }
     for i in (0..160).step_by(3) {
         h.delete(&format!("/h/n{i}")).unwrap();
@@ -742,11 +753,9 @@ fn unpadded_numbered_children_land_in_order_past_the_hint() {
     h.create("/u", 0).unwrap();
     let mut expected = std::collections::BTreeSet::new();
     for i in 0..2_500 {
-        h.create(&format!("/u/n{i}"), 0).unwrap();
-        expected.insert(format!("n{i}"));
+        h.create_child("/u", format!("n{i}"), &mut expected);
         if i % 7 == 0 {
-            h.create(&format!("/u/m{i}"), 0).unwrap();
-            expected.insert(format!("m{i}"));
+            h.create_child("/u", format!("m{i}"), &mut expected);
         }
     }
     h.assert_children("/u", expected);
@@ -858,9 +867,7 @@ fn two_interleaved_writers_under_one_parent_stay_sorted() {
     let mut expected = std::collections::BTreeSet::new();
     for i in 0..500 {
         for writer in ["a", "b"] {
-            let name = format!("{writer}{i:04}");
-            h.create(&format!("/i/{name}"), 0).unwrap();
-            expected.insert(name);
+            h.create_child("/i", format!("{writer}{i:04}"), &mut expected);
         }
     }
     h.assert_children("/i", expected);
