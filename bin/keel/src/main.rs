@@ -327,10 +327,7 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let config = server_config(args)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(config.client_threads())
-        .enable_all()
-        .build()?;
+    let runtime = client_runtime(config.client_threads())?;
     runtime.block_on(async move {
         let plain = match config.client_port {
             0 => None,
@@ -351,6 +348,26 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
             .await
             .context("keel server failed")
     })
+}
+
+/// The runtime of the client side (connections, timers, the accept loop).
+/// One thread gets a current-thread runtime: the thread that starts the
+/// server runs every task, with no work-stealing scheduler (its per-batch
+/// poll-time statistics, cross-thread wake-ups) and no second thread
+/// beside it. More threads get a multi-thread runtime of that many
+/// workers.
+fn client_runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    assert!(threads >= 1, "client_threads() is at least 1");
+    if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+    }
 }
 
 async fn listen(host: &str, port: u16) -> anyhow::Result<tokio::net::TcpListener> {

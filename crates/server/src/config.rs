@@ -246,7 +246,8 @@ impl ServerConfig {
     /// cores of this machine but one (at least one). On a 2-core machine
     /// that is one thread: a second one only adds wake-ups between the two
     /// (measured: create x400 +12%, mix x100 +9% with one, 3 nodes on 2
-    /// cores; BENCHMARKS.md).
+    /// cores; BENCHMARKS.md). One thread runs a current-thread runtime
+    /// (`bin/keel` `client_runtime`).
     pub fn client_threads(&self) -> usize {
         if self.client_threads > 0 {
             return self.client_threads;

@@ -8,9 +8,11 @@
 //! - a watch event reaches the client before any reply that reflects a
 //!   later state: events queued up to a read's zxid are sent before it.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use keel_jute::{
@@ -31,7 +33,7 @@ use crate::profile;
 use crate::readonly::{local_session_password, refused_when_read_only, LOCAL_SESSIONS_MAX};
 use crate::sasl::{DigestMd5Server, DigestMd5Step, SaslUsers};
 use crate::shared::{
-    wall_clock_ms, ConnectionInfo, ConnectionOutlet, Shared, CONNECTION_OUTBOUND_MAX,
+    wall_clock_ms, ConnectionInfo, ConnectionOutlet, Overflow, Shared, CONNECTION_OUTBOUND_MAX,
 };
 
 /// How long a new connection may take to send its first packet.
@@ -102,7 +104,7 @@ pub enum Closed {
 /// A connection of either client port: `W` is the socket's write half
 /// (a TcpStream's own half on the plain port, so that path is as before;
 /// a TLS stream's half on the secure port).
-struct Connection<W> {
+struct Connection<S> {
     shared: Arc<Shared>,
     id: u64,
     peer: SocketAddr,
@@ -115,10 +117,11 @@ struct Connection<W> {
     sasl_users: Option<Arc<SaslUsers>>,
     /// This connection's SASL exchange, from its first `sasl` request.
     sasl: Option<DigestMd5Server>,
-    writer: W,
+    /// The socket (plain TCP or TLS), read and written by this one task.
+    stream: S,
     inbox: mpsc::Receiver<Outbound>,
-    /// Signalled by the apply side when `inbox` is full.
-    overflow: Arc<tokio::sync::Notify>,
+    /// Set by the apply side when `inbox` is full.
+    overflow: Arc<Overflow>,
     /// Messages taken off the inbox early (while serving a read) but newer
     /// than that read: handled next, in order.
     stash: Stash,
@@ -146,8 +149,7 @@ struct Connection<W> {
 /// Serves one socket of the plain client port until it closes.
 pub async fn serve_plain(port: &ClientPort, stream: TcpStream, peer: SocketAddr) {
     let _ = stream.set_nodelay(true);
-    let (reader, writer) = stream.into_split();
-    serve(port, reader, writer, peer).await;
+    serve(port, stream, peer).await;
 }
 
 /// The first byte a TLS client sends: the record type of its ClientHello
@@ -195,23 +197,24 @@ pub async fn serve_tls(
             return tracing::info!(%peer, timeout_ms = crate::TLS_HANDSHAKE_TIMEOUT_MS, "TLS handshake timed out; closed")
         }
     };
-    let (reader, writer) = tokio::io::split(stream);
-    serve(port, reader, writer, peer).await;
+    serve(port, stream, peer).await;
 }
 
 /// Serves one connection until it closes. Never panics on input.
 /// While the node loads its data (`port.serving()` is None) a four-letter
 /// word gets ZooKeeper's not-running answer and a session request is
 /// closed unanswered, as ZooKeeper's "ZooKeeperServer not running" does.
-async fn serve<R, W>(port: &ClientPort, mut reader: R, writer: W, peer: SocketAddr)
+/// One task owns the whole stream: it never reads and writes at once
+/// (a write waits only for a client that does not read), so the stream
+/// needs no split (a TLS stream would share its state behind a lock).
+async fn serve<S>(port: &ClientPort, mut stream: S, peer: SocketAddr)
 where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + Unpin,
 {
     let mut buf = Vec::with_capacity(READ_CHUNK_BYTES);
     let first = tokio::time::timeout(
         Duration::from_millis(HANDSHAKE_TIMEOUT_MS),
-        read_first_frame(&mut reader, &mut buf, port.config.jute_max_buffer_bytes),
+        read_first_frame(&mut stream, &mut buf, port.config.jute_max_buffer_bytes),
     )
     .await;
     let serving = port.serving();
@@ -219,9 +222,8 @@ where
         Ok(Ok(First::Frame(total))) => total,
         Ok(Ok(First::FourLetterWord(word))) => {
             let answer = crate::fourlw::answer(&port.config, serving.as_deref(), &word);
-            let mut writer = writer;
-            let _ = writer.write_all(answer.as_bytes()).await;
-            let _ = writer.shutdown().await;
+            let _ = stream.write_all(answer.as_bytes()).await;
+            let _ = stream.shutdown().await;
             return;
         }
         Ok(Err(reason)) => {
@@ -256,9 +258,9 @@ where
         }],
         sasl_users: port.sasl_users.clone(),
         sasl: None,
-        writer,
+        stream,
         inbox,
-        overflow: Arc::new(tokio::sync::Notify::new()),
+        overflow: Arc::new(Overflow::default()),
         stash: Stash::default(),
         fifo: RequestFifo::new(PENDING_REQUESTS_MAX),
         opened: Instant::now(),
@@ -273,7 +275,7 @@ where
     let payload = buf[4..first].to_vec();
     buf.drain(..first);
     let reason = match conn.handshake(&payload, sender).await {
-        Ok(()) => conn.run(&mut reader, buf).await,
+        Ok(()) => conn.run(buf).await,
         Err(reason) => reason,
     };
     conn.finish(reason).await;
@@ -311,7 +313,7 @@ async fn read_first_frame(
     }
 }
 
-impl<W: AsyncWrite + Unpin> Connection<W> {
+impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     async fn handshake(
         &mut self,
         payload: &[u8],
@@ -487,7 +489,7 @@ impl<W: AsyncWrite + Unpin> Connection<W> {
         }
     }
 
-    async fn run(&mut self, reader: &mut (impl AsyncRead + Unpin), mut buf: Vec<u8>) -> Closed {
+    async fn run(&mut self, mut buf: Vec<u8>) -> Closed {
         loop {
             let more = match self.take_frames(&mut buf) {
                 Ok(more) => more,
@@ -511,13 +513,18 @@ impl<W: AsyncWrite + Unpin> Connection<W> {
             if more && !self.draining {
                 continue; // frames already read wait behind OUT_BUFFER_MAX_BYTES
             }
+            if self.overflow.is_set() {
+                // A full inbox is ready to receive: the turn that took
+                // from it comes here next.
+                return Closed::OutboundFull;
+            }
             let accepting = self.fifo.accepting() && !self.draining;
             if let Some(message) = self.stash.pop() {
                 self.on_outbound(message);
                 continue;
             }
             tokio::select! {
-                read = reader.read_buf(&mut buf), if accepting => match read {
+                read = self.stream.read_buf(&mut buf), if accepting => match read {
                     Ok(0) => return Closed::ByClient,
                     Ok(_) => {}
                     Err(_) => return Closed::ReadError,
@@ -526,7 +533,6 @@ impl<W: AsyncWrite + Unpin> Connection<W> {
                     Some(message) => self.on_outbound(message),
                     None => return Closed::Shutdown,
                 },
-                () = self.overflow.notified() => return Closed::OutboundFull,
                 changed = self.drain.changed(), if !self.draining => {
                     self.draining = changed.is_err() || *self.drain.borrow();
                 }
@@ -1035,16 +1041,22 @@ impl<W: AsyncWrite + Unpin> Connection<W> {
         if self.out.is_empty() {
             return Ok(());
         }
-        let overflow = self.overflow.clone();
+        let (writer, out, overflow) = (&mut self.stream, &self.out, &self.overflow);
         // flush: a TLS stream may keep records of the last write buffered
         // (a no-op on a TCP half).
-        let write = async {
-            self.writer.write_all(&self.out).await?;
-            self.writer.flush().await
-        };
-        let result = tokio::select! {
-            written = write => written.map_err(|_| Closed::WriteError),
-            () = overflow.notified() => Err(Closed::OutboundFull),
+        let mut write = std::pin::pin!(async move {
+            writer.write_all(out).await?;
+            writer.flush().await
+        });
+        // Most writes complete at once: only one that waits for the client
+        // to read also waits for an overflow.
+        let first = std::future::poll_fn(|cx| Poll::Ready(write.as_mut().poll(cx))).await;
+        let result = match first {
+            Poll::Ready(written) => written.map_err(|_| Closed::WriteError),
+            Poll::Pending => tokio::select! {
+                written = write => written.map_err(|_| Closed::WriteError),
+                () = overflow.wait() => Err(Closed::OutboundFull),
+            },
         };
         self.out.clear();
         result
@@ -1052,7 +1064,7 @@ impl<W: AsyncWrite + Unpin> Connection<W> {
 
     async fn finish(mut self, reason: Closed) {
         let _ = self.flush().await;
-        let _ = self.writer.shutdown().await;
+        let _ = self.stream.shutdown().await;
         if reason == Closed::OutboundFull {
             tracing::warn!(peer = %self.peer, session = format_args!("{:#x}", self.session_id), %reason, "connection closed");
         } else {

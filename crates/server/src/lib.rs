@@ -289,8 +289,8 @@ pub async fn run_with(
         asking.abort();
     }
     node.raft.shutdown();
-    let joined = tokio::task::block_in_place(|| node.driver.join());
-    tokio::task::block_in_place(|| node.kv.engine.stop());
+    let joined = blocking(|| node.driver.join());
+    blocking(|| node.kv.engine.stop());
     if let Some(metrics) = metrics {
         metrics.abort();
     }
@@ -305,6 +305,18 @@ pub async fn run_with(
     }
     tracing::info!("keel stopped");
     outcome
+}
+
+/// Runs `wait` (a join at shutdown) on this thread. A multi-thread
+/// runtime is told first, so it moves this worker's other tasks elsewhere;
+/// a current-thread runtime (one client thread) has nothing to move, and
+/// nothing the waited-for threads need runs on it.
+fn blocking<T>(wait: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::current().runtime_flavor() {
+        RuntimeFlavor::MultiThread => tokio::task::block_in_place(wait),
+        _ => wait(),
+    }
 }
 
 /// How long a stopping server waits for its connections to finish the

@@ -30,8 +30,8 @@ pub const CONNECTION_OUTBOUND_MAX: usize = 64 * 1024;
 /// A connection's side of the reply registry: its bounded queue.
 pub struct ConnectionOutlet {
     pub sender: mpsc::Sender<Outbound>,
-    /// Signalled when `sender` is full: the connection closes itself.
-    pub overflow: std::sync::Arc<tokio::sync::Notify>,
+    /// Set when `sender` is full: the connection closes itself.
+    pub overflow: std::sync::Arc<Overflow>,
 }
 
 impl Outlet for ConnectionOutlet {
@@ -40,8 +40,40 @@ impl Outlet for ConnectionOutlet {
     fn send(&self, message: Outbound) {
         match self.sender.try_send(message) {
             Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => self.overflow.notify_one(),
+            Err(mpsc::error::TrySendError::Full(_)) => self.overflow.signal(),
         }
+    }
+}
+
+/// A connection's outbound queue overflowed (a message was dropped): the
+/// connection must close. A flag the connection reads once per turn (a
+/// full queue wakes it anyway: its receive is ready), and a wake-up for a
+/// connection blocked writing to a client that does not read.
+#[derive(Default)]
+pub struct Overflow {
+    full: AtomicBool,
+    wake: tokio::sync::Notify,
+}
+
+impl Overflow {
+    /// Called by the apply side when the queue is full. `notify_one`
+    /// keeps a permit when nobody waits, so a wait that starts later
+    /// returns at once.
+    pub fn signal(&self) {
+        self.full.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.full.load(Ordering::Acquire)
+    }
+
+    /// Returns once `signal` was called (before or during the wait).
+    pub async fn wait(&self) {
+        if self.is_set() {
+            return;
+        }
+        self.wake.notified().await;
     }
 }
 
