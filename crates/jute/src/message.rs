@@ -703,6 +703,11 @@ pub enum Response {
     ErrorResponse(i32),
     /// `sasl`: the server's `SetSASLResponse` token.
     Sasl(Vec<u8>),
+    /// A body the server encoded as it read it (a getChildren list: one
+    /// buffer instead of a `String` per child), written as is. Never
+    /// decoded into: `decode` of these bytes, with the request's op code,
+    /// gives the structured response.
+    Encoded(Vec<u8>),
 }
 
 impl Response {
@@ -729,6 +734,7 @@ impl Response {
             Self::Multi(results) => write_multi_results(out, results),
             Self::WhoAmI(infos) => write_vec(out, infos),
             Self::Sasl(token) => write_buffer(out, Some(token)),
+            Self::Encoded(body) => out.extend_from_slice(body),
         }
     }
 

@@ -525,7 +525,7 @@ impl<O: Outlet> Node<O> {
                 let result = state.remove_watch(session_id, &r.path, r.watcher_type, false);
                 LocalRead::answer(result, zxid)
             }
-            _ => match state.tree.read(request, session_id, auth) {
+            _ => match state.tree.read_for_reply(request, session_id, auth) {
                 Some(outcome) => {
                     if !outcome.watches.is_empty() {
                         let mut watches = state.watches();

@@ -481,6 +481,7 @@ impl World {
             .expect("a read request is served");
         let again = self.restored.read(&request, session_id, &auth);
         assert_eq!(Some(&outcome), again.as_ref());
+        check_read_for_reply(&self.tree, &request, session_id, &auth, &outcome);
         if let (Request::MultiRead(ops), Ok(Response::Multi(results))) = (&request, &outcome.result)
         {
             assert_eq!(ops.len(), results.len());
@@ -684,6 +685,7 @@ impl World {
             .expect("a read request is served");
         let again = self.restored.read(&request, session_id, &auth);
         assert_eq!(Some(&outcome), again.as_ref());
+        check_read_for_reply(&self.tree, &request, session_id, &auth, &outcome);
         if let Ok(Response::GetAllChildrenNumber(n)) = &outcome.result {
             assert!(*n >= 0);
         }
@@ -1273,5 +1275,29 @@ mod tests {
             rng.mutate(&mut input);
             snapshot_decode(&input);
         }
+    }
+}
+
+/// `read_for_reply` (the server's read) sends the bytes `read` encodes to,
+/// with the same watches and errors.
+fn check_read_for_reply(
+    tree: &DataTree,
+    request: &Request,
+    session_id: i64,
+    auth: &[Id],
+    outcome: &crate::ReadOutcome,
+) {
+    let reply = tree
+        .read_for_reply(request, session_id, auth)
+        .expect("a read request is served");
+    assert_eq!(outcome.watches, reply.watches);
+    match (&outcome.result, &reply.result) {
+        (Ok(plain), Ok(encoded)) => {
+            let (mut want, mut got) = (Vec::new(), Vec::new());
+            plain.encode(&mut want);
+            encoded.encode(&mut got);
+            assert_eq!(want, got, "{request:?}");
+        }
+        (plain, encoded) => assert_eq!(plain, encoded, "{request:?}"),
     }
 }

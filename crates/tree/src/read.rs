@@ -3,8 +3,8 @@
 //! returned here before any later change can be applied.
 
 use keel_jute::{
-    perms, ErrorCode, EventType, FilteredListRequest, Id, ListRequestType, MultiOp, MultiResult,
-    Request, Response, Stat,
+    perms, write_i32, write_string, ErrorCode, EventType, FilteredListRequest, Id, ListRequestType,
+    MultiOp, MultiResult, Record, Request, Response, Stat,
 };
 
 use crate::acl;
@@ -15,6 +15,11 @@ use crate::watch::WatchKind;
 /// Most children one getChildren reply may list; a frame bounds it anyway
 /// (ZooKeeper fails such a reply at serialization), we fail it up front.
 pub const CHILDREN_PER_RESPONSE_MAX: usize = 1 << 20;
+/// Bytes an encoded child name takes, as a first guess for the reply
+/// buffer: its length prefix and a short name.
+const ENCODED_CHILD_BYTES_GUESS: usize = 4 + 12;
+/// Bytes of an encoded Stat: 6 longs and 5 ints.
+const STAT_BYTES: usize = 6 * 8 + 5 * 4;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReadOutcome {
@@ -105,6 +110,64 @@ impl DataTree {
                 watches: watch_if(watch, path, WatchKind::Data),
             },
             Err(code) => ReadOutcome::plain(Err(code)),
+        }
+    }
+
+    /// `read` for a reply on the wire: the same outcome, except that a
+    /// getChildren list of the data tree comes already encoded
+    /// (`Response::Encoded`, the bytes `Response::encode` gives for the
+    /// list `read` returns): one buffer, no `String` per child. A server
+    /// answers the mixed load's listings with this.
+    pub fn read_for_reply(
+        &self,
+        request: &Request,
+        session_id: i64,
+        auth: &[Id],
+    ) -> Option<ReadOutcome> {
+        match request {
+            Request::GetChildren(r) if self.system_node(&r.path).is_none() => {
+                Some(self.get_children_encoded(&r.path, r.watch, false, auth))
+            }
+            Request::GetChildren2(r) if self.system_node(&r.path).is_none() => {
+                Some(self.get_children_encoded(&r.path, r.watch, true, auth))
+            }
+            _ => self.read(request, session_id, auth),
+        }
+    }
+
+    /// `get_children` of a data-tree node, its reply body encoded as it is
+    /// read: `vector<ustring>` of the names, then the parent's stat for
+    /// getChildren2.
+    fn get_children_encoded(
+        &self,
+        path: &str,
+        watch: bool,
+        with_stat: bool,
+        auth: &[Id],
+    ) -> ReadOutcome {
+        let id = match self.readable(path, auth) {
+            Ok(id) => id,
+            Err(code) => return ReadOutcome::plain(Err(code)),
+        };
+        let slot = self.slot(id);
+        let count = slot.children.len();
+        if count > CHILDREN_PER_RESPONSE_MAX {
+            return ReadOutcome::plain(Err(ErrorCode::MarshallingError));
+        }
+        let mut body = Vec::with_capacity(4 + count * ENCODED_CHILD_BYTES_GUESS + STAT_BYTES);
+        write_i32(
+            &mut body,
+            i32::try_from(count).expect("bounded by CHILDREN_PER_RESPONSE_MAX"),
+        );
+        for child in &slot.children {
+            write_string(&mut body, self.slot(*child).blob.name());
+        }
+        if with_stat {
+            self.client_stat(id).write(&mut body);
+        }
+        ReadOutcome {
+            result: Ok(Response::Encoded(body)),
+            watches: watch_if(watch, path, WatchKind::Child),
         }
     }
 

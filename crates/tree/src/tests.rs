@@ -872,3 +872,90 @@ fn two_interleaved_writers_under_one_parent_stay_sorted() {
     }
     h.assert_children("/i", expected);
 }
+
+/// `read_for_reply` answers a getChildren of the data tree with the bytes
+/// `read`'s list encodes to (its watches and errors the same), and leaves
+/// every other read, the system nodes' listings included, to `read`.
+#[test]
+fn listings_encoded_for_the_reply_are_the_bytes_of_the_plain_read() {
+    let mut h = Harness::new();
+    h.create("/empty", 0).unwrap();
+    h.create("/one", 0).unwrap();
+    h.create("/one/only", 0).unwrap();
+    h.create("/many", 0).unwrap();
+    for i in 0..300 {
+        let name = match i % 3 {
+            0 => format!("n{i}"),
+            1 => format!("ü-{i}-{}", "x".repeat(i % 40)),
+            _ => format!("{i:010}"),
+        };
+        h.create(&format!("/many/{name}"), 0).unwrap();
+    }
+    let secret = Acl {
+        perms: perms::ALL,
+        id: Id {
+            scheme: "digest".into(),
+            id: "someone:hash".into(),
+        },
+    };
+    h.request(Request::Create(CreateRequest {
+        acl: vec![secret],
+        ..create_request("/secret", 0)
+    }))
+    .result
+    .unwrap();
+    let paths = [
+        "/",
+        "/empty",
+        "/one",
+        "/many",
+        "/secret",
+        "/missing",
+        "/zookeeper",
+        "/keeper",
+    ];
+    let mut encoded = 0;
+    for path in paths {
+        for watch in [false, true] {
+            let requests = [
+                Request::GetChildren(keel_jute::GetChildrenRequest {
+                    path: path.into(),
+                    watch,
+                }),
+                Request::GetChildren2(keel_jute::GetChildren2Request {
+                    path: path.into(),
+                    watch,
+                }),
+            ];
+            for request in requests {
+                let plain = h.tree.read(&request, SESSION, &[]).unwrap();
+                let reply = h.tree.read_for_reply(&request, SESSION, &[]).unwrap();
+                assert_eq!(plain.watches, reply.watches, "{request:?}");
+                match (&plain.result, &reply.result) {
+                    (Err(a), Err(b)) => assert_eq!(a, b, "{request:?}"),
+                    (Ok(a), Ok(b)) => {
+                        let (mut want, mut got) = (Vec::new(), Vec::new());
+                        a.encode(&mut want);
+                        b.encode(&mut got);
+                        assert_eq!(want, got, "{request:?}");
+                        // ClickHouse's virtual /keeper is not in the data tree.
+                        let system = path == "/keeper";
+                        assert_eq!(matches!(b, Response::Encoded(_)), !system, "{request:?}");
+                        encoded += usize::from(!system);
+                    }
+                    (a, b) => panic!("{request:?}: read {a:?}, read_for_reply {b:?}"),
+                }
+            }
+        }
+    }
+    // /, /empty, /one, /many and /zookeeper, both ops, both watch flags.
+    assert_eq!(encoded, 5 * 2 * 2);
+    let get = Request::GetData(GetDataRequest {
+        path: "/one".into(),
+        watch: true,
+    });
+    assert_eq!(
+        h.tree.read(&get, SESSION, &[]),
+        h.tree.read_for_reply(&get, SESSION, &[])
+    );
+}
