@@ -1224,6 +1224,30 @@ pub fn seeds() -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     (batches, snapshots)
 }
 
+/// `read_for_reply` (the server's read) sends the bytes `read` encodes to,
+/// with the same watches and errors.
+fn check_read_for_reply(
+    tree: &DataTree,
+    request: &Request,
+    session_id: i64,
+    auth: &[Id],
+    outcome: &crate::ReadOutcome,
+) {
+    let reply = tree
+        .read_for_reply(request, session_id, auth)
+        .expect("a read request is served");
+    assert_eq!(outcome.watches, reply.watches);
+    match (&outcome.result, &reply.result) {
+        (Ok(plain), Ok(encoded)) => {
+            let (mut want, mut got) = (Vec::new(), Vec::new());
+            plain.encode(&mut want);
+            encoded.encode(&mut got);
+            assert_eq!(want, got, "{request:?}");
+        }
+        (plain, encoded) => assert_eq!(plain, encoded, "{request:?}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1275,29 +1299,5 @@ mod tests {
             rng.mutate(&mut input);
             snapshot_decode(&input);
         }
-    }
-}
-
-/// `read_for_reply` (the server's read) sends the bytes `read` encodes to,
-/// with the same watches and errors.
-fn check_read_for_reply(
-    tree: &DataTree,
-    request: &Request,
-    session_id: i64,
-    auth: &[Id],
-    outcome: &crate::ReadOutcome,
-) {
-    let reply = tree
-        .read_for_reply(request, session_id, auth)
-        .expect("a read request is served");
-    assert_eq!(outcome.watches, reply.watches);
-    match (&outcome.result, &reply.result) {
-        (Ok(plain), Ok(encoded)) => {
-            let (mut want, mut got) = (Vec::new(), Vec::new());
-            plain.encode(&mut want);
-            encoded.encode(&mut got);
-            assert_eq!(want, got, "{request:?}");
-        }
-        (plain, encoded) => assert_eq!(plain, encoded, "{request:?}"),
     }
 }
