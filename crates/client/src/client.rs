@@ -955,15 +955,28 @@ async fn writer_task(
         Send(Outgoing),
         Ping,
     }
+    // Both live across turns: a turn neither creates a timer nor
+    // subscribes to the shutdown again. The ping timer is moved only when
+    // it fires early (a write came since it was set), not on every write.
+    let stop = shutdown.wait_for(|s| *s);
+    let ping_timer = tokio::time::sleep_until(last_write + ping_every);
+    tokio::pin!(stop, ping_timer);
     loop {
         let step = tokio::select! {
             biased;
-            _ = shutdown.wait_for(|s| *s) => Step::Stop,
+            _ = &mut stop => Step::Stop,
             msg = rx.recv() => match msg {
                 Some(m) => Step::Send(m),
                 None => Step::Stop,
             },
-            _ = tokio::time::sleep_until(last_write + ping_every) => Step::Ping,
+            () = &mut ping_timer => {
+                let due = last_write + ping_every;
+                if tokio::time::Instant::now() < due {
+                    ping_timer.as_mut().reset(due);
+                    continue;
+                }
+                Step::Ping
+            }
         };
         buf.clear();
         match step {
@@ -990,6 +1003,9 @@ async fn writer_task(
             }
         }
         last_write = tokio::time::Instant::now();
+        if ping_timer.is_elapsed() {
+            ping_timer.as_mut().reset(last_write + ping_every);
+        }
         if buf.is_empty() {
             continue;
         }
@@ -1020,6 +1036,12 @@ async fn reader_task(
 ) {
     let mut shutdown = shared.shutdown.subscribe();
     let mut start = 0usize;
+    // As in `writer_task`: the shutdown wait and the read timer live across
+    // turns; the timer moves to the last read's deadline only when it fires.
+    let stop = shutdown.wait_for(|s| *s);
+    let mut last_read = tokio::time::Instant::now();
+    let read_timer = tokio::time::sleep_until(last_read + read_timeout);
+    tokio::pin!(stop, read_timer);
     loop {
         // Handle every complete frame in the buffer.
         loop {
@@ -1047,21 +1069,26 @@ async fn reader_task(
         }
         buf.reserve(16 * 1024);
         let read = tokio::select! {
-            _ = shutdown.wait_for(|s| *s) => return,
-            r = tokio::time::timeout(read_timeout, rd.read_buf(&mut buf)) => r,
+            _ = &mut stop => return,
+            r = rd.read_buf(&mut buf) => r,
+            () = &mut read_timer => {
+                let due = last_read + read_timeout;
+                if tokio::time::Instant::now() < due {
+                    read_timer.as_mut().reset(due);
+                    continue;
+                }
+                tracing::debug!("no reply within the read timeout");
+                break;
+            }
         };
         match read {
-            Ok(Ok(0)) => {
+            Ok(0) => {
                 tracing::debug!("server closed the connection");
                 break;
             }
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => {
+            Ok(_) => last_read = tokio::time::Instant::now(),
+            Err(e) => {
                 tracing::debug!(error = %e, "read failed");
-                break;
-            }
-            Err(_) => {
-                tracing::debug!("no reply within the read timeout");
                 break;
             }
         }
