@@ -247,6 +247,29 @@ def fdatasync_p50_ms(directory, count=200):
     return statistics.median(times) * 1000.0
 
 
+def concurrent_fdatasync_p50_ms(directory, writers=3, count=200):
+    """p50 of the same appends made by `writers` threads at once, each to
+    its own file: what the three servers of a cluster on this one disk
+    see when each syncs its log for the same round (fdatasync releases
+    the GIL, so the threads' syncs overlap)."""
+    results = [None] * writers
+    start = threading.Barrier(writers)
+
+    def writer(index):
+        probe = os.path.join(directory, "fsync-probe-%d" % index)
+        os.makedirs(probe, exist_ok=True)
+        start.wait()
+        results[index] = fdatasync_p50_ms(probe, count)
+        os.rmdir(probe)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return statistics.median(results)
+
+
 def loopback_rtt_p50_ms(count=2000):
     """p50 of a 16-byte TCP round trip over 127.0.0.1."""
     listener = socket.socket()
@@ -386,6 +409,7 @@ def main():
             log("          -> p50 %s ms" % fmt_ms(float(single[system]["p50_us"])))
         log("step 2/4: fdatasync p50 (128-byte appends) and loopback round trip p50")
         fsync_ms = fdatasync_p50_ms(root)
+        fsync3_ms = concurrent_fdatasync_p50_ms(root)
         rtt_ms = loopback_rtt_p50_ms()
 
         log("step 3/4: reading peak RSS (VmHWM)")
@@ -435,6 +459,8 @@ def main():
           % (fsync_ms, rtt_ms))
     print("Target for Keel: <= 1.5 x (fsync + 2 x round trip) = %.2f ms: %s"
           % (target_ms, "met" if k1 <= target_ms else "not met"))
+    print("Three writers at once on this disk (the three servers' logs): fdatasync p50 %.3f ms"
+          % fsync3_ms)
     print()
     print("Peak RSS (VmHWM) per server process:")
     for system in SYSTEMS:
