@@ -561,7 +561,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                     return Err(Closed::BadFrame);
                 }
             };
-            let payload = buf[consumed + 4..consumed + total].to_vec();
+            let payload = &buf[consumed + 4..consumed + total];
             consumed += total;
             self.on_frame(payload)?;
         }
@@ -569,7 +569,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         Ok(full)
     }
 
-    fn on_frame(&mut self, payload: Vec<u8>) -> Result<(), Closed> {
+    fn on_frame(&mut self, payload: &[u8]) -> Result<(), Closed> {
         let header = RequestHeader::from_bytes(&payload[..payload.len().min(8)])
             .map_err(|_| Closed::TruncatedHeader)?;
         let op = profile::Op::of_opcode(header.op_type);
