@@ -101,9 +101,9 @@ pub enum Closed {
     Server(CloseReason),
 }
 
-/// A connection of either client port: `W` is the socket's write half
-/// (a TcpStream's own half on the plain port, so that path is as before;
-/// a TLS stream's half on the secure port).
+/// A connection of either client port: `S` is the whole socket (a
+/// TcpStream on the plain port, so that path is as before; a TLS stream
+/// on the secure port).
 struct Connection<S> {
     shared: Arc<Shared>,
     id: u64,
@@ -1041,12 +1041,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         if self.out.is_empty() {
             return Ok(());
         }
-        let (writer, out, overflow) = (&mut self.stream, &self.out, &self.overflow);
+        let (stream, out, overflow) = (&mut self.stream, &self.out, &self.overflow);
         // flush: a TLS stream may keep records of the last write buffered
-        // (a no-op on a TCP half).
+        // (a no-op on a TcpStream).
         let mut write = std::pin::pin!(async move {
-            writer.write_all(out).await?;
-            writer.flush().await
+            stream.write_all(out).await?;
+            stream.flush().await
         });
         // Most writes complete at once: only one that waits for the client
         // to read also waits for an overflow.

@@ -1226,7 +1226,7 @@ pub fn seeds() -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
 
 /// `read_for_reply` (the server's read) sends the bytes `read` encodes to,
 /// with the same watches and errors.
-fn check_read_for_reply(
+pub(crate) fn check_read_for_reply(
     tree: &DataTree,
     request: &Request,
     session_id: i64,

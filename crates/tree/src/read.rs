@@ -145,15 +145,12 @@ impl DataTree {
         with_stat: bool,
         auth: &[Id],
     ) -> ReadOutcome {
-        let id = match self.readable(path, auth) {
+        let id = match self.listable(path, auth) {
             Ok(id) => id,
             Err(code) => return ReadOutcome::plain(Err(code)),
         };
         let slot = self.slot(id);
         let count = slot.children.len();
-        if count > CHILDREN_PER_RESPONSE_MAX {
-            return ReadOutcome::plain(Err(ErrorCode::MarshallingError));
-        }
         let mut body = Vec::with_capacity(4 + count * ENCODED_CHILD_BYTES_GUESS + STAT_BYTES);
         write_i32(
             &mut body,
@@ -184,15 +181,12 @@ impl DataTree {
                 watches: watch_if(watch, path, WatchKind::Child),
             };
         }
-        let id = match self.readable(path, auth) {
+        let id = match self.listable(path, auth) {
             Ok(id) => id,
             Err(code) => return ReadOutcome::plain(Err(code)),
         };
-        let slot = self.slot(id);
-        if slot.children.len() > CHILDREN_PER_RESPONSE_MAX {
-            return ReadOutcome::plain(Err(ErrorCode::MarshallingError));
-        }
-        let children: Vec<String> = slot
+        let children: Vec<String> = self
+            .slot(id)
             .children
             .iter()
             .map(|c| self.slot(*c).blob.name().to_string())
@@ -380,6 +374,16 @@ impl DataTree {
 
     /// ZooKeeper's node map also holds the root under "": a read of the
     /// empty path answers for "/" (`resolve` does so).
+    /// The data-tree node a getChildren of `path` lists: readable, with no
+    /// more children than one reply may carry.
+    fn listable(&self, path: &str, auth: &[Id]) -> Result<NodeId, ErrorCode> {
+        let id = self.readable(path, auth)?;
+        if self.slot(id).children.len() > CHILDREN_PER_RESPONSE_MAX {
+            return Err(ErrorCode::MarshallingError);
+        }
+        Ok(id)
+    }
+
     fn readable(&self, path: &str, auth: &[Id]) -> Result<NodeId, ErrorCode> {
         let id = self.resolve(path).ok_or(ErrorCode::NoNode)?;
         acl::check(self.acl_of(id), perms::READ, auth)?;
