@@ -970,9 +970,7 @@ async fn writer_task(
                 None => Step::Stop,
             },
             () = &mut ping_timer => {
-                let due = last_write + ping_every;
-                if tokio::time::Instant::now() < due {
-                    ping_timer.as_mut().reset(due);
+                if !timer_due(ping_timer.as_mut(), last_write + ping_every) {
                     continue;
                 }
                 Step::Ping
@@ -1028,6 +1026,16 @@ async fn writer_task(
     }
 }
 
+/// A timer set from an earlier activity fired: true if `due` (counted
+/// from the latest activity) has come, else the timer is moved to `due`.
+fn timer_due(timer: std::pin::Pin<&mut tokio::time::Sleep>, due: tokio::time::Instant) -> bool {
+    if tokio::time::Instant::now() >= due {
+        return true;
+    }
+    timer.reset(due);
+    false
+}
+
 async fn reader_task(
     mut rd: impl AsyncRead + Unpin,
     mut buf: Vec<u8>,
@@ -1072,9 +1080,7 @@ async fn reader_task(
             _ = &mut stop => return,
             r = rd.read_buf(&mut buf) => r,
             () = &mut read_timer => {
-                let due = last_read + read_timeout;
-                if tokio::time::Instant::now() < due {
-                    read_timer.as_mut().reset(due);
+                if !timer_due(read_timer.as_mut(), last_read + read_timeout) {
                     continue;
                 }
                 tracing::debug!("no reply within the read timeout");

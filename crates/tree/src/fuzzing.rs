@@ -1225,14 +1225,14 @@ pub fn seeds() -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
 }
 
 /// `read_for_reply` (the server's read) sends the bytes `read` encodes to,
-/// with the same watches and errors.
+/// with the same watches and errors. Returns the reply it checked.
 pub(crate) fn check_read_for_reply(
     tree: &DataTree,
     request: &Request,
     session_id: i64,
     auth: &[Id],
     outcome: &crate::ReadOutcome,
-) {
+) -> crate::ReadOutcome {
     let reply = tree
         .read_for_reply(request, session_id, auth)
         .expect("a read request is served");
@@ -1246,6 +1246,7 @@ pub(crate) fn check_read_for_reply(
         }
         (plain, encoded) => assert_eq!(plain, encoded, "{request:?}"),
     }
+    reply
 }
 
 #[cfg(test)]
