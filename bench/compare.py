@@ -22,8 +22,14 @@ cluster.py). Every process it starts runs in its
 own process group and is stopped on exit, on exceptions and on SIGINT/SIGTERM
 (and killed by the harness's atexit hook if anything is left).
 
-Usage: python3 bench/compare.py [--duration S] [--warmup S]
-       (COMPARE_DURATION / COMPARE_WARMUP env vars too)
+With --rounds N (COMPARE_ROUNDS) every cell is run N times, the systems
+alternating within each round: the tables then show each cell's median
+(TPS, p99 and CPU per operation, each the median of its N values, and the
+ratios of those medians), followed by every round's ratios, so a verdict
+never rests on one noisy run.
+
+Usage: python3 bench/compare.py [--duration S] [--warmup S] [--rounds N]
+       (COMPARE_DURATION / COMPARE_WARMUP / COMPARE_ROUNDS env vars too)
 Python 3 standard library only.
 """
 
@@ -322,6 +328,44 @@ def fmt_ms(us):
     return "%.2f" % (us / 1000.0)
 
 
+# Most rounds one compare may run (each round is 18 runs of --duration).
+ROUNDS_MAX = 9
+
+
+def median_row(rows):
+    """One cell's rounds as one row: the median of each of TPS, p99 and
+    CPU per operation (taken separately), and the median of p50."""
+    assert rows, "a cell without a run"
+
+    def med(key):
+        values = [float(r[key]) for r in rows if r.get(key) not in (None, "")]
+        return statistics.median(values) if values else None
+
+    cpu = med("cpu_ms_per_kop")
+    return {
+        "tps": med("tps"),
+        "p50_us": med("p50_us"),
+        "p99_us": med("p99_us"),
+        "cpu_ms_per_kop": "%.3f" % cpu if cpu is not None else "",
+    }
+
+
+def print_round_ratios(rounds, numerator, denominator, title):
+    """Every round's TPS ratio per cell (only with more than one round)."""
+    if len(rounds) < 2:
+        return
+    print(title)
+    for workload in WORKLOADS:
+        for clients in CLIENTS:
+            ratios = []
+            for results in rounds:
+                n, d = results[(numerator, workload, clients)], results[(denominator, workload, clients)]
+                d_tps = float(d["tps"])
+                ratios.append("%.2fx" % (float(n["tps"]) / d_tps) if d_tps > 0 else "n/a")
+            print("  %6s %4d: %s" % (workload, clients, " ".join(ratios)))
+    print()
+
+
 def print_tls_table(results):
     """Keel with TLS on client and peer links against plain Keel, same cells."""
     hdr = ("workload", "clients", "Keel TPS", "Keel p99 ms", "TLS TPS", "TLS p99 ms", "TLS/plain TPS",
@@ -348,7 +392,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration", type=int, default=int(os.environ.get("COMPARE_DURATION", "20")))
     ap.add_argument("--warmup", type=int, default=int(os.environ.get("COMPARE_WARMUP", "3")))
+    ap.add_argument("--rounds", type=int, default=int(os.environ.get("COMPARE_ROUNDS", "1")))
     args = ap.parse_args()
+    if not 1 <= args.rounds <= ROUNDS_MAX:
+        sys.exit("--rounds must be 1..%d, not %d" % (ROUNDS_MAX, args.rounds))
+    if args.duration < 1:
+        sys.exit("--duration must be at least 1 s, not %d" % args.duration)
 
     if not os.access(KEEL_BIN, os.X_OK):
         sys.exit("no Keel binary at %s (run: cargo build --release -p keel)" % KEEL_BIN)
@@ -362,10 +411,11 @@ def main():
 
     os.makedirs(WORK, exist_ok=True)
     root = tempfile.mkdtemp(prefix="run-%s-" % time.strftime("%Y%m%dT%H%M%S"), dir=WORK)
-    total_runs = len(WORKLOADS) * len(CLIENTS) * len(SYSTEMS) + len(SYSTEMS)
-    log("work dir %s; duration %ds per run, %d runs, warm-up %ds" % (root, args.duration, total_runs, args.warmup))
+    total_runs = args.rounds * len(WORKLOADS) * len(CLIENTS) * len(SYSTEMS) + len(SYSTEMS)
+    log("work dir %s; duration %ds per run, %d round(s), %d runs, warm-up %ds"
+        % (root, args.duration, args.rounds, total_runs, args.warmup))
 
-    results = {}
+    rounds = []
     rows_out = []
     rss = {}
     try:
@@ -377,28 +427,33 @@ def main():
 
         warmed = set()
         n = 0
-        for workload in WORKLOADS:
-            for clients in CLIENTS:
-                for system in SYSTEMS:
-                    group = clusters[system]
-                    if system not in warmed and args.warmup > 0:
-                        log("step 2/4: warm-up %s (%s, %d clients, %ds, not recorded)"
-                            % (system, workload, clients, args.warmup))
-                        bench(root, system, group, workload, clients, args.warmup, "warmup")
-                        warmed.add(system)
-                    n += 1
-                    log("step 2/4: run %d/%d: %s %s %d clients (%ds)"
-                        % (n, total_runs, system, workload, clients, args.duration))
-                    row = bench_with_cpu(root, system, group, workload, clients, args.duration, "run")
-                    for nd in group.nodes:
-                        if not nd.running():
-                            raise RuntimeError("%s node %d died during the run; see %s"
-                                               % (system, group.member_id(nd), nd.log_path))
-                    results[(system, workload, clients)] = row
-                    rows_out.append(dict(system=system, **row))
-                    log("          -> %.0f TPS, p99 %s ms, errors %s, server CPU %s ms per 1k ops"
-                        % (float(row["tps"]), fmt_ms(float(row["p99_us"])), row["errors"],
-                           row["cpu_ms_per_kop"] or "n/a"))
+        for round_number in range(1, args.rounds + 1):
+            results = {}
+            for workload in WORKLOADS:
+                for clients in CLIENTS:
+                    for system in SYSTEMS:
+                        group = clusters[system]
+                        if system not in warmed and args.warmup > 0:
+                            log("step 2/4: warm-up %s (%s, %d clients, %ds, not recorded)"
+                                % (system, workload, clients, args.warmup))
+                            bench(root, system, group, workload, clients, args.warmup, "warmup")
+                            warmed.add(system)
+                        n += 1
+                        log("step 2/4: run %d/%d (round %d/%d): %s %s %d clients (%ds)"
+                            % (n, total_runs, round_number, args.rounds, system, workload, clients,
+                               args.duration))
+                        tag = "run" if args.rounds == 1 else "run%d" % round_number
+                        row = bench_with_cpu(root, system, group, workload, clients, args.duration, tag)
+                        for nd in group.nodes:
+                            if not nd.running():
+                                raise RuntimeError("%s node %d died during the run; see %s"
+                                                   % (system, group.member_id(nd), nd.log_path))
+                        results[(system, workload, clients)] = row
+                        rows_out.append(dict(system=system, **row, round=round_number))
+                        log("          -> %.0f TPS, p99 %s ms, errors %s, server CPU %s ms per 1k ops"
+                            % (float(row["tps"]), fmt_ms(float(row["p99_us"])), row["errors"],
+                               row["cpu_ms_per_kop"] or "n/a"))
+            rounds.append(results)
 
         single = {}
         for system in SYSTEMS:
@@ -428,6 +483,11 @@ def main():
             w.writerows(rows_out)
 
     log("step 4/4: results")
+    results = {cell: median_row([r[cell] for r in rounds]) for cell in rounds[0]}
+    if len(rounds) > 1:
+        print()
+        print("Each cell: the median of %d rounds (TPS, p99 and CPU per operation each the median"
+              " of its own values; ratios of the medians)." % len(rounds))
     hdr = ("workload", "clients", "ZK TPS", "ZK p99 ms", "Keel TPS", "Keel p99 ms", "Keel/ZK TPS",
            "ZK CPU ms/kop", "Keel CPU ms/kop", "Keel/ZK CPU")
     lines = []
@@ -450,8 +510,10 @@ def main():
     for r in lines:
         print(fmt % r)
     print()
+    print_round_ratios(rounds, "keel", "zookeeper", "Keel/ZK TPS in each round:")
     if "keel-tls" in SYSTEMS:
         print_tls_table(results)
+        print_round_ratios(rounds, "keel-tls", "keel", "TLS/plain TPS in each round:")
     z1, k1 = float(single["zookeeper"]["p50_us"]) / 1000.0, float(single["keel"]["p50_us"]) / 1000.0
     target_ms = 1.5 * (fsync_ms + 2 * rtt_ms)
     print("Single-client create p50: ZK %.2f ms, Keel %.2f ms (Keel/ZK %.2fx)" % (z1, k1, k1 / z1 if z1 else 0))
