@@ -316,7 +316,7 @@ pub(crate) fn parse_connect_string(addrs: &str) -> Result<Vec<String>, ClientErr
 /// A connection to a server: plain TCP, or TLS over it.
 enum Stream {
     Plain(TcpStream),
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    Tls(Box<tokio_rustls::client::TlsStream<crate::tls::SendStream>>),
 }
 
 /// Opens the socket (and TLS over it when `tls` is given) and runs the

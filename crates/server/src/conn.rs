@@ -186,7 +186,7 @@ pub async fn serve_tls(
             _ => {}
         }
         tokio_rustls::TlsAcceptor::from(tls.current())
-            .accept(stream)
+            .accept(keel_client::SendStream(stream))
             .await
     };
     let timeout = Duration::from_millis(crate::TLS_HANDSHAKE_TIMEOUT_MS);
