@@ -833,6 +833,49 @@ fn a_cached_parent_is_forgotten_when_nodes_are_unlinked() {
     crate::fuzzing::check_invariants(&h.tree);
 }
 
+/// A parent's remembered path facts (the digest's path hash) are never
+/// used for another node that got its id: after the parent is deleted and
+/// its slot reused at another depth, the digest of every create, setData
+/// and delete under the new node still equals the digest summed afresh.
+#[test]
+fn remembered_path_facts_are_dropped_when_their_node_goes() {
+    let mut h = Harness::new();
+    h.create("/a", 0).unwrap();
+    h.create("/a/p", 0).unwrap();
+    h.create("/a/p/x", 0).unwrap(); // /a/p's facts remembered
+    let old = h.tree.resolve("/a/p").unwrap();
+    h.delete("/a/p/x").unwrap();
+    h.delete("/a/p").unwrap();
+    h.create("/deep", 0).unwrap();
+    h.create("/deep/er", 0).unwrap();
+    h.create("/deep/er/still", 0).unwrap();
+    let reused = ["/deep", "/deep/er", "/deep/er/still"]
+        .iter()
+        .find(|path| h.tree.resolve(path) == Some(old))
+        .expect("the deleted parent's slot was reused");
+    for round in 0..3 {
+        let child = format!("{reused}/n{round}");
+        h.create(&child, 0).unwrap();
+        h.request(Request::SetData(SetDataRequest {
+            path: child.clone(),
+            data: Some(vec![round as u8; 8]),
+            version: -1,
+        }))
+        .result
+        .unwrap();
+        assert_eq!(h.tree.digest, h.tree.recomputed_digest(), "round {round}");
+    }
+    h.delete(&format!("{reused}/n1")).unwrap();
+    assert_eq!(h.tree.digest, h.tree.recomputed_digest());
+    // Parents at the root and more parents than the cache has slots.
+    for p in 0..crate::tree::FACTS_CACHE_SLOTS + 5 {
+        h.create(&format!("/r{p}"), 0).unwrap();
+        h.create(&format!("/r{p}/c"), 0).unwrap();
+    }
+    assert_eq!(h.tree.digest, h.tree.recomputed_digest());
+    crate::fuzzing::check_invariants(&h.tree);
+}
+
 /// Many parents, more than the cache has slots, each used again and
 /// again: every create lands under its own parent.
 #[test]

@@ -117,6 +117,8 @@ pub struct DataTree {
     pub(crate) insert_hints: InsertHints,
     /// Recently resolved parent paths of creates.
     pub(crate) parents: ParentCache,
+    /// Path facts (digest hash, length) of recently used parents.
+    pub(crate) facts: FactsCache,
 }
 
 /// Parent paths remembered for creates (direct-mapped by the path's hash).
@@ -163,6 +165,40 @@ impl ParentCache {
     /// A node was unlinked: every entry may name a node that is gone.
     fn forget_all(&mut self) {
         self.unlinked += 1;
+    }
+}
+
+/// Parents whose path facts are remembered (direct-mapped by id).
+pub const FACTS_CACHE_SLOTS: usize = 1024;
+
+/// The path facts (`DataTree::path_facts`: the FNV-1a of the path, its
+/// length) of recently used parents. Every create, delete and setData
+/// adds or changes a node's share of the digest, which hashes the node's
+/// full path: from its parent's facts that is the hash carried over "/"
+/// and the name (FNV-1a runs byte by byte along the path), where without
+/// them it is a walk up every ancestor, a cache miss each, and a vector.
+/// An entry holds under the same rule as `ParentCache`'s: a node's path
+/// changes only when its id is unlinked and reused, so an entry made
+/// before the latest unlink is ignored. Only a cache: the facts are the
+/// same with or without it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FactsCache {
+    /// (parent, `ParentCache::unlinked` when made, path hash, path
+    /// length); empty until first used.
+    slots: Vec<(NodeId, u64, u64, u64)>,
+}
+
+impl FactsCache {
+    fn get(&self, parent: NodeId, unlinked: u64) -> Option<(u64, u64)> {
+        let (owner, made, hash, len) = *self.slots.get(parent as usize % FACTS_CACHE_SLOTS)?;
+        (owner == parent && made == unlinked).then_some((hash, len))
+    }
+
+    fn put(&mut self, parent: NodeId, unlinked: u64, (hash, len): (u64, u64)) {
+        if self.slots.is_empty() {
+            self.slots.resize(FACTS_CACHE_SLOTS, (NIL, 0, 0, 0));
+        }
+        self.slots[parent as usize % FACTS_CACHE_SLOTS] = (parent, unlinked, hash, len);
     }
 }
 
@@ -247,6 +283,7 @@ impl DataTree {
             snapshot: None,
             insert_hints: InsertHints::default(),
             parents: ParentCache::default(),
+            facts: FactsCache::default(),
         }
     }
 
@@ -723,7 +760,7 @@ impl DataTree {
         // The path, its hash and the owner stay: only the content's share
         // of the digest, data size and memory changes (no owner index is
         // touched, the ancestors are walked once).
-        let path = self.path_facts(id);
+        let path = self.path_facts_cached(id);
         let (old_digest, old_size, old_heap) = self.content_share(id, path);
         let slot = self.arena.get_mut(id);
         let old_stat = slot.stat;
@@ -760,7 +797,8 @@ impl DataTree {
     /// and owner indexes; an ACL reference is dropped on removal only by
     /// the caller that frees the slot for good.
     fn account(&mut self, id: NodeId, present: bool) {
-        let (digest, size, heap) = self.content_share(id, self.path_facts(id));
+        let facts = self.path_facts_cached(id);
+        let (digest, size, heap) = self.content_share(id, facts);
         let owner = self.arena.get(id).stat.ephemeral_owner;
         if present {
             self.node_count += 1;
@@ -862,6 +900,34 @@ impl DataTree {
     /// (a snapshot load hashes contents on every core).
     pub(crate) fn slot_digest(&self, id: NodeId) -> u64 {
         combine_digest(self.path_facts(id).0, content_digest(self.arena.get(id)))
+    }
+
+    /// `path_facts` from the parent's facts when `FactsCache` has them (a
+    /// parent missing there is walked once and remembered).
+    fn path_facts_cached(&mut self, id: NodeId) -> (u64, u64) {
+        if id == ROOT {
+            return self.path_facts(ROOT);
+        }
+        let parent = self.arena.get(id).parent;
+        let (hash, len) = if parent == ROOT {
+            // The root's own facts are those of "/"; its children's paths
+            // start from nothing.
+            (FNV_OFFSET, 0)
+        } else {
+            let unlinked = self.parents.unlinked;
+            match self.facts.get(parent, unlinked) {
+                Some(facts) => facts,
+                None => {
+                    let facts = self.path_facts(parent);
+                    self.facts.put(parent, unlinked, facts);
+                    facts
+                }
+            }
+        };
+        let name = self.arena.get(id).blob.name_bytes();
+        let facts = (fnv(fnv(hash, b"/"), name), len + 1 + name.len() as u64);
+        debug_assert_eq!(facts, self.path_facts(id), "stale path facts of node {id}");
+        facts
     }
 
     /// FNV-1a of a node's full path, and the path's length in bytes, from
