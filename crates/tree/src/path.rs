@@ -19,16 +19,27 @@ pub fn validate(path: &str) -> bool {
     }
     // Java walks UTF-16 code units; every rejected range below lies inside
     // the Basic Multilingual Plane except the surrogates, which stand for
-    // any supplementary character: those are rejected too.
+    // any supplementary character: those are rejected too. An ASCII path's
+    // bytes are its code units (no copy: most paths are ASCII).
+    if path.is_ascii() {
+        return valid_units(path.as_bytes());
+    }
     let units: Vec<u16> = path.encode_utf16().collect();
-    let mut last = b'/' as u16;
+    valid_units(&units)
+}
+
+/// `validate`'s walk over a path's UTF-16 code units (bytes for ASCII),
+/// past its leading slash.
+fn valid_units<T: Copy + Into<u32>>(units: &[T]) -> bool {
+    let unit = |i: usize| -> u32 { units[i].into() };
+    let slash = u32::from(b'/');
+    let dot = u32::from(b'.');
+    let mut last = slash;
     for i in 1..units.len() {
-        let c = units[i];
-        let next_ends = i + 1 == units.len() || units[i + 1] == b'/' as u16;
-        let slash = b'/' as u16;
-        let dot = b'.' as u16;
+        let c = unit(i);
+        let next_ends = i + 1 == units.len() || unit(i + 1) == slash;
         // "." and ".." are rejected only as whole segments.
-        let relative = (c == dot && last == dot && units[i - 2] == slash && next_ends)
+        let relative = (c == dot && last == dot && unit(i - 2) == slash && next_ends)
             || (c == dot && last == slash && next_ends);
         let forbidden = c == 0
             || (0x01..=0x1f).contains(&c)
@@ -109,6 +120,64 @@ mod tests {
         ] {
             assert!(!validate(p), "{p:?}");
         }
+    }
+
+    /// The walk as it was before ASCII paths skipped the UTF-16 copy (one
+    /// loop over `encode_utf16`), kept as the reference.
+    fn reference(path: &str) -> bool {
+        if path.is_empty() || path.len() > PATH_BYTES_MAX || !path.starts_with('/') {
+            return false;
+        }
+        if path.len() == 1 {
+            return true;
+        }
+        if path.ends_with('/') {
+            return false;
+        }
+        let units: Vec<u16> = path.encode_utf16().collect();
+        let mut last = b'/' as u16;
+        for i in 1..units.len() {
+            let c = units[i];
+            let next_ends = i + 1 == units.len() || units[i + 1] == b'/' as u16;
+            let slash = b'/' as u16;
+            let dot = b'.' as u16;
+            let relative = (c == dot && last == dot && units[i - 2] == slash && next_ends)
+                || (c == dot && last == slash && next_ends);
+            let forbidden = c == 0
+                || (0x01..=0x1f).contains(&c)
+                || (0x7f..=0x9f).contains(&c)
+                || (0xd800..=0xf8ff).contains(&c)
+                || c >= 0xfff0;
+            if forbidden || (c == slash && last == slash) || relative {
+                return false;
+            }
+            last = c;
+        }
+        true
+    }
+
+    /// `validate` answers as the reference for every path of up to six
+    /// characters over an alphabet holding each kind of character the
+    /// rules treat apart (ASCII and not).
+    #[test]
+    fn validate_agrees_with_the_reference_walk() {
+        let alphabet = [
+            '/', '.', 'a', '0', '\u{0}', '\u{1f}', ' ', '\u{7f}', 'ü', '\u{9f}', '\u{fff0}',
+        ];
+        let mut paths = vec![String::new(), "/".to_string(), "a".to_string()];
+        let mut checked = 0;
+        while let Some(path) = paths.pop() {
+            assert_eq!(validate(&path), reference(&path), "{path:?}");
+            checked += 1;
+            if path.starts_with('/') && path.chars().count() < 6 {
+                for c in alphabet {
+                    let mut longer = path.clone();
+                    longer.push(c);
+                    paths.push(longer);
+                }
+            }
+        }
+        assert!(checked > 100_000, "{checked} paths");
     }
 
     #[test]
