@@ -8,14 +8,8 @@ pub const PATH_BYTES_MAX: usize = 64 * 1024;
 /// absolute, no trailing slash, no empty, "." or ".." segments, no control
 /// or reserved characters.
 pub fn validate(path: &str) -> bool {
-    if path.is_empty() || path.len() > PATH_BYTES_MAX || !path.starts_with('/') {
-        return false;
-    }
-    if path.len() == 1 {
-        return true;
-    }
-    if path.ends_with('/') {
-        return false;
+    if let Some(answer) = decided_by_shape(path) {
+        return answer;
     }
     // Java walks UTF-16 code units; every rejected range below lies inside
     // the Basic Multilingual Plane except the surrogates, which stand for
@@ -26,6 +20,21 @@ pub fn validate(path: &str) -> bool {
     }
     let units: Vec<u16> = path.encode_utf16().collect();
     valid_units(&units)
+}
+
+/// What a path's length and ends decide alone: not absolute, too long,
+/// "/" itself, a trailing slash (None: its characters must be walked).
+fn decided_by_shape(path: &str) -> Option<bool> {
+    if path.is_empty() || path.len() > PATH_BYTES_MAX || !path.starts_with('/') {
+        return Some(false);
+    }
+    if path.len() == 1 {
+        return Some(true);
+    }
+    if path.ends_with('/') {
+        return Some(false);
+    }
+    None
 }
 
 /// `validate`'s walk over a path's UTF-16 code units (bytes for ASCII),
@@ -122,38 +131,13 @@ mod tests {
         }
     }
 
-    /// The walk as it was before ASCII paths skipped the UTF-16 copy (one
-    /// loop over `encode_utf16`), kept as the reference.
+    /// The walk as it was before ASCII paths skipped the UTF-16 copy:
+    /// every path, ASCII or not, walked as its collected UTF-16 code units.
     fn reference(path: &str) -> bool {
-        if path.is_empty() || path.len() > PATH_BYTES_MAX || !path.starts_with('/') {
-            return false;
-        }
-        if path.len() == 1 {
-            return true;
-        }
-        if path.ends_with('/') {
-            return false;
-        }
-        let units: Vec<u16> = path.encode_utf16().collect();
-        let mut last = b'/' as u16;
-        for i in 1..units.len() {
-            let c = units[i];
-            let next_ends = i + 1 == units.len() || units[i + 1] == b'/' as u16;
-            let slash = b'/' as u16;
-            let dot = b'.' as u16;
-            let relative = (c == dot && last == dot && units[i - 2] == slash && next_ends)
-                || (c == dot && last == slash && next_ends);
-            let forbidden = c == 0
-                || (0x01..=0x1f).contains(&c)
-                || (0x7f..=0x9f).contains(&c)
-                || (0xd800..=0xf8ff).contains(&c)
-                || c >= 0xfff0;
-            if forbidden || (c == slash && last == slash) || relative {
-                return false;
-            }
-            last = c;
-        }
-        true
+        decided_by_shape(path).unwrap_or_else(|| {
+            let units: Vec<u16> = path.encode_utf16().collect();
+            valid_units(&units)
+        })
     }
 
     /// `validate` answers as the reference for every path of up to six

@@ -759,7 +759,8 @@ impl DataTree {
         self.before_change(id);
         // The path, its hash and the owner stay: only the content's share
         // of the digest, data size and memory changes (no owner index is
-        // touched, the ancestors are walked once).
+        // touched; the path's facts are taken once, from the parent's when
+        // they are remembered).
         let path = self.path_facts_cached(id);
         let (old_digest, old_size, old_heap) = self.content_share(id, path);
         let slot = self.arena.get_mut(id);
