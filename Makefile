@@ -116,7 +116,7 @@ replay: test-deps build
 	python3 bench/replay.py
 
 # Jepsen-style campaign on real processes (tests/nemesis/run.py); the same
-# code runs for NEMESIS_SECONDS (default 180) in `make test` (tests/nemesis).
+# code runs in `make test` (tests/nemesis, NEMESIS_SECONDS default 60 there).
 # Exits non-zero on any violation; the work dir (history, timeline.svg) is kept.
 NEMESIS_SECONDS ?= 180
 NEMESIS_NODES   ?= 3

@@ -135,6 +135,22 @@ def keel_topology(request):
     return request.param
 
 
+def beside_reference(zk_reference, key, run_reference, candidate, run_candidate, **server_kw):
+    """(reference result, reference server, run_candidate(candidate)): the
+    candidate's run goes on in a thread while the reference runs (when it is
+    not cached already), so a module pays for one of the two. Only for
+    scenarios run by other processes (zkCli.sh, cli_mt, the JVM), whose
+    outcome does not hang on timing."""
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=1) as beside:
+        got_later = beside.submit(run_candidate, candidate)
+        try:
+            ref, zk = zk_reference(key, run_reference, **server_kw)
+        finally:
+            got = got_later.result()
+    return ref, zk, got
+
+
 @pytest.fixture(scope="module")
 def zk_reference(request):
     """zk_reference(key, run, **server_kw) -> (run(zk), zk): `run` against a

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from conftest import beside_reference
 from harness import CLI_MT, ZKCLI
 
 from compat.topology import compare_traces
@@ -203,9 +204,8 @@ def run_zkcli(server):
 
 @pytest.mark.skipif(not os.access(ZKCLI, os.X_OK), reason="zkCli.sh not installed")
 def test_zkcli_matches_zookeeper(servers, candidate, keel_topology, zk_reference):
-    ref, _ = zk_reference("zkcli", run_zkcli, name="zk-zkcli")
     other = servers(candidate, topology=keel_topology, name="%s-zkcli-%s" % (candidate, keel_topology))
-    got = run_zkcli(other)
+    ref, _, got = beside_reference(zk_reference, "zkcli", run_zkcli, other, run_zkcli, name="zk-zkcli")
     diffs = compare("zkcli", candidate, keel_topology, ref, got)
     assert not diffs, "%d zkCli.sh command(s) differ (%s %s):\n%s" % (len(diffs), candidate, keel_topology,
                                                                       "\n".join(diffs))

@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 
+from conftest import beside_reference
 from harness import ZK_CLIENT_CLASSPATH, make_workdir
 from harness.trace import Trace
 
@@ -51,10 +52,11 @@ def run_java(classes, server, name):
 
 
 def test_java_client_scenario_matches_zookeeper(servers, candidate, keel_topology, scenario_classes, zk_reference):
-    ref, zk = zk_reference("java", lambda zk: run_java(scenario_classes, zk, "zookeeper"), name="zk-java")
-    assert ref.entries and ref.entries[-1][0] == "done", "Java scenario failed against ZooKeeper itself:\n%r" % ref.entries[-3:]
     other = servers(candidate, topology=keel_topology, name="%s-java-%s" % (candidate, keel_topology))
-    got = run_java(scenario_classes, other, candidate)
+    ref, zk, got = beside_reference(zk_reference, "java", lambda zk: run_java(scenario_classes, zk, "zookeeper"),
+                                    other, lambda server: run_java(scenario_classes, server, candidate),
+                                    name="zk-java")
+    assert ref.entries and ref.entries[-1][0] == "done", "Java scenario failed against ZooKeeper itself:\n%r" % ref.entries[-3:]
     p1 = zk.workdir + "-java-trace.json"
     p2 = other.workdir + "-java-trace.json"
     ref.dump(p1)

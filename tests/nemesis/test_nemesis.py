@@ -1,5 +1,5 @@
 """The fault campaign as a test (`make nemesis` runs the same code
-directly): NEMESIS_SECONDS (default 120 here, 180 in `make nemesis`) of faults on a NEMESIS_NODES
+directly): NEMESIS_SECONDS (default 60 here, 180 in `make nemesis`) of faults on a NEMESIS_NODES
 (default 3) node cluster, then every check; no violation allowed. A short
 run with a planted lost write must report violations."""
 
@@ -11,7 +11,7 @@ import pytest
 from conftest import report_summary, require_keel
 from nemesis.run import LINEARIZE_BIN, run
 
-SECONDS = float(os.environ.get("NEMESIS_SECONDS", "120"))
+SECONDS = float(os.environ.get("NEMESIS_SECONDS", "60"))
 NODES = int(os.environ.get("NEMESIS_NODES", "3"))
 SEED = os.environ.get("NEMESIS_SEED")
 PLANTED_SECONDS = 15.0

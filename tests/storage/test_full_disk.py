@@ -25,11 +25,13 @@ VALUE_BYTES = 64 << 10
 # outgrow the reserved file to meet the full disk.
 WRITES_MAX = 3000
 WRITE_TIMEOUT_S = 5.0
+# The process of each filled node, as the disk filled up.
+FILLED_PIDS = {}
 
 
-@pytest.fixture
-def small_fs(tmp_path):
-    mount = tmp_path / "fs"
+@pytest.fixture(scope="module")
+def small_fs(tmp_path_factory):
+    mount = tmp_path_factory.mktemp("full-disk") / "fs"
     mount.mkdir()
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%d" % FS_BYTES, "tmpfs", str(mount)],
                           capture_output=True, text=True)
@@ -48,11 +50,13 @@ def fill(mount, leave_bytes):
     return filler
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def filled(small_fs):
     """A node that met a full disk under writes, space freed again
     afterwards: (server, acknowledged {path: value}, first refusal, whether
-    the process still ran, its log at that moment)."""
+    the process still ran, its log at that moment). Shared by the module's
+    two tests (filling takes most of their time): the one that needs the
+    process that met the full disk runs first and checks it has it."""
     require_keel()
     server = KeelServer(name="keel-full-disk", data_dir=os.path.join(small_fs, "data"))
     server.start()
@@ -70,6 +74,7 @@ def filled(small_fs):
         reader.stop()
         reader.close()
         os.remove(filler)
+        FILLED_PIDS[id(server)] = server.proc.pid
         yield server, acked, refused, alive, log
     finally:
         server.kill()
@@ -95,6 +100,19 @@ def write_until_refused(server):
     return acked, refused
 
 
+def test_full_disk_node_writes_again_once_space_is_freed(filled):
+    """While the log cannot be written the node says so (a log line, mntr's
+    keel_log_write_paused = 1) and keeps serving reads; once space is
+    freed it writes again by itself."""
+    server, _, _, alive, log = filled
+    assert alive, "the node exited on a full disk"
+    assert server.proc.pid == FILLED_PIDS[id(server)], "the node was restarted before this test ran"
+    assert "file system is full" in log, "no Keel log line says the disk is full"
+    assert writes_again(server), "no write acknowledged within 15 s of freeing space"
+    assert mntr(server.port).get("keel_log_write_paused") == "0"
+    assert "the Raft log is written again" in server.log_text()
+
+
 def test_full_disk_never_loses_an_acknowledged_write(filled):
     server, acked, refused, alive, log = filled
     assert refused is not None, "%d writes of %d bytes fit on a %d byte filesystem" % (
@@ -113,18 +131,6 @@ def test_full_disk_never_loses_an_acknowledged_write(filled):
                       len(acked)))
     if errors:
         report_summary("full disk: first log line about it: %s" % errors[0][:200])
-
-
-def test_full_disk_node_writes_again_once_space_is_freed(filled):
-    """While the log cannot be written the node says so (a log line, mntr's
-    keel_log_write_paused = 1) and keeps serving reads; once space is
-    freed it writes again by itself."""
-    server, _, _, alive, log = filled
-    assert alive, "the node exited on a full disk"
-    assert "file system is full" in log, "no Keel log line says the disk is full"
-    assert writes_again(server), "no write acknowledged within 15 s of freeing space"
-    assert mntr(server.port).get("keel_log_write_paused") == "0"
-    assert "the Raft log is written again" in server.log_text()
 
 
 def writes_again(server, timeout_s=15.0):

@@ -5,7 +5,8 @@
 //   java SecureClient CONNECT WAIT_FOR STEP...
 //
 // WAIT_FOR is the connection state to wait for first (SyncConnected,
-// SaslAuthenticated, AuthFailed; at most 30 s). Steps, run in order:
+// SaslAuthenticated, AuthFailed; at most 30 s, or the system property
+// secureclient.wait.seconds). Steps, run in order:
 //   create:PATH:DATA[:SCHEME:ID]   a persistent node, ACL world:anyone or SCHEME:ID (all perms)
 //   get:PATH                       its data
 //   acl:PATH                       its ACL, "scheme:id:perms,..."
@@ -96,7 +97,8 @@ public class SecureClient {
                 print("{\"event\": " + quote(event.getState().name()) + "}");
             }
         });
-        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        long waitSeconds = Long.getLong("secureclient.wait.seconds", 30L);
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(waitSeconds);
         boolean seen;
         synchronized (LOCK) {
             while (!STATES.contains(waitFor) && System.nanoTime() < deadline) {
