@@ -31,7 +31,7 @@ def test_a_saturating_write_load_changes_no_leader(keel_cluster):
     term, leader_id = before[0]["keel_raft_term"], before[0]["keel_raft_leader_id"]
     assert all((s["keel_raft_term"], s["keel_raft_leader_id"]) == (term, leader_id) for s in before), before
 
-    bench = run_bench(cluster.connect_string(), "create", CLIENTS, SECONDS)
+    bench = run_bench(cluster.connect_string(), "create", CLIENTS, SECONDS, keep_tree=True)
 
     after = [mntr(n.port) for n in cluster.nodes]
     role_changes_after = [n.log_text().count("raft role changed") for n in cluster.nodes]

@@ -493,10 +493,12 @@ _BENCH_SUMMARY_LINE = re.compile(r"^(\S.*?)\s{2,}(.*)$")
 
 
 def run_bench(servers, workload, clients, duration, value_size=None, csv_path=None, out_path=None,
-              timeout=None, binary=None):
+              timeout=None, binary=None, keep_tree=False):
     """Runs `keel bench` against `servers` (a connect string) and returns its
     end-of-run summary as {name: value} ("TPS", "ops", "errors", "p99 latency",
-    ...); with csv_path it also writes its CSV there, with out_path its output.
+    ...); with csv_path it also writes its CSV there, with out_path its output;
+    keep_tree leaves the bench's nodes (--no-cleanup: for servers thrown away
+    after the test, where deleting a million nodes would only cost time).
     Raises AssertionError if it fails or prints no TPS. The bench process is
     killed if this is interrupted (Ctrl-C, a timeout)."""
     command = [binary or KEEL_BIN, "bench", "--servers", servers, "--workload", workload,
@@ -505,6 +507,8 @@ def run_bench(servers, workload, clients, duration, value_size=None, csv_path=No
         command += ["--value-size", str(value_size)]
     if csv_path is not None:
         command += ["--csv", csv_path]
+    if keep_tree:
+        command.append("--no-cleanup")
     try:
         done = subprocess.run(command, capture_output=True, text=True, errors="replace",
                               timeout=timeout or duration + 180, stdin=subprocess.DEVNULL)

@@ -167,7 +167,8 @@ struct CliArgs {
 
 /// Each client is one session issuing requests in a closed loop; the tree a
 /// workload needs is built under a fresh root before timing and deleted
-/// after. Progress goes to stderr once a second, the summary to stdout.
+/// after (unless --no-cleanup). Progress goes to stderr once a second, the
+/// summary to stdout.
 /// `populate` instead creates --znodes znodes under /keel-populate (multi
 /// batches) and leaves them there.
 #[derive(Args)]
@@ -218,6 +219,10 @@ struct BenchArgs {
     /// PEM private key of --tls-cert.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// Leave the bench's tree (its root and every node the run made) on
+    /// the servers instead of deleting it after the run.
+    #[arg(long)]
+    no_cleanup: bool,
 }
 
 /// The bench's TLS configuration, if --tls-ca is given.
@@ -446,6 +451,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     config.value_size = args.value_size;
     config.in_flight = args.in_flight.unwrap_or(1);
     config.tls = bench_tls(&args)?;
+    config.keep_tree = args.no_cleanup;
     if args.profile && config.tls.is_some() {
         anyhow::bail!("--profile reads `lcks` over the plain client port: not with --tls-ca");
     }
@@ -494,6 +500,9 @@ fn populate(args: BenchArgs) -> anyhow::Result<()> {
         anyhow::bail!(
             "--duration, --csv and --plot are not for populate (it runs until N znodes exist)"
         );
+    }
+    if args.no_cleanup {
+        anyhow::bail!("--no-cleanup is not for populate (it always leaves its znodes)");
     }
     let mut config = keel_bench::PopulateConfig::new(&args.servers, znodes)?;
     config.value_size = args.value_size;

@@ -164,6 +164,10 @@ pub struct BenchConfig {
     pub root: Option<String>,
     /// Connect over TLS (every server is a secure client port).
     pub tls: Option<keel_client::ClientTls>,
+    /// Leave the bench root and everything the run made under it
+    /// (`--no-cleanup`): to inspect it, or when the servers are thrown
+    /// away after the run and deleting a million nodes would only cost time.
+    pub keep_tree: bool,
 }
 
 impl BenchConfig {
@@ -185,6 +189,7 @@ impl BenchConfig {
             seed: DEFAULT_SEED,
             root: None,
             tls: None,
+            keep_tree: false,
         })
     }
 
@@ -457,19 +462,23 @@ pub async fn run_async(
     });
     let measured = measure(&plan, &clients, &config, &mut progress).await;
 
-    // 4. Close the sessions, delete the tree.
+    // 4. Close the sessions, delete the tree (unless asked to keep it).
     tracing::debug!("timed phase over; closing the bench sessions");
     close_all(clients).await;
     let cleanup_started = Instant::now();
-    let deletion = Arc::new(DeleteProgress::default());
-    let cleaned = ticking(tree::delete_tree(&admin, &layout.root, &deletion), |e| {
-        progress(&ProgressLine::Cleanup {
-            elapsed: e,
-            found: deletion.found.load(Ordering::Relaxed),
-            deleted: deletion.deleted.load(Ordering::Relaxed),
+    let cleaned = if config.keep_tree {
+        Ok(0)
+    } else {
+        let deletion = Arc::new(DeleteProgress::default());
+        ticking(tree::delete_tree(&admin, &layout.root, &deletion), |e| {
+            progress(&ProgressLine::Cleanup {
+                elapsed: e,
+                found: deletion.found.load(Ordering::Relaxed),
+                deleted: deletion.deleted.load(Ordering::Relaxed),
+            })
         })
-    })
-    .await;
+        .await
+    };
     let cleanup = cleanup_started.elapsed();
     let _ = admin.close().await;
 
@@ -511,6 +520,7 @@ pub async fn run_async(
         cleaned_nodes: *cleaned.as_ref().unwrap_or(&0),
         cleanup,
         cleanup_error: cleaned.err().map(|e| e.to_string()),
+        kept_tree: config.keep_tree,
     })
 }
 

@@ -63,7 +63,8 @@ pub struct BenchReport {
     pub in_flight: usize,
     pub value_size: usize,
     pub seed: u64,
-    /// The bench root the run used (deleted again unless `cleanup_error`).
+    /// The bench root the run used (deleted again unless `cleanup_error`
+    /// or `kept_tree`).
     pub root: String,
     /// The configured timed phase.
     pub duration: Duration,
@@ -94,6 +95,8 @@ pub struct BenchReport {
     pub cleanup: Duration,
     /// Why the bench root could not be deleted, if it could not.
     pub cleanup_error: Option<String>,
+    /// The run was told to leave its tree (`--no-cleanup`).
+    pub kept_tree: bool,
 }
 
 impl BenchReport {
@@ -210,6 +213,9 @@ impl fmt::Display for BenchReport {
         }
         if let Some(e) = &self.cleanup_error {
             write!(f, "\ncleanup failed  {e}")?;
+        }
+        if self.kept_tree {
+            write!(f, "\ntree kept       {} (--no-cleanup)", self.root)?;
         }
         Ok(())
     }

@@ -460,6 +460,7 @@ mod tests {
             cleaned_nodes: 0,
             cleanup: std::time::Duration::ZERO,
             cleanup_error: None,
+            kept_tree: false,
         };
         let svg = render(&report);
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));

@@ -287,6 +287,31 @@ fn pipelined_sessions_spread_over_servers_and_an_existing_root_is_left_alone() {
 }
 
 #[test]
+fn a_run_told_to_keep_its_tree_leaves_it_whole() {
+    let server = Server::start();
+    let mut cfg = config(&server, Workload::Create);
+    cfg.keep_tree = true;
+    let report = keel_bench::run(cfg, |_| {}).unwrap();
+    assert_eq!(report.errors, 0, "{:?}", report.error_kinds);
+    assert!(report.kept_tree && report.cleanup_error.is_none());
+    assert_eq!(report.cleaned_nodes, 0);
+    assert!(
+        report.to_string().contains(&format!("tree kept       {}", report.root)),
+        "{report}"
+    );
+    // Every node the run created is still there, under its root.
+    let count = server.with_client(async |c| {
+        c.get_all_children_number(&report.root).await.unwrap()
+    });
+    assert!(
+        count as u64 >= report.successes,
+        "{count} nodes under {} after {} creates",
+        report.root,
+        report.successes
+    );
+}
+
+#[test]
 fn bad_input_is_refused_with_a_clear_error() {
     let err = "readonly".parse::<Workload>().unwrap_err().to_string();
     assert!(err.contains("unknown workload \"readonly\""), "{err}");
