@@ -296,13 +296,14 @@ fn a_run_told_to_keep_its_tree_leaves_it_whole() {
     assert!(report.kept_tree && report.cleanup_error.is_none());
     assert_eq!(report.cleaned_nodes, 0);
     assert!(
-        report.to_string().contains(&format!("tree kept       {}", report.root)),
+        report
+            .to_string()
+            .contains(&format!("tree kept       {}", report.root)),
         "{report}"
     );
     // Every node the run created is still there, under its root.
-    let count = server.with_client(async |c| {
-        c.get_all_children_number(&report.root).await.unwrap()
-    });
+    let count =
+        server.with_client(async |c| c.get_all_children_number(&report.root).await.unwrap());
     assert!(
         count as u64 >= report.successes,
         "{count} nodes under {} after {} creates",
