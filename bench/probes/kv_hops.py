@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Where a Keel KV read goes (BENCHMARKS.md, "Keel KV GET: the cost is the
+hand-off"): starts one system of `make compare-kv` (SYSTEM: keel-1, keel-3,
+redis-always, redis-everysec), runs redis-benchmark against it (T: get,
+set, ...; N requests, 50 clients, 100,000 keys) and prints its result and
+the context switches per request of each server thread (from
+/proc/PID/task/TID/status). With PERF=FILE, `perf record -a` runs for 5 s
+during the load and writes FILE.
+
+    SYSTEM=keel-1 T=get python3 bench/probes/kv_hops.py
+"""
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..")); sys.path.insert(0, os.path.join(HERE, "..", "..", "tests"))
+import compare_kv  # noqa: E402
+
+
+def switches(root):
+    """{(thread name, task dir): voluntary + involuntary switches} of the processes started under root."""
+    out = {}
+    pids = subprocess.run(["pgrep", "-f", root], capture_output=True, text=True).stdout.split()
+    for pid in pids:
+        for task in glob.glob("/proc/%s/task/*" % pid):
+            try:
+                name = open(task + "/comm").read().strip()
+                status = dict(line.split(":\t") for line in open(task + "/status").read().splitlines() if ":\t" in line)
+                out[(name, task)] = int(status["voluntary_ctxt_switches"]) + int(status["nonvoluntary_ctxt_switches"])
+            except (OSError, KeyError, ValueError):
+                pass  # the thread ended meanwhile
+    return out
+
+
+def main():
+    root = tempfile.mkdtemp(prefix="kv-hops-")
+    port, stop = compare_kv.start_system(os.environ.get("SYSTEM", "keel-1"), root)
+    try:
+        requests = int(os.environ.get("N", "300000"))
+        before = switches(root)
+        bench = subprocess.Popen(["redis-benchmark", "-p", str(port), "-t", os.environ.get("T", "get"), "-n",
+                                  str(requests), "-r", "100000", "-c", "50", "-q"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        if os.environ.get("PERF"):
+            time.sleep(2)
+            subprocess.run(["perf", "record", "-a", "-F", "2999", "-o", os.environ["PERF"], "--", "sleep", "5"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        text = bench.communicate()[0]
+        after = switches(root)
+        print(text.replace("\r", "\n").strip().splitlines()[-1])
+        per_thread = {}
+        for key, count in after.items():
+            per_thread[key[0]] = per_thread.get(key[0], 0) + count - before.get(key, 0)
+        print("context switches per request:",
+              {name: round(n / requests, 3) for name, n in sorted(per_thread.items()) if n > 100})
+    finally:
+        stop()
+
+
+if __name__ == "__main__":
+    main()
