@@ -139,8 +139,9 @@ def beside_reference(zk_reference, key, run_reference, candidate, run_candidate,
     """(reference result, reference server, run_candidate(candidate)): the
     candidate's run goes on in a thread while the reference runs (when it is
     not cached already), so a module pays for one of the two. Only for
-    scenarios run by other processes (zkCli.sh, cli_mt, the JVM), whose
-    outcome does not hang on timing."""
+    scenarios run by other processes whose outcome does not hang on timing
+    (zkCli.sh, the Java client); cli_mt (it waits for quiet output) and the
+    kazoo scenario (TTL timings) run one after the other."""
     from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(max_workers=1) as beside:
         got_later = beside.submit(run_candidate, candidate)
