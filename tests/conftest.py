@@ -3,6 +3,7 @@ failure), Keel-availability skips, server-log dumps for failed tests."""
 
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -142,7 +143,6 @@ def beside_reference(zk_reference, key, run_reference, candidate, run_candidate,
     scenarios run by other processes whose outcome does not hang on timing
     (zkCli.sh, the Java client); cli_mt (it waits for quiet output) and the
     kazoo scenario (TTL timings) run one after the other."""
-    from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(max_workers=1) as beside:
         got_later = beside.submit(run_candidate, candidate)
         try:

@@ -21,15 +21,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..")); sys.path.insert(0, os.path.join(HERE, "..", "..", "tests"))
 import compare  # noqa: E402
 import tls_split  # noqa: E402
-from harness.servers import KEEL_BIN  # noqa: E402
+from harness.servers import KEEL_BIN, run_bench  # noqa: E402
 
 TRACE_LINE = re.compile(r"\s*([\d.]+) \(\s*([\d.]+) ms\): (\S+)/(\d+) (\w+)\((.*)")
 
 
 def bench(port, seconds):
-    out = subprocess.run([KEEL_BIN, "bench", "--servers", "127.0.0.1:%d" % port, "--workload", "create",
-                          "--clients", "1", "--duration", str(seconds)], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if line.startswith(("TPS", "p50", "p99 "))]
+    summary = run_bench("127.0.0.1:%d" % port, "create", 1, seconds)
+    return {key: summary[key] for key in ("TPS", "p50 latency", "p99 latency")}
 
 
 def traced(group, leader, path):

@@ -25,8 +25,6 @@ VALUE_BYTES = 64 << 10
 # outgrow the reserved file to meet the full disk.
 WRITES_MAX = 3000
 WRITE_TIMEOUT_S = 5.0
-# The process of each filled node, as the disk filled up.
-FILLED_PIDS = {}
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +52,8 @@ def fill(mount, leave_bytes):
 def filled(small_fs):
     """A node that met a full disk under writes, space freed again
     afterwards: (server, acknowledged {path: value}, first refusal, whether
-    the process still ran, its log at that moment). Shared by the module's
+    the process still ran, its log at that moment, its process id then).
+    Shared by the module's
     two tests (filling takes most of their time): the one that needs the
     process that met the full disk runs first and checks it has it."""
     require_keel()
@@ -74,8 +73,7 @@ def filled(small_fs):
         reader.stop()
         reader.close()
         os.remove(filler)
-        FILLED_PIDS[id(server)] = server.proc.pid
-        yield server, acked, refused, alive, log
+        yield server, acked, refused, alive, log, server.proc.pid
     finally:
         server.kill()
         server.cleanup()
@@ -104,9 +102,9 @@ def test_full_disk_node_writes_again_once_space_is_freed(filled):
     """While the log cannot be written the node says so (a log line, mntr's
     keel_log_write_paused = 1) and keeps serving reads; once space is
     freed it writes again by itself."""
-    server, _, _, alive, log = filled
+    server, _, _, alive, log, pid = filled
     assert alive, "the node exited on a full disk"
-    assert server.proc.pid == FILLED_PIDS[id(server)], "the node was restarted before this test ran"
+    assert server.proc.pid == pid, "the node was restarted before this test ran"
     assert "file system is full" in log, "no Keel log line says the disk is full"
     assert writes_again(server), "no write acknowledged within 15 s of freeing space"
     assert mntr(server.port).get("keel_log_write_paused") == "0"
@@ -114,7 +112,7 @@ def test_full_disk_node_writes_again_once_space_is_freed(filled):
 
 
 def test_full_disk_never_loses_an_acknowledged_write(filled):
-    server, acked, refused, alive, log = filled
+    server, acked, refused, alive, log, _ = filled
     assert refused is not None, "%d writes of %d bytes fit on a %d byte filesystem" % (
         len(acked), VALUE_BYTES, FS_BYTES)
     assert "panicked" not in log, log[-3000:]
