@@ -500,6 +500,11 @@ impl Connection {
         };
         let clocks = Clocks::read(engine.clock_ms(), wall_clock_ms());
         if let [shard] = shards[..] {
+            // Served on the shard's own thread: no hand-off.
+            if let Some(reply) = engine.read_here(shard, &args, clocks) {
+                self.fill(seq, reply);
+                return;
+            }
             let to = Responder {
                 outlet: self.outlet.clone(),
                 seq,

@@ -1,5 +1,9 @@
 //! The keyspace's threads: one per shard, each owning its shard's data
-//! (no lock on it), fed through its own queue.
+//! (no lock on it), fed through its own queue. Each thread also runs a
+//! single-threaded async runtime that serves KV connections
+//! (`KvEngine::spawn_connection`): a read of a connection served on the
+//! thread that owns the read's shard runs there at once, without a
+//! hand-off (`KvEngine::read_here`); any other goes through the queue.
 //!
 //! Who sends what:
 //! - the apply step (on the Raft driver's thread, `KvApplier`) sends each
@@ -18,9 +22,13 @@
 //! other. Within an entry, writes of one shard stay in log order; the
 //! shards of a batch apply in parallel.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use keel_kv::exec::{Clocks, View};
@@ -32,7 +40,7 @@ use keel_kv::slot::{key_slot, shard_of_slot};
 use keel_kv::snapshot::{self as kv_snapshot, Image};
 use keel_kv::Reply;
 use parking_lot::Mutex;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Notify};
 
 /// What a KV connection receives from the shards and the apply step.
 #[derive(Debug)]
@@ -88,7 +96,7 @@ enum Message {
     /// Hand the shard to a borrower until it comes back on `back`.
     Lend {
         give: oneshot::Sender<Shard>,
-        back: std::sync::mpsc::Receiver<Shard>,
+        back: oneshot::Receiver<Shard>,
     },
     /// Keys due at `now_ms` (the leader's expiry cycle).
     Due {
@@ -134,8 +142,15 @@ struct ShardHandle {
 
 /// Where a shard's messages go.
 enum Queue {
-    /// To the shard's own thread (the server).
-    Thread(crossbeam_channel::Sender<Message>),
+    /// To the shard's own thread (the server): the message is queued,
+    /// then the thread's shard task is told (`Notify` keeps one permit,
+    /// so a message sent while the task is busy is not missed). The
+    /// thread's runtime serves connections too (`runtime`).
+    Thread {
+        sender: crossbeam_channel::Sender<Message>,
+        bell: Arc<Notify>,
+        runtime: tokio::runtime::Handle,
+    },
     /// Handled at once on the sender's thread (`KvEngine::start_inline`:
     /// the simulator, which must not depend on thread scheduling).
     Inline(Mutex<Home>),
@@ -146,9 +161,10 @@ enum Queue {
 struct Home {
     shard: Option<Shard>,
     clock_ms: i64,
-    /// Inline only: a lent shard, back before the next message is handled
-    /// (its borrower runs on the thread that sends the messages).
-    lent: Option<std::sync::mpsc::Receiver<Shard>>,
+    /// A lent shard's way back. Inline, it is back before the next
+    /// message is handled (its borrower runs on the thread that sends the
+    /// messages); a shard thread waits for it before its next message.
+    lent: Option<oneshot::Receiver<Shard>>,
 }
 
 /// Counters of the KV front end (INFO stats and clients).
@@ -171,6 +187,8 @@ struct ExpiryInFlight {
 /// share about them.
 pub struct KvEngine {
     shards: Vec<ShardHandle>,
+    /// The shard thread the next connection is served on.
+    next_runtime: AtomicUsize,
     /// Held while queueing a message to more than one shard.
     order: Mutex<()>,
     /// The log's clock (ms): the largest entry time applied.
@@ -199,14 +217,29 @@ impl KvEngine {
             .enumerate()
             .map(|(index, shard)| {
                 let (sender, receiver) = crossbeam_channel::unbounded();
+                let bell = Arc::new(Notify::new());
                 let counters = Arc::new(ShardCounters::default());
-                let published = counters.clone();
+                let owned = Owned {
+                    home: Home::new(shard),
+                    inbox: receiver,
+                    counters: counters.clone(),
+                    stopped: false,
+                };
+                let (runtime_to, runtime_from) = std::sync::mpsc::channel();
+                let rung = bell.clone();
                 let thread = std::thread::Builder::new()
                     .name(format!("keel-kv-{index}"))
-                    .spawn(move || shard_thread(shard, receiver, published))
+                    .spawn(move || shard_thread(owned, rung, runtime_to))
                     .expect("a shard thread starts");
+                let runtime = runtime_from
+                    .recv()
+                    .expect("a shard thread builds its runtime");
                 ShardHandle {
-                    queue: Queue::Thread(sender),
+                    queue: Queue::Thread {
+                        sender,
+                        bell,
+                        runtime,
+                    },
                     counters,
                     thread: Mutex::new(Some(thread)),
                 }
@@ -245,6 +278,7 @@ impl KvEngine {
         assert!(first_connection_id > 0 && first_connection_id < i64::MAX as u64 / 2);
         Arc::new(KvEngine {
             shards,
+            next_runtime: AtomicUsize::new(0),
             order: Mutex::new(()),
             clock_ms: AtomicI64::new(clock_ms),
             applied_index: AtomicU64::new(index),
@@ -307,11 +341,12 @@ impl KvEngine {
         let handle = &self.shards[shard];
         match &handle.queue {
             // A shard thread only stops when the engine does.
-            Queue::Thread(sender) => {
+            Queue::Thread { sender, bell, .. } => {
                 let _ = sender.send(message);
+                bell.notify_one();
             }
             Queue::Inline(home) => {
-                home.lock().handle(message, &handle.counters, false);
+                home.lock().handle(message, &handle.counters);
             }
         }
     }
@@ -326,6 +361,46 @@ impl KvEngine {
 
     pub fn shard_of(&self, key: &[u8]) -> usize {
         shard_of_slot(key_slot(key), self.shards.len())
+    }
+
+    /// Serves a connection on one of the shard threads (in turn), or on
+    /// the caller's runtime for an engine without threads.
+    pub fn spawn_connection<F>(&self, connection: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let turn = self.next_runtime.fetch_add(1, Ordering::Relaxed) % self.shards.len();
+        self.spawn_on(turn, connection);
+    }
+
+    fn spawn_on<F>(&self, shard: usize, connection: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        match &self.shards[shard].queue {
+            Queue::Thread { runtime, .. } => drop(runtime.spawn(connection)),
+            Queue::Inline(_) => drop(tokio::spawn(connection)),
+        }
+    }
+
+    /// Runs a read on `shard` at once when the caller runs on that shard's
+    /// thread, the shard is home and every message queued to it before is
+    /// handled (this handles them first): the reply, as the shard thread
+    /// would give it. `None`: send it with `read`.
+    pub fn read_here(&self, shard: usize, args: &Args, clocks: Clocks) -> Option<Reply> {
+        let handle = &self.shards[shard];
+        if !matches!(handle.queue, Queue::Thread { .. }) {
+            return None;
+        }
+        OWNED.with_borrow_mut(|owned| {
+            let owned = owned.as_mut()?;
+            if !Arc::ptr_eq(&owned.counters, &handle.counters) || !owned.settle() {
+                return None;
+            }
+            let reply = owned.home.read(args, clocks);
+            owned.publish();
+            Some(reply)
+        })
     }
 
     /// Runs a read on one shard; the reply goes to `to`.
@@ -362,7 +437,7 @@ impl KvEngine {
         let _order = self.order.lock();
         for &index in shards {
             let (give, taken) = oneshot::channel();
-            let (back, receiver) = std::sync::mpsc::channel();
+            let (back, receiver) = oneshot::channel();
             self.send(
                 index,
                 Message::Lend {
@@ -380,7 +455,7 @@ impl KvEngine {
         let mut lent = Lent { shards: Vec::new() };
         for (taken, back) in self.lend(shards).pending {
             let shard = taken.await.expect("a shard thread lends its shard");
-            lent.shards.push((Some(shard), back));
+            lent.shards.push((Some(shard), Some(back)));
         }
         lent
     }
@@ -393,7 +468,7 @@ impl KvEngine {
             let shard = taken
                 .blocking_recv()
                 .expect("a shard thread lends its shard");
-            lent.shards.push((Some(shard), back));
+            lent.shards.push((Some(shard), Some(back)));
         }
         lent
     }
@@ -481,8 +556,9 @@ impl KvEngine {
     /// Stops the shard threads (after what is queued).
     pub fn stop(&self) {
         for shard in &self.shards {
-            if let Queue::Thread(sender) = &shard.queue {
+            if let Queue::Thread { sender, bell, .. } = &shard.queue {
                 let _ = sender.send(Message::Stop);
+                bell.notify_one();
             }
         }
         for shard in &self.shards {
@@ -495,13 +571,13 @@ impl KvEngine {
 
 /// A borrow queued, its shards not yet handed over.
 struct Borrow {
-    pending: Vec<(oneshot::Receiver<Shard>, std::sync::mpsc::Sender<Shard>)>,
+    pending: Vec<(oneshot::Receiver<Shard>, oneshot::Sender<Shard>)>,
 }
 
 /// Borrowed shards. Dropping it gives them back (also when the borrower's
 /// task is cancelled), so a shard is never lost.
 pub struct Lent {
-    shards: Vec<(Option<Shard>, std::sync::mpsc::Sender<Shard>)>,
+    shards: Vec<(Option<Shard>, Option<oneshot::Sender<Shard>>)>,
 }
 
 impl Lent {
@@ -518,7 +594,7 @@ impl Lent {
 impl Drop for Lent {
     fn drop(&mut self) {
         for (shard, back) in &mut self.shards {
-            if let Some(shard) = shard.take() {
+            if let (Some(shard), Some(back)) = (shard.take(), back.take()) {
                 let _ = back.send(shard);
             }
         }
@@ -626,6 +702,82 @@ mod tests {
             engine.inspect(|view| view.shards().map(|s| s.key_count()).sum::<usize>()),
             0
         );
+    }
+
+    /// Runs `look` on shard `shard`'s thread; its result.
+    fn on_shard<R: Send + 'static>(
+        engine: &Arc<KvEngine>,
+        shard: usize,
+        look: impl FnOnce(&KvEngine) -> R + Send + 'static,
+    ) -> R {
+        let (to, from) = std::sync::mpsc::channel();
+        let there = engine.clone();
+        engine.spawn_on(shard, async move {
+            let _ = to.send(look(&there));
+        });
+        from.recv().expect("the shard thread runs it")
+    }
+
+    #[test]
+    fn a_read_on_its_shards_thread_runs_there_after_what_was_queued() {
+        let engine = KvEngine::start(kv_snapshot::empty(2), first_connection_id(7));
+        let (id, mut replies) = engine.connect();
+        let mut applier = KvApplier::new(engine.clone());
+        let (key, other) = (b"k1".to_vec(), b"k3".to_vec());
+        let shard = engine.shard_of(&key);
+        assert_ne!(shard, engine.shard_of(&other), "the test needs both shards");
+        for (index, (k, v)) in [(&key, "one"), (&other, "two"), (&key, "three")]
+            .into_iter()
+            .enumerate()
+        {
+            let set = Op::Command {
+                seq: index as u64 + 1,
+                args: vec![b"SET".to_vec(), k.clone(), v.as_bytes().to_vec()],
+            };
+            applier.apply(index as u64 + 1, 1_000, id as i64, &set.to_bytes(), true);
+            applier.flush();
+        }
+        let get = |k: &[u8]| vec![b"GET".to_vec(), k.to_vec()];
+        let clocks = Clocks::read(1_000, 1_000);
+        // Its shard's thread: the writes queued before are applied first.
+        let (args, theirs) = (get(&key), get(&key));
+        let here = on_shard(&engine, shard, move |e| e.read_here(shard, &args, clocks));
+        assert_eq!(here, Some(Reply::Bulk(b"three".to_vec())));
+        // Another shard's thread, or no shard thread: not here.
+        let there = on_shard(&engine, 1 - shard, move |e| {
+            e.read_here(shard, &theirs, clocks)
+        });
+        assert_eq!(there, None);
+        assert_eq!(engine.read_here(shard, &get(&key), clocks), None);
+        // A lent shard is not read in place; a queued read waits for it.
+        let outlet = engine.outlet_of(id).unwrap();
+        engine.inspect(|_| {
+            let args = get(&key);
+            let lent = on_shard(&engine, shard, move |e| e.read_here(shard, &args, clocks));
+            assert_eq!(lent, None, "lent: not read in place");
+            engine.read(
+                shard,
+                get(&key),
+                clocks,
+                Responder {
+                    outlet: outlet.clone(),
+                    seq: 9,
+                },
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        });
+        let mut answered = Vec::new();
+        while answered.len() < 4 {
+            match replies.blocking_recv() {
+                Some(Outbound::Reply(seq, reply)) => answered.push((seq, reply)),
+                other => panic!("expected replies, got {other:?}"),
+            }
+        }
+        assert!(answered.contains(&(9, Reply::Bulk(b"three".to_vec()))));
+        let args = get(&key);
+        let back = on_shard(&engine, shard, move |e| e.read_here(shard, &args, clocks));
+        assert_eq!(back, Some(Reply::Bulk(b"three".to_vec())), "home again");
+        engine.stop();
     }
 
     #[test]
@@ -818,17 +970,148 @@ fn split_mset(op: &Op, shard_count: usize) -> Option<Vec<(usize, Args)>> {
     Some(parts)
 }
 
-fn shard_thread(
-    shard: Shard,
+thread_local! {
+    /// The shard this thread owns (a shard thread's only).
+    static OWNED: RefCell<Option<Owned>> = const { RefCell::new(None) };
+}
+
+/// A shard thread's state: its shard, its queue and what it publishes.
+/// Only ever borrowed for a step that does not wait, so the thread's
+/// shard task and its connections' reads (`KvEngine::read_here`) take
+/// turns on it.
+struct Owned {
+    home: Home,
     inbox: crossbeam_channel::Receiver<Message>,
     counters: Arc<ShardCounters>,
-) {
-    let mut home = Home::new(shard);
-    while let Ok(message) = inbox.recv() {
-        if !home.handle(message, &counters, true) {
-            break;
+    stopped: bool,
+}
+
+/// Where draining a shard's queue stopped.
+enum Drained {
+    /// Nothing left: the shard is home and up to date.
+    Empty,
+    /// The shard is lent; later messages wait for it.
+    Lent,
+    /// `Stop` (or the engine is gone).
+    Stop,
+}
+
+impl Owned {
+    /// Handles queued messages until the queue is empty, the shard is
+    /// lent or the thread is told to stop. A message being queued by
+    /// another thread while this looks is waited for, not missed
+    /// (crossbeam's receiver waits for a slot a sender has taken).
+    fn drain(&mut self) -> Drained {
+        loop {
+            if self.stopped {
+                return Drained::Stop;
+            }
+            if self.home.lent.is_some() {
+                return Drained::Lent;
+            }
+            match self.inbox.try_recv() {
+                Ok(message) => {
+                    if !self.home.handle(message, &self.counters) {
+                        self.stopped = true;
+                    }
+                }
+                Err(crossbeam_channel::TryRecvError::Empty) => return Drained::Empty,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                    self.stopped = true;
+                }
+            }
         }
     }
+
+    /// Ready once a lent shard is back (at once when it is home).
+    fn poll_home(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(back) = self.home.lent.as_mut() else {
+            return Poll::Ready(());
+        };
+        match Pin::new(back).poll(cx) {
+            Poll::Ready(shard) => {
+                self.home.shard = Some(shard.expect("a borrowed shard comes back"));
+                self.home.lent = None;
+                self.publish();
+                Poll::Ready(())
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// Whether a read may run on the shard now: it is home and every
+    /// message queued before is handled (this handles them).
+    fn settle(&mut self) -> bool {
+        if let Some(back) = self.home.lent.as_mut() {
+            match back.try_recv() {
+                Ok(shard) => {
+                    self.home.shard = Some(shard);
+                    self.home.lent = None;
+                }
+                Err(_) => return false,
+            }
+        }
+        matches!(self.drain(), Drained::Empty)
+    }
+
+    fn publish(&self) {
+        if let Some(shard) = self.home.shard.as_ref() {
+            publish(shard, &self.counters);
+        }
+    }
+}
+
+/// A shard thread: a single-threaded runtime whose one standing task
+/// handles the shard's queue; the connections spawned on it
+/// (`KvEngine::spawn_connection`) share the thread.
+fn shard_thread(
+    owned: Owned,
+    bell: Arc<Notify>,
+    runtime_to: std::sync::mpsc::Sender<tokio::runtime::Handle>,
+) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a shard thread's runtime builds");
+    let _ = runtime_to.send(runtime.handle().clone());
+    OWNED.with_borrow_mut(|slot| *slot = Some(owned));
+    runtime.block_on(shard_task(bell));
+    // Connections still served here end with the runtime.
+    drop(runtime);
+    OWNED.with_borrow_mut(|slot| *slot = None);
+}
+
+async fn shard_task(bell: Arc<Notify>) {
+    loop {
+        poll_fn(|cx| OWNED.with_borrow_mut(|owned| owned.as_mut().expect("owned").poll_home(cx)))
+            .await;
+        // Asked before draining: a message queued after the drain
+        // looked leaves a permit, so it is not missed.
+        let rung = bell.notified();
+        match OWNED.with_borrow_mut(|owned| owned.as_mut().expect("owned").drain()) {
+            Drained::Stop => return,
+            Drained::Lent => continue,
+            Drained::Empty => rung.await,
+        }
+    }
+}
+
+fn publish(shard: &Shard, counters: &ShardCounters) {
+    counters
+        .keys
+        .store(shard.key_count() as u64, Ordering::Relaxed);
+    counters
+        .expiring
+        .store(shard.expiring_count() as u64, Ordering::Relaxed);
+    counters
+        .expired
+        .store(shard.stats.expired_keys.get(), Ordering::Relaxed);
+    counters
+        .hits
+        .store(shard.stats.keyspace_hits.get(), Ordering::Relaxed);
+    counters
+        .misses
+        .store(shard.stats.keyspace_misses.get(), Ordering::Relaxed);
 }
 
 impl Home {
@@ -840,13 +1123,25 @@ impl Home {
         }
     }
 
-    /// Handles one message; false on `Stop`. A lent shard is waited for
-    /// at once when `wait_lent` (a shard thread), else before the next
-    /// message (inline: the borrower is the sender's own thread, and
-    /// gives it back before it sends anything else).
-    fn handle(&mut self, message: Message, counters: &ShardCounters, wait_lent: bool) -> bool {
-        if let Some(back) = self.lent.take() {
-            self.shard = Some(back.recv().expect("a borrowed shard comes back"));
+    /// A read on the shard at its state and the log's clock as far as
+    /// this shard has seen it.
+    fn read(&mut self, args: &Args, clocks: Clocks) -> Reply {
+        let current = self.shard.as_mut().expect("the shard is home for a read");
+        let clocks = Clocks::read(clocks.ctx.now_ms.max(self.clock_ms), clocks.display_ms);
+        keyspace::run(&mut View::new(vec![current]), args, clocks)
+    }
+
+    /// Handles one message; false on `Stop`. After a `Lend`, the shard
+    /// is out until it comes back on `lent`: a shard thread waits for it
+    /// (`Owned::poll_home`) before its next message; inline, the borrower
+    /// is the sender's own thread and gives it back before it sends
+    /// anything else, so it is here when the next message is.
+    fn handle(&mut self, message: Message, counters: &ShardCounters) -> bool {
+        if let Some(mut back) = self.lent.take() {
+            self.shard = Some(
+                back.try_recv()
+                    .expect("a borrowed shard is back before the next message"),
+            );
         }
         let clock_ms = &mut self.clock_ms;
         let current = self
@@ -865,12 +1160,7 @@ impl Home {
                 }
             }
             Message::Read { args, clocks, to } => {
-                let clocks = Clocks::read(clocks.ctx.now_ms.max(*clock_ms), clocks.display_ms);
-                to.send(keyspace::run(
-                    &mut View::new(vec![&mut *current]),
-                    &args,
-                    clocks,
-                ));
+                to.send(self.read(&args, clocks));
             }
             Message::Watch {
                 keys,
@@ -892,9 +1182,6 @@ impl Home {
                 match give.send(lent) {
                     // The borrower's `Lent` always sends it back, also
                     // when dropped early; losing it would lose data.
-                    Ok(()) if wait_lent => {
-                        self.shard = Some(back.recv().expect("a borrowed shard comes back"));
-                    }
                     Ok(()) => self.lent = Some(back),
                     Err(unwanted) => self.shard = Some(unwanted),
                 }
@@ -924,24 +1211,9 @@ impl Home {
             }
             Message::Stop => return false,
         }
-        let Some(current) = self.shard.as_ref() else {
-            return true; // lent (inline): published when it is back
-        };
-        counters
-            .keys
-            .store(current.key_count() as u64, Ordering::Relaxed);
-        counters
-            .expiring
-            .store(current.expiring_count() as u64, Ordering::Relaxed);
-        counters
-            .expired
-            .store(current.stats.expired_keys.get(), Ordering::Relaxed);
-        counters
-            .hits
-            .store(current.stats.keyspace_hits.get(), Ordering::Relaxed);
-        counters
-            .misses
-            .store(current.stats.keyspace_misses.get(), Ordering::Relaxed);
+        if let Some(current) = self.shard.as_ref() {
+            publish(current, counters);
+        } // else lent: published when it is back
         true
     }
 }

@@ -26,7 +26,7 @@ use keel_kv::resp::Limits;
 use keel_kv::session::{Server, Session, REDIS_VERSION};
 use keel_tree::{Txn, TxnOp};
 use parking_lot::Mutex;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 
 pub use engine::{KvApplier, KvEngine};
 
@@ -522,9 +522,22 @@ pub async fn serve_port(ctx: Arc<KvContext>, listener: TcpListener) {
             });
             continue;
         };
+        // Served on a shard thread: its reads of that shard need no
+        // hand-off. The socket moves to that thread's runtime.
+        let stream = match stream.into_std() {
+            Ok(stream) => stream,
+            Err(error) => {
+                tracing::warn!(%error, %peer, "KV connection could not be moved to a shard thread");
+                continue;
+            }
+        };
         let ctx = ctx.clone();
-        tokio::spawn(async move {
-            conn::serve(ctx, stream, peer).await;
+        let engine = ctx.engine.clone();
+        engine.spawn_connection(async move {
+            match TcpStream::from_std(stream) {
+                Ok(stream) => conn::serve(ctx, stream, peer).await,
+                Err(error) => tracing::warn!(%error, %peer, "KV connection not registered"),
+            }
             drop(permit);
         });
     }
