@@ -172,10 +172,10 @@ def cpu_seconds(pids):
 def run_sampled(command, pids, deadline_s):
     """Runs a load generator that prints keel bench's progress lines on
     stderr (`keel bench`, bench/java/LoadGen.java), sampling the servers'
-    CPU (`pids`) at each. Killed after `deadline_s`. Returns (stdout,
-    stderr lines, CPU ms per 1,000 operations over the timed phase, between
-    its first and last progress lines, or None); raises RuntimeError naming
-    `what` if it fails."""
+    CPU (`pids`) and its own at each. Killed after `deadline_s`. Returns
+    (exit status, stdout, stderr lines, the servers' CPU ms per 1,000
+    operations over the timed phase, between its first and last progress
+    lines, or None, and the load generator's own, or None)."""
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             errors="replace", stdin=subprocess.DEVNULL, start_new_session=True)
     stdout = []
@@ -189,7 +189,11 @@ def run_sampled(command, pids, deadline_s):
             lines.append(line)
             m = RUN_LINE.match(line)
             if m:
-                samples.append((cpu_seconds(pids), int(m.group(2))))
+                try:
+                    own = cpu_seconds([proc.pid])
+                except OSError:
+                    own = None  # it is exiting
+                samples.append((cpu_seconds(pids), int(m.group(2)), own))
         proc.wait()
     finally:
         watchdog.cancel()
@@ -197,12 +201,13 @@ def run_sampled(command, pids, deadline_s):
             proc.kill()
             proc.wait()
     reader.join(timeout=10)
-    cpu_ms_per_kop = None
+    cpu_ms_per_kop = own_ms_per_kop = None
     if len(samples) >= 2 and samples[-1][1] > samples[0][1]:
-        cpu_s = samples[-1][0] - samples[0][0]
-        ops = samples[-1][1] - samples[0][1]
-        cpu_ms_per_kop = cpu_s * 1000.0 / (ops / 1000.0)
-    return proc.returncode, "".join(stdout), lines, cpu_ms_per_kop
+        kops = (samples[-1][1] - samples[0][1]) / 1000.0
+        cpu_ms_per_kop = (samples[-1][0] - samples[0][0]) * 1000.0 / kops
+        if samples[0][2] is not None and samples[-1][2] is not None:
+            own_ms_per_kop = (samples[-1][2] - samples[0][2]) * 1000.0 / kops
+    return proc.returncode, "".join(stdout), lines, cpu_ms_per_kop, own_ms_per_kop
 
 
 def bench_with_cpu(root, system, group, workload, clients, duration, tag):
@@ -213,7 +218,7 @@ def bench_with_cpu(root, system, group, workload, clients, duration, tag):
     pids = [nd.proc.pid for nd in group.nodes]
     command = [KEEL_BIN, "bench", "--servers", group.bench_address, "--workload", workload,
                "--clients", str(clients), "--duration", str(duration), "--csv", csvp] + group.bench_flags
-    status, stdout, lines, cpu_ms_per_kop = run_sampled(command, pids, duration + 180)
+    status, stdout, lines, cpu_ms_per_kop, _ = run_sampled(command, pids, duration + 180)
     with open(out, "w") as f:
         f.write(stdout + "".join(lines))
     if status != 0:

@@ -93,7 +93,8 @@ def loadgen_with_cpu(root, classpath, system, group, workload, clients, duration
     command = (["java"] + JVM_OPTIONS + JVM_FIXED + ["-cp", classpath, "LoadGen",
                "--servers", group.address, "--workload", workload, "--sessions", str(clients),
                "--duration", str(duration), "--warmup", str(warmup)])
-    status, stdout, lines, cpu_ms_per_kop = run_sampled(command, pids, warmup + duration + RUN_GRACE_S)
+    status, stdout, lines, cpu_ms_per_kop, loadgen_ms_per_kop = run_sampled(
+        command, pids, warmup + duration + RUN_GRACE_S)
     with open(out, "w") as f:
         f.write(" ".join(command) + "\n" + stdout + "".join(lines))
     if status != 0:
@@ -116,6 +117,7 @@ def loadgen_with_cpu(root, classpath, system, group, workload, clients, duration
         "expiries": summary["expiries"],
         "elapsed_s": summary.get("elapsed_s", ""),
         "cpu_ms_per_kop": "" if cpu_ms_per_kop is None else "%.3f" % cpu_ms_per_kop,
+        "loadgen_cpu_ms_per_kop": "" if loadgen_ms_per_kop is None else "%.3f" % loadgen_ms_per_kop,
     }
 
 
@@ -151,6 +153,28 @@ def print_table(results, clients_list):
     print("-+-".join("-" * w for w in widths))
     for r in lines:
         print(fmt % r)
+    print()
+    print_ceiling(results, clients_list)
+
+
+def print_ceiling(results, clients_list):
+    """The load generator shares the cores with the servers, so it bounds
+    Keel's TPS even if Keel's servers used no CPU at all: at most
+    cores / (LoadGen CPU per op). Prints that bound over ZooKeeper's TPS:
+    the best Keel/ZK TPS this machine can show under this load generator."""
+    cores = os.cpu_count() or 1
+    print("LoadGen's own CPU ms per 1,000 ops, and the best Keel/ZK TPS a Keel using no CPU could reach "
+          "beside it on these %d cores, %d x 1e6 / (LoadGen us per op) / ZK TPS:" % (cores, cores))
+    for workload in WORKLOADS:
+        for clients in clients_list:
+            z, k = results[("zookeeper", workload, clients)], results[("keel", workload, clients)]
+            zl, kl, zt = z["loadgen_cpu_ms_per_kop"], k["loadgen_cpu_ms_per_kop"], float(z["tps"])
+            if not (zl and kl) or float(kl) <= 0 or zt <= 0:
+                print("  %-6s %4d: n/a" % (workload, clients))
+                continue
+            bound = cores * 1e6 / float(kl) / zt
+            print("  %-6s %4d: LoadGen %8.3f (ZK run) %8.3f (Keel run); ceiling %.2fx"
+                  % (workload, clients, float(zl), float(kl), bound))
     print()
 
 
