@@ -42,6 +42,10 @@ use keel_kv::Reply;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot, Notify};
 
+/// Messages a shard's queue may hold without waking its thread (batches
+/// no connection of this node waits for).
+pub const QUIET_MESSAGES_MAX: usize = 64;
+
 /// What a KV connection receives from the shards and the apply step.
 #[derive(Debug)]
 pub enum Outbound {
@@ -338,12 +342,25 @@ impl KvEngine {
     }
 
     fn send(&self, shard: usize, message: Message) {
+        self.queue(shard, message, true);
+    }
+
+    /// Queues `message` to `shard`; `ring`: wake its thread now. A batch
+    /// nobody waits for (no reply from it on this node) may wait in the
+    /// queue until the next message that rings, at most
+    /// `QUIET_MESSAGES_MAX` of them: whatever observes the shard (a read,
+    /// a borrow, a snapshot) is queued behind them and rings, so they are
+    /// handled first. A follower's shard threads then wake once per many
+    /// entries instead of once per entry.
+    fn queue(&self, shard: usize, message: Message, ring: bool) {
         let handle = &self.shards[shard];
         match &handle.queue {
             // A shard thread only stops when the engine does.
             Queue::Thread { sender, bell, .. } => {
                 let _ = sender.send(message);
-                bell.notify_one();
+                if ring || sender.len() >= QUIET_MESSAGES_MAX {
+                    bell.notify_one();
+                }
             }
             Queue::Inline(home) => {
                 home.lock().handle(message, &handle.counters);
@@ -781,6 +798,55 @@ mod tests {
     }
 
     #[test]
+    fn batches_nobody_waits_for_are_applied_before_anything_that_observes_the_shard() {
+        let engine = KvEngine::start(kv_snapshot::empty(2), first_connection_id(9));
+        let (id, mut replies) = engine.connect();
+        let mut applier = KvApplier::new(engine.clone());
+        let key = b"quiet".to_vec();
+        let shard = engine.shard_of(&key);
+        // Writes asked on another node: no reply here, the thread is not
+        // woken for them (more than QUIET_MESSAGES_MAX of them: it is).
+        let writes = QUIET_MESSAGES_MAX as u64 + 10;
+        for index in 1..=writes {
+            let incr = Op::Command {
+                seq: index,
+                args: vec![b"INCR".to_vec(), key.clone()],
+            };
+            applier.apply(index, 1_000, 1, &incr.to_bytes(), false);
+            applier.flush();
+        }
+        let outlet = engine.outlet_of(id).unwrap();
+        let get = vec![b"GET".to_vec(), key.clone()];
+        engine.read(
+            shard,
+            get.clone(),
+            Clocks::read(1_000, 1_000),
+            Responder { outlet, seq: 1 },
+        );
+        match replies.blocking_recv() {
+            Some(Outbound::Reply(1, reply)) => {
+                assert_eq!(reply, Reply::Bulk(writes.to_string().into_bytes()))
+            }
+            other => panic!("expected the read's reply, got {other:?}"),
+        }
+        // One more quiet write, then a read in place on the shard's thread.
+        let incr = Op::Command {
+            seq: 0,
+            args: vec![b"INCR".to_vec(), key.clone()],
+        };
+        applier.apply(writes + 1, 1_000, 1, &incr.to_bytes(), false);
+        applier.flush();
+        let here = on_shard(&engine, shard, move |e| {
+            e.read_here(shard, &get, Clocks::read(1_000, 1_000))
+        });
+        assert_eq!(
+            here,
+            Some(Reply::Bulk((writes + 1).to_string().into_bytes()))
+        );
+        engine.stop();
+    }
+
+    #[test]
     fn an_mset_spanning_shards_splits_by_shard_keeping_pair_order() {
         let keys: Vec<String> = (0..40).map(|i| format!("k{i}")).collect();
         let mut words = vec!["MSET"];
@@ -930,8 +996,9 @@ impl KvApplier {
         let _order = self.engine.order.lock();
         for (shard, items) in self.pending.iter_mut().enumerate() {
             if !items.is_empty() {
+                let awaited = items.iter().any(|item| item.to.is_some());
                 self.engine
-                    .send(shard, Message::Apply(std::mem::take(items)));
+                    .queue(shard, Message::Apply(std::mem::take(items)), awaited);
             }
         }
     }
