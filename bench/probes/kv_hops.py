@@ -2,7 +2,7 @@
 """Where a Keel KV read goes (BENCHMARKS.md, "Keel KV GET: the cost is the
 hand-off"): starts one system of `make compare-kv` (SYSTEM: keel-1, keel-3,
 redis-always, redis-everysec), runs redis-benchmark against it (T: get,
-set, ...; N requests, 50 clients, 100,000 keys, P requests per pipeline) and prints its result and
+set, ...; N requests, C clients (50), 100,000 keys, P requests per pipeline) and prints its result and
 the context switches per request of each server thread (from
 /proc/PID/task/TID/status). With PERF=FILE, `perf record -a` runs for 5 s
 during the load and writes FILE.
@@ -43,7 +43,7 @@ def main():
         requests = int(os.environ.get("N", "300000"))
         before = switches(root)
         bench = subprocess.Popen(["redis-benchmark", "-p", str(port), "-t", os.environ.get("T", "get"), "-n",
-                                  str(requests), "-r", "100000", "-c", "50", "-P", os.environ.get("P", "1"), "-q"],
+                                  str(requests), "-r", "100000", "-c", os.environ.get("C", "50"), "-P", os.environ.get("P", "1"), "-q"],
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         if os.environ.get("PERF"):
             time.sleep(2)

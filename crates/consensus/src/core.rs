@@ -88,6 +88,16 @@ pub const ENTRIES_IN_FLIGHT_MAX: u64 = 1;
 pub const LINGER_US_MAX: u64 = 10_000;
 /// A batch this large goes out at once, lingering or not.
 pub const LINGER_BATCH_ENOUGH: usize = 64;
+/// The least time between two ReadIndex rounds this node starts (µs). A
+/// read asked sooner waits for the spacing to pass. Each round costs the
+/// leader a heartbeat to every follower, and every node several thread
+/// wake-ups. Without a floor, the rounds speed up whenever the Raft thread
+/// gets a core quickly: each round then serves fewer reads, and more of
+/// the machine goes to the rounds. Keel KV's reads batch behind one round
+/// (`kv/barrier.rs`), so this caps their rounds at 5,000 a second. Only
+/// reads asked as batched (`Core::read_index_batched`: more than one
+/// reader waits for them) are held; a lone reader's never are.
+pub const READ_SPACING_US: u64 = 200;
 /// Ready rounds one `advance` handles at most.
 const READY_ROUNDS_MAX: usize = 4;
 const READ_CONTEXT_HEADER_BYTES: usize = 16;
@@ -375,6 +385,10 @@ pub struct Core<S: StateMachine, I: Io, P: SnapshotSource> {
     now_us: u64,
     /// How long the leader may linger over a batch (`set_linger_us`).
     linger_us: u64,
+    /// When this node last started a ReadIndex round (µs; 0: never).
+    last_read_ask_us: u64,
+    /// Reads asked within `READ_SPACING_US` of the last round, in order.
+    held_reads: Vec<u64>,
     /// When the current lingering began (the entries in flight had
     /// committed and proposals were queued).
     linger_since_us: Option<u64>,
@@ -459,6 +473,8 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             pending_bytes: 0,
             now_us: 0,
             linger_us: 0,
+            last_read_ask_us: 0,
+            held_reads: Vec::new(),
             linger_since_us: None,
             last_batch_proposals: 0,
             commit_told: 0,
@@ -594,6 +610,18 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     /// through `StateMachine::read_ready` once this node has applied every
     /// entry committed when the leader confirmed its leadership.
     pub fn read_index(&mut self, context: Vec<u8>) {
+        self.add_read(context, false);
+    }
+
+    /// A ReadIndex that serves several readers: held while the last round
+    /// this node started is younger than `READ_SPACING_US`, then asked
+    /// (`release_held_reads`). A lone reader uses `read_index`, so its
+    /// reads never wait for the spacing.
+    pub fn read_index_batched(&mut self, context: Vec<u8>) {
+        self.add_read(context, true);
+    }
+
+    fn add_read(&mut self, context: Vec<u8>, spaced: bool) {
         if self.reads.len() >= PENDING_READS_MAX {
             return self.machine.read_failed(context);
         }
@@ -607,7 +635,29 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
                 index: None,
             },
         );
+        if spaced
+            && self.last_read_ask_us != 0
+            && self.now_us < self.last_read_ask_us + READ_SPACING_US
+        {
+            self.held_reads.push(id);
+            return;
+        }
+        self.last_read_ask_us = self.now_us.max(1);
         self.ask_read(id);
+    }
+
+    /// Asks the reads held for `READ_SPACING_US` once it has passed.
+    fn release_held_reads(&mut self) {
+        if self.held_reads.is_empty() || self.now_us < self.last_read_ask_us + READ_SPACING_US {
+            return;
+        }
+        self.last_read_ask_us = self.now_us.max(1);
+        for id in std::mem::take(&mut self.held_reads) {
+            if let Some(read) = self.reads.get_mut(&id) {
+                read.asked_tick = self.ticks;
+                self.ask_read(id);
+            }
+        }
     }
 
     fn ask_read(&mut self, id: u64) {
@@ -728,6 +778,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     /// Runs steps 1–7 of the module doc, again while handling a Ready left
     /// more to do (bounded: the rest waits for the next call).
     pub fn advance(&mut self) -> Result<(), ConsensusError> {
+        self.release_held_reads();
         self.start_lingering();
         self.flush_proposals();
         for _ in 0..READY_ROUNDS_MAX {
@@ -827,12 +878,18 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     }
 
     /// When the driver must advance again although no input came: a
-    /// lingering batch's time is up.
+    /// lingering batch's time is up, or held reads may be asked.
     pub fn wake_at_us(&self) -> Option<u64> {
-        if !self.leader || self.in_flight() >= ENTRIES_IN_FLIGHT_MAX {
-            return None;
+        let reads = (!self.held_reads.is_empty()).then(|| self.last_read_ask_us + READ_SPACING_US);
+        let linger = if !self.leader || self.in_flight() >= ENTRIES_IN_FLIGHT_MAX {
+            None
+        } else {
+            self.linger_until_us()
+        };
+        match (reads, linger) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
-        self.linger_until_us()
     }
 
     /// Lingering starts when proposals wait and nothing is in flight.

@@ -298,6 +298,8 @@ impl<T> From<crossbeam_channel::TrySendError<T>> for SubmitError {
 
 enum Input {
     ReadIndex(Vec<u8>),
+    /// A ReadIndex several readers wait for (`Core::read_index_batched`).
+    ReadIndexBatched(Vec<u8>),
     Touches(Vec<i64>),
     SnapshotDone {
         index: u64,
@@ -348,6 +350,12 @@ impl RaftHandle {
     /// `StateMachine::read_ready`.
     pub fn read_index(&self, context: Vec<u8>) -> Result<(), SubmitError> {
         Ok(self.inputs.try_send(Input::ReadIndex(context))?)
+    }
+
+    /// The same, for a barrier several readers wait for: the driver may
+    /// hold it until `core::READ_SPACING_US` passed since its last round.
+    pub fn read_index_batched(&self, context: Vec<u8>) -> Result<(), SubmitError> {
+        Ok(self.inputs.try_send(Input::ReadIndexBatched(context))?)
     }
 
     /// How long the leader may linger over a batch from now on (at most
@@ -1105,6 +1113,7 @@ impl<S: StateMachine> Driver<S> {
     fn take(&mut self, input: Input) {
         match input {
             Input::ReadIndex(context) => self.core.read_index(context),
+            Input::ReadIndexBatched(context) => self.core.read_index_batched(context),
             Input::Touches(sessions) => self.core.touches(sessions),
             Input::SnapshotDone { index, result, ms } => self.core.snapshot_done(index, result, ms),
             Input::HandOff => {

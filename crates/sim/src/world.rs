@@ -1693,7 +1693,13 @@ impl World {
         if read {
             n.kv_barrier += 1;
             let number = n.kv_barrier;
-            core.read_index(ReadBarrier::context(number));
+            // Every other barrier as the server asks one that several
+            // readers wait for: held for the rounds' spacing.
+            if number % 2 == 0 {
+                core.read_index_batched(ReadBarrier::context(number));
+            } else {
+                core.read_index(ReadBarrier::context(number));
+            }
             self.kv_clients[client]
                 .pending
                 .as_mut()

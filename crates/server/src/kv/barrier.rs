@@ -16,6 +16,12 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
+/// Queues a ReadIndex with a context; the flag says more than one reader
+/// waits for it (the Raft layer may then hold it until its rounds'
+/// spacing has passed, `RaftHandle::read_index_batched`). False: it could
+/// not be queued.
+pub type Ask<'a> = dyn Fn(Vec<u8>, bool) -> bool + Sync + 'a;
+
 /// A read waits at most this long for its barrier (no leader, no quorum).
 pub const READ_BARRIER_TIMEOUT_MS: u64 = 5_000;
 /// Bytes of a KV barrier's context.
@@ -34,6 +40,8 @@ struct State {
     next: u64,
     /// Barriers asked and not answered yet.
     in_flight: std::collections::BTreeSet<u64>,
+    /// Readers waiting, by the barrier each waits for.
+    waiting: std::collections::BTreeMap<u64, usize>,
 }
 
 impl State {
@@ -68,6 +76,7 @@ impl ReadBarrier {
             state: Mutex::new(State {
                 next: 1,
                 in_flight: std::collections::BTreeSet::new(),
+                waiting: std::collections::BTreeMap::new(),
             }),
             passed: watch::channel((0, 0)).0,
         }
@@ -83,27 +92,34 @@ impl ReadBarrier {
             .then(|| u64::from_be_bytes(context.try_into().expect("8 bytes")))
     }
 
-    /// Asks for barrier `number` through `ask` (ReadIndex); false if it
-    /// could not be queued.
-    fn ask(number: u64, ask: &(dyn Fn(Vec<u8>) -> bool + Sync)) -> bool {
-        ask(Self::context(number))
+    /// Asks for barrier `number` through `ask` (ReadIndex), batched when
+    /// more than one reader waits for it; false if it could not be queued.
+    fn ask(number: u64, readers: usize, ask: &Ask<'_>) -> bool {
+        ask(Self::context(number), readers > 1)
     }
 
     /// Waits until a barrier asked after this call has passed. `ask` queues
     /// a ReadIndex with the given context.
-    pub async fn wait(&self, ask: &(dyn Fn(Vec<u8>) -> bool + Sync)) -> Result<(), BarrierTimeout> {
+    pub async fn wait(&self, ask: &Ask<'_>) -> Result<(), BarrierTimeout> {
         let deadline = Instant::now() + Duration::from_millis(READ_BARRIER_TIMEOUT_MS);
         let mut seen = self.passed.subscribe();
         // The barrier asked now, or, with too many in flight, the next one
         // (asked after this read arrived either way).
-        let (target, asked) = {
+        let (target, asked, readers) = {
             let mut state = self.state.lock();
-            match state.take() {
+            let (target, asked) = match state.take() {
                 Some(number) => (number, true),
                 None => (state.next, false),
-            }
+            };
+            let readers = state.waiting.entry(target).or_insert(0);
+            *readers += 1;
+            (target, asked, *readers)
         };
-        if asked && !Self::ask(target, ask) {
+        let _waiting = Waiting {
+            barrier: self,
+            target,
+        };
+        if asked && !Self::ask(target, readers, ask) {
             self.refused(target);
         }
         loop {
@@ -125,19 +141,20 @@ impl ReadBarrier {
     /// Ours not passed and not asked yet (or refused), and room for a
     /// barrier: ask the next one (the waiters drive the barriers; the apply
     /// step only reports).
-    fn ask_if_idle(&self, target: u64, ask: &(dyn Fn(Vec<u8>) -> bool + Sync)) {
-        let number = {
+    fn ask_if_idle(&self, target: u64, ask: &Ask<'_>) {
+        let (number, readers) = {
             let mut state = self.state.lock();
             let covered = state.in_flight.iter().any(|&n| n >= target);
             if covered || self.passed.borrow().0 >= target {
                 return;
             }
-            match state.take() {
-                Some(number) => number,
-                None => return,
-            }
+            let Some(number) = state.take() else {
+                return;
+            };
+            let readers: usize = state.waiting.range(..=number).map(|(_, n)| n).sum();
+            (number, readers)
         };
-        if !Self::ask(number, ask) {
+        if !Self::ask(number, readers, ask) {
             self.refused(number);
         }
     }
@@ -166,6 +183,28 @@ impl ReadBarrier {
     }
 }
 
+/// A reader counted in `State::waiting` until its wait ends (also when
+/// its future is dropped).
+struct Waiting<'a> {
+    barrier: &'a ReadBarrier,
+    target: u64,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut state = self.barrier.state.lock();
+        let readers = state
+            .waiting
+            .get_mut(&self.target)
+            .expect("a waiting reader is counted");
+        assert!(*readers > 0);
+        *readers -= 1;
+        if *readers == 0 {
+            state.waiting.remove(&self.target);
+        }
+    }
+}
+
 impl Default for ReadBarrier {
     fn default() -> Self {
         ReadBarrier::new()
@@ -183,7 +222,7 @@ mod tests {
         let asked = Arc::new(Mutex::new(Vec::new()));
         let ask = {
             let asked = asked.clone();
-            move |context: Vec<u8>| {
+            move |context: Vec<u8>, _batched: bool| {
                 asked.lock().push(ReadBarrier::number(&context).unwrap());
                 true
             }
@@ -224,10 +263,53 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_barrier_several_readers_wait_for_is_asked_as_batched() {
+        let barrier = Arc::new(ReadBarrier::new());
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let ask = {
+            let asked = asked.clone();
+            move |context: Vec<u8>, batched: bool| {
+                asked
+                    .lock()
+                    .push((ReadBarrier::number(&context).unwrap(), batched));
+                true
+            }
+        };
+        let spawn = |count: usize| -> Vec<_> {
+            (0..count)
+                .map(|_| {
+                    let (barrier, ask) = (barrier.clone(), ask.clone());
+                    tokio::spawn(async move { barrier.wait(&ask).await })
+                })
+                .collect()
+        };
+        let lone = spawn(1);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(*asked.lock(), vec![(1, false)], "a lone reader: at once");
+        let crowd = spawn(3);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        barrier.passed(1);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(
+            *asked.lock(),
+            vec![(1, false), (2, true)],
+            "three wait: batched"
+        );
+        barrier.passed(2);
+        for task in lone.into_iter().chain(crowd) {
+            task.await.unwrap().unwrap();
+        }
+        assert!(
+            barrier.state.lock().waiting.is_empty(),
+            "every reader uncounted"
+        );
+    }
+
+    #[tokio::test]
     async fn a_refused_barrier_is_asked_again() {
         let barrier = ReadBarrier::new();
         let tries = Mutex::new(0);
-        let ask = |_context: Vec<u8>| {
+        let ask = |_context: Vec<u8>, _batched: bool| {
             let mut tries = tries.lock();
             *tries += 1;
             *tries > 1

@@ -469,7 +469,13 @@ impl Connection {
         let ctx = self.ctx.clone();
         Box::pin(async move {
             let raft = ctx.raft.clone();
-            let ask = move |context: Vec<u8>| raft.read_index(context).is_ok();
+            let ask = move |context: Vec<u8>, batched: bool| {
+                if batched {
+                    raft.read_index_batched(context).is_ok()
+                } else {
+                    raft.read_index(context).is_ok()
+                }
+            };
             ctx.engine.barrier.wait(&ask).await
         })
     }
