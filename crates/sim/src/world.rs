@@ -1695,7 +1695,7 @@ impl World {
             let number = n.kv_barrier;
             // Every other barrier as the server asks one that several
             // readers wait for: held for the rounds' spacing.
-            if number % 2 == 0 {
+            if number.is_multiple_of(2) {
                 core.read_index_batched(ReadBarrier::context(number));
             } else {
                 core.read_index(ReadBarrier::context(number));
