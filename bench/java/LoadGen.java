@@ -295,6 +295,8 @@ public final class LoadGen {
     /** Every node the lanes made or removed (warm-up and timed, buckets too). */
     static final LongAdder CREATED_NODES = new LongAdder();
     static final LongAdder DELETED_NODES = new LongAdder();
+    /** Of CREATED_NODES, the new buckets (untimed, like the setup). */
+    static final LongAdder NEW_BUCKETS = new LongAdder();
     static final LongAdder DISCONNECTS = new LongAdder();
     static final LongAdder EXPIRIES = new LongAdder();
     static final AtomicLong LAST_REPLY_NS = new AtomicLong();
@@ -668,6 +670,7 @@ public final class LoadGen {
                 if (rc == 0 || rc == KeeperException.Code.NODEEXISTS.intValue()) {
                     if (rc == 0) {
                         CREATED_NODES.increment();
+                        NEW_BUCKETS.increment();
                     }
                     issueCreate();
                     return;
@@ -874,6 +877,7 @@ public final class LoadGen {
         out.append(String.format("expiries %d%n", EXPIRIES.sum()));
         out.append(String.format("setup_nodes %d%n", setupNodes));
         out.append(String.format("created_nodes %d%n", CREATED_NODES.sum()));
+        out.append(String.format("bucket_nodes %d%n", NEW_BUCKETS.sum()));
         out.append(String.format("deleted_nodes %d%n", DELETED_NODES.sum()));
         out.append(String.format("kept %s%n", cfg.keep));
         out.append(String.format("cleaned_nodes %d%n", cleaned));
