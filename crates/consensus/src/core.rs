@@ -385,8 +385,8 @@ pub struct Core<S: StateMachine, I: Io, P: SnapshotSource> {
     now_us: u64,
     /// How long the leader may linger over a batch (`set_linger_us`).
     linger_us: u64,
-    /// When this node last started a ReadIndex round (µs; 0: never).
-    last_read_ask_us: u64,
+    /// When this node last started a ReadIndex round (µs).
+    last_read_ask_us: Option<u64>,
     /// Reads asked within `READ_SPACING_US` of the last round, in order.
     held_reads: Vec<u64>,
     /// When the current lingering began (the entries in flight had
@@ -473,7 +473,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             pending_bytes: 0,
             now_us: 0,
             linger_us: 0,
-            last_read_ask_us: 0,
+            last_read_ask_us: None,
             held_reads: Vec::new(),
             linger_since_us: None,
             last_batch_proposals: 0,
@@ -635,23 +635,25 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
                 index: None,
             },
         );
-        if spaced
-            && self.last_read_ask_us != 0
-            && self.now_us < self.last_read_ask_us + READ_SPACING_US
-        {
+        if spaced && self.now_us < self.read_spacing_until_us() {
             self.held_reads.push(id);
             return;
         }
-        self.last_read_ask_us = self.now_us.max(1);
+        self.last_read_ask_us = Some(self.now_us);
         self.ask_read(id);
+    }
+
+    /// When the spacing after the last ReadIndex round ends (µs).
+    fn read_spacing_until_us(&self) -> u64 {
+        self.last_read_ask_us.map_or(0, |at| at + READ_SPACING_US)
     }
 
     /// Asks the reads held for `READ_SPACING_US` once it has passed.
     fn release_held_reads(&mut self) {
-        if self.held_reads.is_empty() || self.now_us < self.last_read_ask_us + READ_SPACING_US {
+        if self.held_reads.is_empty() || self.now_us < self.read_spacing_until_us() {
             return;
         }
-        self.last_read_ask_us = self.now_us.max(1);
+        self.last_read_ask_us = Some(self.now_us);
         for id in std::mem::take(&mut self.held_reads) {
             if let Some(read) = self.reads.get_mut(&id) {
                 read.asked_tick = self.ticks;
@@ -880,7 +882,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     /// When the driver must advance again although no input came: a
     /// lingering batch's time is up, or held reads may be asked.
     pub fn wake_at_us(&self) -> Option<u64> {
-        let reads = (!self.held_reads.is_empty()).then(|| self.last_read_ask_us + READ_SPACING_US);
+        let reads = (!self.held_reads.is_empty()).then(|| self.read_spacing_until_us());
         let linger = if !self.leader || self.in_flight() >= ENTRIES_IN_FLIGHT_MAX {
             None
         } else {

@@ -45,6 +45,12 @@ struct State {
 }
 
 impl State {
+    /// Readers waiting for barrier `number` or one before it (all of
+    /// them pass with it).
+    fn readers_up_to(&self, number: u64) -> usize {
+        self.waiting.range(..=number).map(|(_, n)| n).sum()
+    }
+
     /// Takes the next number if a barrier may be asked now.
     fn take(&mut self) -> Option<u64> {
         if self.in_flight.len() >= BARRIERS_IN_FLIGHT_MAX {
@@ -111,9 +117,8 @@ impl ReadBarrier {
                 Some(number) => (number, true),
                 None => (state.next, false),
             };
-            let readers = state.waiting.entry(target).or_insert(0);
-            *readers += 1;
-            (target, asked, *readers)
+            *state.waiting.entry(target).or_insert(0) += 1;
+            (target, asked, state.readers_up_to(target))
         };
         let _waiting = Waiting {
             barrier: self,
@@ -151,8 +156,7 @@ impl ReadBarrier {
             let Some(number) = state.take() else {
                 return;
             };
-            let readers: usize = state.waiting.range(..=number).map(|(_, n)| n).sum();
-            (number, readers)
+            (number, state.readers_up_to(number))
         };
         if !Self::ask(number, readers, ask) {
             self.refused(number);
@@ -216,44 +220,75 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    #[tokio::test]
-    async fn reads_share_barriers_and_wait_for_one_asked_after_them() {
-        let barrier = Arc::new(ReadBarrier::new());
-        let asked = Arc::new(Mutex::new(Vec::new()));
-        let ask = {
-            let asked = asked.clone();
-            move |context: Vec<u8>, _batched: bool| {
-                asked.lock().push(ReadBarrier::number(&context).unwrap());
-                true
+    /// A barrier whose asks are recorded as (number, batched), and
+    /// readers waiting on it.
+    struct Readers {
+        barrier: Arc<ReadBarrier>,
+        asked: Arc<Mutex<Vec<(u64, bool)>>>,
+    }
+
+    impl Readers {
+        fn new() -> Readers {
+            Readers {
+                barrier: Arc::new(ReadBarrier::new()),
+                asked: Arc::new(Mutex::new(Vec::new())),
             }
-        };
-        let spawn = |count: usize| -> Vec<_> {
+        }
+
+        /// `count` readers, each waiting on its own task.
+        fn spawn(&self, count: usize) -> Vec<tokio::task::JoinHandle<Result<(), BarrierTimeout>>> {
             (0..count)
                 .map(|_| {
-                    let (barrier, ask) = (barrier.clone(), ask.clone());
-                    tokio::spawn(async move { barrier.wait(&ask).await })
+                    let (barrier, asked) = (self.barrier.clone(), self.asked.clone());
+                    tokio::spawn(async move {
+                        let ask = move |context: Vec<u8>, batched: bool| {
+                            asked
+                                .lock()
+                                .push((ReadBarrier::number(&context).unwrap(), batched));
+                            true
+                        };
+                        barrier.wait(&ask).await
+                    })
                 })
                 .collect()
-        };
-        let first = spawn(BARRIERS_IN_FLIGHT_MAX);
+        }
+
+        fn asked_numbers(&self) -> Vec<u64> {
+            self.asked
+                .lock()
+                .iter()
+                .map(|(number, _)| *number)
+                .collect()
+        }
+    }
+
+    #[tokio::test]
+    async fn reads_share_barriers_and_wait_for_one_asked_after_them() {
+        let readers = Readers::new();
+        let barrier = &readers.barrier;
+        let first = readers.spawn(BARRIERS_IN_FLIGHT_MAX);
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert_eq!(
-            *asked.lock(),
+            readers.asked_numbers(),
             (1..=BARRIERS_IN_FLIGHT_MAX as u64).collect::<Vec<_>>()
         );
         // Two more reads while the most barriers fly: both need the next.
-        let later = spawn(2);
+        let later = readers.spawn(2);
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert_eq!(
-            asked.lock().len(),
+            readers.asked_numbers().len(),
             BARRIERS_IN_FLIGHT_MAX,
             "no room for another"
         );
         barrier.passed(1);
         tokio::time::sleep(Duration::from_millis(20)).await;
         let next = BARRIERS_IN_FLIGHT_MAX as u64 + 1;
-        assert_eq!(asked.lock().last(), Some(&next), "one barrier for both");
-        assert_eq!(asked.lock().len(), BARRIERS_IN_FLIGHT_MAX + 1);
+        assert_eq!(
+            readers.asked_numbers().last(),
+            Some(&next),
+            "one barrier for both"
+        );
+        assert_eq!(readers.asked_numbers().len(), BARRIERS_IN_FLIGHT_MAX + 1);
         assert!(!later.iter().any(|t| t.is_finished()));
         // Passing the newest passes every one before it.
         barrier.passed(next);
@@ -264,34 +299,21 @@ mod tests {
 
     #[tokio::test]
     async fn a_barrier_several_readers_wait_for_is_asked_as_batched() {
-        let barrier = Arc::new(ReadBarrier::new());
-        let asked = Arc::new(Mutex::new(Vec::new()));
-        let ask = {
-            let asked = asked.clone();
-            move |context: Vec<u8>, batched: bool| {
-                asked
-                    .lock()
-                    .push((ReadBarrier::number(&context).unwrap(), batched));
-                true
-            }
-        };
-        let spawn = |count: usize| -> Vec<_> {
-            (0..count)
-                .map(|_| {
-                    let (barrier, ask) = (barrier.clone(), ask.clone());
-                    tokio::spawn(async move { barrier.wait(&ask).await })
-                })
-                .collect()
-        };
-        let lone = spawn(1);
+        let readers = Readers::new();
+        let barrier = &readers.barrier;
+        let lone = readers.spawn(1);
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert_eq!(*asked.lock(), vec![(1, false)], "a lone reader: at once");
-        let crowd = spawn(3);
+        assert_eq!(
+            *readers.asked.lock(),
+            vec![(1, false)],
+            "a lone reader: at once"
+        );
+        let crowd = readers.spawn(3);
         tokio::time::sleep(Duration::from_millis(20)).await;
         barrier.passed(1);
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert_eq!(
-            *asked.lock(),
+            *readers.asked.lock(),
             vec![(1, false), (2, true)],
             "three wait: batched"
         );

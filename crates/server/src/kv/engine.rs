@@ -406,9 +406,8 @@ impl KvEngine {
     /// would give it. `None`: send it with `read`.
     pub fn read_here(&self, shard: usize, args: &Args, clocks: Clocks) -> Option<Reply> {
         let handle = &self.shards[shard];
-        if !matches!(handle.queue, Queue::Thread { .. }) {
-            return None;
-        }
+        // Only a shard thread owns a shard (never so for an engine
+        // without threads): the counters tell which shard it is.
         OWNED.with_borrow_mut(|owned| {
             let owned = owned.as_mut()?;
             if !Arc::ptr_eq(&owned.counters, &handle.counters) || !owned.settle() {
@@ -1097,8 +1096,7 @@ impl Owned {
         };
         match Pin::new(back).poll(cx) {
             Poll::Ready(shard) => {
-                self.home.shard = Some(shard.expect("a borrowed shard comes back"));
-                self.home.lent = None;
+                self.home.back(shard.expect("a borrowed shard comes back"));
                 self.publish();
                 Poll::Ready(())
             }
@@ -1109,16 +1107,7 @@ impl Owned {
     /// Whether a read may run on the shard now: it is home and every
     /// message queued before is handled (this handles them).
     fn settle(&mut self) -> bool {
-        if let Some(back) = self.home.lent.as_mut() {
-            match back.try_recv() {
-                Ok(shard) => {
-                    self.home.shard = Some(shard);
-                    self.home.lent = None;
-                }
-                Err(_) => return false,
-            }
-        }
-        matches!(self.drain(), Drained::Empty)
+        self.home.take_back() && matches!(self.drain(), Drained::Empty)
     }
 
     fn publish(&self) {
@@ -1190,6 +1179,30 @@ impl Home {
         }
     }
 
+    /// A lent shard is back.
+    fn back(&mut self, shard: Shard) {
+        self.shard = Some(shard);
+        self.lent = None;
+    }
+
+    /// Takes a lent shard back if its borrower has returned it; whether
+    /// the shard is home.
+    fn take_back(&mut self) -> bool {
+        let Some(back) = self.lent.as_mut() else {
+            return true;
+        };
+        match back.try_recv() {
+            Ok(shard) => {
+                self.back(shard);
+                true
+            }
+            Err(oneshot::error::TryRecvError::Empty) => false,
+            Err(oneshot::error::TryRecvError::Closed) => {
+                panic!("a borrowed shard comes back")
+            }
+        }
+    }
+
     /// A read on the shard at its state and the log's clock as far as
     /// this shard has seen it.
     fn read(&mut self, args: &Args, clocks: Clocks) -> Reply {
@@ -1204,12 +1217,10 @@ impl Home {
     /// is the sender's own thread and gives it back before it sends
     /// anything else, so it is here when the next message is.
     fn handle(&mut self, message: Message, counters: &ShardCounters) -> bool {
-        if let Some(mut back) = self.lent.take() {
-            self.shard = Some(
-                back.try_recv()
-                    .expect("a borrowed shard is back before the next message"),
-            );
-        }
+        assert!(
+            self.take_back(),
+            "a borrowed shard is back before the next message"
+        );
         let clock_ms = &mut self.clock_ms;
         let current = self
             .shard
