@@ -147,6 +147,10 @@ struct ServerArgs {
     /// (ZooKeeper's readonlymode.enabled).
     #[arg(long)]
     read_only_when_partitioned: bool,
+    /// Linearizable reads wait for a ReadIndex round each instead of
+    /// being served from the leader's read lease (`read_lease = false`).
+    #[arg(long)]
+    no_read_lease: bool,
     /// Serve Keel KV (Redis protocol, RESP2/RESP3) on this port of
     /// --client-address (0 = off, the default).
     #[arg(long)]
@@ -296,6 +300,9 @@ fn server_config(args: ServerArgs) -> anyhow::Result<ServerConfig> {
     }
     if args.read_only_when_partitioned {
         config.read_only_when_partitioned = true;
+    }
+    if args.no_read_lease {
+        config.read_lease = false;
     }
     for (flag, value) in [
         (&mut config.tls_cert_file, args.tls_cert_file),

@@ -98,6 +98,23 @@ pub const LINGER_BATCH_ENOUGH: usize = 64;
 /// reads asked as batched (`Core::read_index_batched`: more than one
 /// reader waits for them) are held; a lone reader's never are.
 pub const READ_SPACING_US: u64 = 200;
+/// A leader whose ReadIndex round a quorum answered holds a read lease
+/// for this many of its ticks, counted from when it asked the round
+/// (`CoreConfig::read_lease`). Every follower that answered heard the
+/// round's heartbeat after it was asked, and refuses votes (check-quorum)
+/// until ELECTION_TICKS of its own ticks passed, that is for more than
+/// ELECTION_TICKS - 1 tick periods: no other leader can be elected before
+/// the lease ends. The tick kept in hand covers clock rates that differ
+/// by up to 1/8 and a driver turn's stale clock.
+pub const LEASE_TICKS: u64 = ELECTION_TICKS as u64 - 2;
+/// A lease read within this many ticks of the lease's end also asks a
+/// ReadIndex round, which renews the lease when answered.
+pub const LEASE_RENEW_TICKS: u64 = LEASE_TICKS / 2;
+/// A node refuses to vote (pre-vote or vote, unless a leader transfer
+/// asks) for this many ticks after it started: it may have answered a
+/// leader's heartbeat just before it restarted, and that leader may still
+/// hold a lease on it.
+pub const VOTES_REFUSED_AFTER_START_TICKS: u64 = ELECTION_TICKS as u64;
 /// Ready rounds one `advance` handles at most.
 const READY_ROUNDS_MAX: usize = 4;
 const READ_CONTEXT_HEADER_BYTES: usize = 16;
@@ -346,6 +363,13 @@ pub struct CoreConfig {
     /// This node accepts reconfig requests when it leads (ZooKeeper's
     /// reconfigEnabled, checked by the leader).
     pub reconfig_enabled: bool,
+    /// The driver's tick period (µs): the unit of the read lease.
+    pub tick_us: u64,
+    /// The leader serves reads from its lease after a quorum answered a
+    /// recent ReadIndex round (`LEASE_TICKS`) instead of asking a round
+    /// per read. Assumes every member ticks at the same period and the
+    /// members' clock rates differ by less than 1/8.
+    pub read_lease: bool,
     /// A bug planted on purpose, to prove the simulator's checkers catch
     /// it. Only with feature `testing` (the simulator).
     #[cfg(feature = "testing")]
@@ -364,13 +388,38 @@ pub enum PlantedBug {
     /// Leader affinity does nothing: a leader never hands over to the
     /// preferred member.
     NoLeaderTransfer,
+    /// Any node takes a read lease from a ReadIndex round it asked, led
+    /// or not, and answers reads from its own state under it.
+    LeaseWithoutLeadership,
 }
 
 struct PendingRead {
     context: Vec<u8>,
     asked_tick: u64,
+    /// When the read's latest ReadIndex round was asked (µs).
+    asked_us: u64,
+    /// Asked as batched (`read_index_batched`): subject to the spacing.
+    spaced: bool,
+    /// The term this node led when it asked the round (0: it did not).
+    asked_term: u64,
     /// Set once the leader answered: the index to wait for.
     index: Option<u64>,
+}
+
+/// A leader's read lease: valid in `term` until `until_us`.
+#[derive(Debug, Clone, Copy)]
+struct Lease {
+    term: u64,
+    until_us: u64,
+}
+
+/// A ReadIndex round asked only to renew the lease.
+#[derive(Debug, Clone, Copy)]
+struct LeaseRound {
+    id: u64,
+    asked_us: u64,
+    asked_tick: u64,
+    asked_term: u64,
 }
 
 pub struct Core<S: StateMachine, I: Io, P: SnapshotSource> {
@@ -389,6 +438,17 @@ pub struct Core<S: StateMachine, I: Io, P: SnapshotSource> {
     last_read_ask_us: Option<u64>,
     /// Reads asked within `READ_SPACING_US` of the last round, in order.
     held_reads: Vec<u64>,
+    /// Reads a leader with `read_lease` decides at its next `advance`
+    /// (when its clock is fresh): served from the lease, or asked.
+    undecided_reads: Vec<u64>,
+    /// The read lease this leader holds (`LEASE_TICKS`).
+    lease: Option<Lease>,
+    /// A term in which this node asked another to take over: no lease is
+    /// taken in it, since the target's campaign overrides the followers'
+    /// refusal to vote.
+    lease_barred_term: u64,
+    /// The round a lease read asked to renew the lease (no reader waits).
+    lease_round: Option<LeaseRound>,
     /// When the current lingering began (the entries in flight had
     /// committed and proposals were queued).
     linger_since_us: Option<u64>,
@@ -475,6 +535,10 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             linger_us: 0,
             last_read_ask_us: None,
             held_reads: Vec::new(),
+            undecided_reads: Vec::new(),
+            lease: None,
+            lease_barred_term: 0,
+            lease_round: None,
             linger_since_us: None,
             last_batch_proposals: 0,
             commit_told: 0,
@@ -518,6 +582,17 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         false
     }
 
+    /// The planted bug `LeaseWithoutLeadership` is on.
+    #[cfg(feature = "testing")]
+    fn lease_without_leadership(&self) -> bool {
+        self.config.planted_bug == PlantedBug::LeaseWithoutLeadership
+    }
+
+    #[cfg(not(feature = "testing"))]
+    const fn lease_without_leadership(&self) -> bool {
+        false
+    }
+
     fn is_voter(&self) -> bool {
         self.raw
             .raft
@@ -533,6 +608,11 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
 
     pub fn machine_mut(&mut self) -> &mut S {
         &mut self.machine
+    }
+
+    /// The counters and gauges this node publishes.
+    pub fn status(&self) -> &RaftStatus {
+        &self.status
     }
 
     pub fn io(&self) -> &I {
@@ -632,15 +712,140 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             PendingRead {
                 context,
                 asked_tick: self.ticks,
+                asked_us: self.now_us,
+                spaced,
+                asked_term: 0,
                 index: None,
             },
         );
+        if self.config.read_lease
+            && (self.leader || (self.lease_without_leadership() && self.lease.is_some()))
+        {
+            self.undecided_reads.push(id);
+            return;
+        }
+        self.ask_or_hold(id);
+    }
+
+    fn ask_or_hold(&mut self, id: u64) {
+        let spaced = self.reads.get(&id).is_some_and(|read| read.spaced);
         if spaced && self.now_us < self.read_spacing_until_us() {
             self.held_reads.push(id);
             return;
         }
         self.last_read_ask_us = Some(self.now_us);
         self.ask_read(id);
+    }
+
+    /// The lease's end, if this node leads and holds one now.
+    fn lease_until_us(&self) -> Option<u64> {
+        let raft = &self.raw.raft;
+        let lease = self.lease?;
+        let leading = raft.state == StateRole::Leader && lease.term == raft.term;
+        let valid = (leading || self.lease_without_leadership())
+            && lease.term != self.lease_barred_term
+            && !raft.has_pending_conf()
+            && self.now_us < lease.until_us;
+        valid.then_some(lease.until_us)
+    }
+
+    /// The term this node leads in (0 when it does not lead).
+    fn leading_term(&self) -> u64 {
+        let raft = &self.raw.raft;
+        if raft.state == StateRole::Leader {
+            raft.term
+        } else {
+            0
+        }
+    }
+
+    /// A quorum answered a round this node asked at `asked_us` while
+    /// leading in `asked_term`.
+    fn extend_lease(&mut self, asked_us: u64, asked_term: u64) {
+        let raft = &self.raw.raft;
+        let leading = raft.state == StateRole::Leader && asked_term == raft.term;
+        if !self.config.read_lease
+            || !(leading || self.lease_without_leadership())
+            || raft.term == self.lease_barred_term
+        {
+            return;
+        }
+        let until_us = asked_us + LEASE_TICKS * self.config.tick_us;
+        let lease = match self.lease {
+            Some(lease) if lease.term == raft.term => Lease {
+                term: lease.term,
+                until_us: lease.until_us.max(until_us),
+            },
+            _ => Lease {
+                term: raft.term,
+                until_us,
+            },
+        };
+        self.lease = Some(lease);
+    }
+
+    /// The reads that arrived since the last `advance` on a leader with
+    /// `read_lease`: under a lease each waits only for the commit index
+    /// as it is now (every write acknowledged so far is committed, and no
+    /// other leader can have committed anything); without one it asks a
+    /// round as any read does. A read near the lease's end also asks a
+    /// round of its own to renew it.
+    fn decide_reads(&mut self) {
+        if self.undecided_reads.is_empty() {
+            return;
+        }
+        let undecided = std::mem::take(&mut self.undecided_reads);
+        let Some(until_us) = self.lease_until_us() else {
+            for id in undecided {
+                if let Some(read) = self.reads.get_mut(&id) {
+                    read.asked_tick = self.ticks;
+                    read.asked_us = self.now_us;
+                    self.ask_or_hold(id);
+                }
+            }
+            return;
+        };
+        let committed = self.raw.raft.raft_log.committed;
+        let mut served = 0;
+        for id in undecided {
+            if let Some(read) = self.reads.get_mut(&id) {
+                read.index.get_or_insert(committed);
+                served += 1;
+            }
+        }
+        self.status.lease_reads.fetch_add(served, Ordering::Relaxed);
+        if self.now_us + LEASE_RENEW_TICKS * self.config.tick_us >= until_us {
+            self.renew_lease();
+        }
+        self.answer_reads();
+    }
+
+    /// Asks a round whose answer renews the lease, unless one is out.
+    fn renew_lease(&mut self) {
+        if self
+            .lease_round
+            .is_some_and(|round| round.asked_tick + READ_RETRY_TICKS > self.ticks)
+        {
+            return;
+        }
+        let id = self.next_read;
+        self.next_read += 1;
+        self.lease_round = Some(LeaseRound {
+            id,
+            asked_us: self.now_us,
+            asked_tick: self.ticks,
+            asked_term: self.leading_term(),
+        });
+        self.ask_read(id);
+    }
+
+    /// Leadership goes to `target` (raft-rs's transfer): the target's
+    /// campaign overrides the followers' refusal to vote, so this term's
+    /// lease ends now.
+    fn transfer_leadership(&mut self, target: u64) {
+        self.lease_barred_term = self.raw.raft.term;
+        self.lease = None;
+        self.raw.transfer_leader(target);
     }
 
     /// When the spacing after the last ReadIndex round ends (µs).
@@ -663,6 +868,11 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     }
 
     fn ask_read(&mut self, id: u64) {
+        let asked_term = self.leading_term();
+        if let Some(read) = self.reads.get_mut(&id) {
+            read.asked_us = self.now_us;
+            read.asked_term = asked_term;
+        }
         let mut rctx = Vec::with_capacity(READ_CONTEXT_HEADER_BYTES);
         rctx.extend_from_slice(&self.config.node_id.to_be_bytes());
         rctx.extend_from_slice(&id.to_be_bytes());
@@ -670,10 +880,23 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         self.redraw_election_timeout();
     }
 
+    /// A vote (or pre-vote) asked within `VOTES_REFUSED_AFTER_START_TICKS`
+    /// of this node's start is ignored, as raft-rs ignores one within a
+    /// leader's lease: unless a leader transfer asks for it.
+    fn refuse_vote(&self, message: &Message) -> bool {
+        use raft::eraftpb::MessageType;
+        let vote = matches!(
+            message.get_msg_type(),
+            MessageType::MsgRequestVote | MessageType::MsgRequestPreVote
+        );
+        vote && self.ticks < VOTES_REFUSED_AFTER_START_TICKS
+            && message.context != raft::CAMPAIGN_TRANSFER
+    }
+
     pub fn peer(&mut self, input: PeerInput) {
         match input {
             PeerInput::Raft(message) => {
-                if self.refuse_before_first_snapshot(&message) {
+                if self.refuse_before_first_snapshot(&message) || self.refuse_vote(&message) {
                     return;
                 }
                 self.reconfig.heard.insert(message.from, self.ticks);
@@ -780,6 +1003,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     /// Runs steps 1–7 of the module doc, again while handling a Ready left
     /// more to do (bounded: the rest waits for the next call).
     pub fn advance(&mut self) -> Result<(), ConsensusError> {
+        self.decide_reads();
         self.release_held_reads();
         self.start_lingering();
         self.flush_proposals();
@@ -1182,8 +1406,14 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             if node != self.config.node_id {
                 continue;
             }
+            if let Some(round) = self.lease_round.filter(|round| round.id == id) {
+                self.lease_round = None;
+                self.extend_lease(round.asked_us, round.asked_term);
+            }
             if let Some(read) = self.reads.get_mut(&id) {
                 read.index.get_or_insert(state.index);
+                let (asked_us, asked_term) = (read.asked_us, read.asked_term);
+                self.extend_lease(asked_us, asked_term);
             }
         }
     }
@@ -1235,7 +1465,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             .map(|(_, id)| id)?;
         tracing::info!(target, "handing leadership over before stopping");
         self.last_transfer_tick = self.ticks;
-        self.raw.transfer_leader(target);
+        self.transfer_leadership(target);
         Some(target)
     }
 
@@ -1268,7 +1498,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         if ready {
             tracing::info!(preferred, "transferring leadership to the preferred member");
             self.last_transfer_tick = self.ticks;
-            self.raw.transfer_leader(preferred);
+            self.transfer_leadership(preferred);
         }
     }
 

@@ -120,6 +120,8 @@ pub struct RaftConfig {
     pub node_id: u64,
     pub data_dir: PathBuf,
     pub tick_ms: u64,
+    /// The leader serves linearizable reads from a lease (`CoreConfig::read_lease`).
+    pub read_lease: bool,
     pub snapshot_every_entries: u64,
     /// ... or once this many log bytes were applied since the last one.
     pub snapshot_every_log_bytes: u64,
@@ -253,6 +255,9 @@ pub struct RaftStatus {
     /// Times this node found itself without a leader: at start and each
     /// time it lost one (`looking_count`).
     pub elections_started: AtomicU64,
+    /// Reads this leader served from its read lease, without a ReadIndex
+    /// round of their own (`CoreConfig::read_lease`).
+    pub lease_reads: AtomicU64,
     /// Leader: an entry appended to its log until it is committed, µs
     /// (`quorum_ack_latency`).
     pub quorum_ack_us: Histogram,
@@ -914,6 +919,8 @@ pub fn start<S: StateMachine>(
         log_kept_behind_snapshot: crate::core::LOG_KEPT_BEHIND_SNAPSHOT,
         membership,
         reconfig_enabled: config.reconfig_enabled,
+        tick_us: config.tick_ms.max(1) * 1000,
+        read_lease: config.read_lease,
         #[cfg(feature = "testing")]
         planted_bug: crate::core::PlantedBug::None,
     };

@@ -26,6 +26,8 @@ mod transport;
 mod zerofill;
 
 #[cfg(test)]
+mod lease_tests;
+#[cfg(test)]
 mod membership_tests;
 #[cfg(test)]
 mod peer_auth_tests;

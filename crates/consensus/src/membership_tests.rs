@@ -17,10 +17,10 @@ use crate::proposal::Dedup;
 use crate::transport::PeerInput;
 use crate::{Committed, ConsensusError, RaftStatus, SnapshotJob, SnapshotWriter, StateMachine};
 
-type Outbox = Rc<RefCell<Vec<(u64, Outbound)>>>;
+pub(crate) type Outbox = Rc<RefCell<Vec<(u64, Outbound)>>>;
 type Stored = Rc<RefCell<Option<(u64, u64, Vec<u8>)>>>;
 
-struct NetIo {
+pub(crate) struct NetIo {
     id: u64,
     outbox: Outbox,
     snapshot: Stored,
@@ -53,7 +53,7 @@ impl Io for NetIo {
     }
 }
 
-struct Snapshots(Stored);
+pub(crate) struct Snapshots(Stored);
 
 impl SnapshotSource for Snapshots {
     fn newest(&self) -> Option<(u64, u64, Vec<u8>)> {
@@ -71,12 +71,14 @@ impl SnapshotWriter for Done {
 
 /// Records configurations that came into effect and refusals.
 #[derive(Default)]
-struct Machine {
+pub(crate) struct Machine {
     index: u64,
     term: u64,
     configurations: Vec<(Vec<u64>, Option<Vec<u8>>)>,
     refused: Vec<(Vec<u8>, ReconfigError)>,
     applied: usize,
+    /// Contexts of the reads answered (`read_ready`), in order.
+    pub(crate) reads: Vec<Vec<u8>>,
 }
 
 impl StateMachine for Machine {
@@ -103,7 +105,9 @@ impl StateMachine for Machine {
         self.index = index;
         Ok(())
     }
-    fn read_ready(&mut self, _: Vec<u8>) {}
+    fn read_ready(&mut self, context: Vec<u8>) {
+        self.reads.push(context);
+    }
     fn read_failed(&mut self, _: Vec<u8>) {}
     fn reconfigured(
         &mut self,
@@ -123,11 +127,11 @@ impl StateMachine for Machine {
     }
 }
 
-type Node = Core<Machine, NetIo, Snapshots>;
+pub(crate) type Node = Core<Machine, NetIo, Snapshots>;
 
-struct Net {
-    nodes: BTreeMap<u64, Node>,
-    outbox: Outbox,
+pub(crate) struct Net {
+    pub(crate) nodes: BTreeMap<u64, Node>,
+    pub(crate) outbox: Outbox,
 }
 
 fn member(id: u64, role: Role) -> Member {
@@ -143,7 +147,7 @@ fn member(id: u64, role: Role) -> Member {
 
 impl Net {
     /// Voters 1..=n bootstrapped as a cluster.
-    fn bootstrap(n: u64) -> Net {
+    pub(crate) fn bootstrap(n: u64) -> Net {
         let mut net = Net {
             nodes: BTreeMap::new(),
             outbox: Rc::default(),
@@ -163,7 +167,7 @@ impl Net {
     }
 
     /// A node with `conf_state` (empty: joining).
-    fn add(&mut self, id: u64, conf_state: ConfState, membership: Membership) {
+    pub(crate) fn add(&mut self, id: u64, conf_state: ConfState, membership: Membership) {
         let storage = storage_from(Durable {
             snapshot_index: 0,
             snapshot_term: 0,
@@ -185,6 +189,8 @@ impl Net {
             log_kept_behind_snapshot: 1_000,
             membership,
             reconfig_enabled: true,
+            tick_us: 100_000,
+            read_lease: true,
             #[cfg(feature = "testing")]
             planted_bug: crate::core::PlantedBug::None,
         };
@@ -242,7 +248,7 @@ impl Net {
         true
     }
 
-    fn deliver(&mut self, from: u64, message: Outbound) {
+    pub(crate) fn deliver(&mut self, from: u64, message: Outbound) {
         let (to, input) = match message {
             Outbound::Raft(m) => {
                 if m.get_msg_type() == MessageType::MsgSnapshot {
@@ -265,7 +271,7 @@ impl Net {
 
     /// Delivers messages without ticking (so no heartbeat goes out) until
     /// none is left.
-    fn settle(&mut self) {
+    pub(crate) fn settle(&mut self) {
         for _ in 0..32 {
             if !self.deliver_outbox() {
                 return;
@@ -308,7 +314,7 @@ impl Net {
             .collect()
     }
 
-    fn leader(&self) -> Option<u64> {
+    pub(crate) fn leader(&self) -> Option<u64> {
         self.nodes
             .values()
             .find(|n| n.is_leader())
@@ -330,7 +336,7 @@ impl Net {
     }
 }
 
-fn established() -> Net {
+pub(crate) fn established() -> Net {
     let mut net = Net::bootstrap(3);
     net.run_until(400, |net| {
         net.leader().is_some() && net.nodes.values().all(|n| n.membership().config_id != 0)

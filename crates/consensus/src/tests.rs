@@ -135,6 +135,8 @@ fn single_node(dedup: Dedup) -> Core<Recorder, NoIo, NoSnapshots> {
         log_kept_behind_snapshot: 10,
         membership: Membership::default(),
         reconfig_enabled: true,
+        tick_us: 100_000,
+        read_lease: true,
         #[cfg(feature = "testing")]
         planted_bug: PlantedBug::None,
     };

@@ -138,6 +138,14 @@ pub struct ServerConfig {
     /// The longest argument a KV request may carry (Redis's
     /// proto-max-bulk-len); a write must also fit in one Raft entry.
     pub resp_max_bulk_bytes: usize,
+    /// Linearizable reads (Keel KV's, ZooKeeper's sync) are served by the
+    /// leader from a read lease, renewed by ReadIndex rounds, instead of
+    /// each waiting for a round of its own (on by default). The lease
+    /// lasts 0.8 s from when its round was asked, within the 0.9 s a
+    /// follower that answered refuses to vote for another leader. It
+    /// assumes the members' clocks run at rates within 1/8 of each other;
+    /// `read_lease = false` makes every read wait for a round instead.
+    pub read_lease: bool,
 }
 
 impl Default for ServerConfig {
@@ -194,6 +202,7 @@ impl Default for ServerConfig {
             join_auth_file: None,
             resp_port: 0,
             resp_max_bulk_bytes: keel_kv::resp::BULK_BYTES_MAX_DEFAULT,
+            read_lease: true,
         }
     }
 }

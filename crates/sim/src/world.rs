@@ -245,6 +245,8 @@ pub struct Stats {
     pub kv_unknown_outcomes: usize,
     /// Keys whose KV linearizability search ran out of budget.
     pub kv_linearizability_undecided: u64,
+    /// Reads leaders served from their read lease (KV reads, syncs).
+    pub lease_reads: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -1048,6 +1050,8 @@ impl World {
             log_kept_behind_snapshot: SIM_LOG_KEPT_BEHIND_SNAPSHOT,
             membership,
             reconfig_enabled: true,
+            tick_us: node.tick_ms * 1000,
+            read_lease: true,
             planted_bug,
         };
         let io = SimIo {
@@ -1253,8 +1257,10 @@ impl World {
         let wake_at_us = core.wake_at_us();
         let job = core.take_snapshot_job();
         let term = core.term();
+        let lease_reads = core.status().lease_reads.swap(0, Ordering::Relaxed);
         node.busy_until_us = now_us + busy_ms * 1000;
         self.stats.max_term = self.stats.max_term.max(term);
+        self.stats.lease_reads += lease_reads;
         if let Err(error) = result {
             self.note(format!("n{id} died in advance: {error}"));
             let restart_after_ms = self.rng.between(300, 3_000);

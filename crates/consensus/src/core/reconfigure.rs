@@ -537,7 +537,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
                 "handing leadership over: this leader leaves the voters"
             );
             self.reconfig.last_transfer_tick = Some(self.ticks);
-            self.raw.transfer_leader(target);
+            self.transfer_leadership(target);
         }
         Step::Waiting
     }
@@ -603,6 +603,8 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     /// Applies a committed conf-change entry (every replica, in log order).
     pub(super) fn apply_conf_entry(&mut self, entry: &Entry) {
         let (index, term) = (entry.index, entry.term);
+        // A lease taken under the old voters says nothing of the new ones.
+        self.lease = None;
         let before = self.conf().ids();
         let change = match ConfChangeV2::parse_from_bytes(&entry.data) {
             Ok(change) => change,
