@@ -739,14 +739,33 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
 
     /// The lease's end, if this node leads and holds one now.
     fn lease_until_us(&self) -> Option<u64> {
+        self.lease_held().filter(|until_us| self.now_us < *until_us)
+    }
+
+    /// The end of the lease this node holds, whatever the clock says now.
+    fn lease_held(&self) -> Option<u64> {
         let raft = &self.raw.raft;
         let lease = self.lease?;
         let leading = raft.state == StateRole::Leader && lease.term == raft.term;
         let valid = (leading || self.lease_without_leadership())
             && lease.term != self.lease_barred_term
-            && !raft.has_pending_conf()
-            && self.now_us < lease.until_us;
+            && !raft.has_pending_conf();
         valid.then_some(lease.until_us)
+    }
+
+    /// Publishes the lease and the commit index for readers on other
+    /// threads (`RaftStatus::lease_covers_read`). Called before anything
+    /// that could make a newer commit known (messages, applies) and
+    /// whenever the lease may have ended early (a transfer, a role or
+    /// configuration change): what the readers see is never newer than
+    /// the truth, and never a lease this node no longer holds.
+    fn publish_lease(&self) {
+        let committed = self.raw.raft.raft_log.committed;
+        self.status.lease_commit.store(committed, Ordering::Release);
+        let until_us = self.lease_held().unwrap_or(0);
+        self.status
+            .lease_until_us
+            .store(until_us, Ordering::Release);
     }
 
     /// The term this node leads in (0 when it does not lead).
@@ -845,6 +864,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     fn transfer_leadership(&mut self, target: u64) {
         self.lease_barred_term = self.raw.raft.term;
         self.lease = None;
+        self.publish_lease();
         self.raw.transfer_leader(target);
     }
 
@@ -1017,6 +1037,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
                 break;
             }
         }
+        self.publish_lease();
         self.maybe_snapshot();
         Ok(())
     }
@@ -1182,6 +1203,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     }
 
     fn send_all(&mut self, messages: Vec<Message>) {
+        self.publish_lease();
         for message in messages {
             if message.get_msg_type() == raft::eraftpb::MessageType::MsgSnapshot {
                 self.status.snapshots_sent.fetch_add(1, Ordering::Relaxed);
@@ -1315,6 +1337,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             self.leader = leader;
             self.status.is_leader.store(leader, Ordering::Release);
             tracing::info!(leader, term = self.raw.raft.term, "raft role changed");
+            self.publish_lease();
             self.machine.role_changed(leader);
         }
         if new_leader && !self.unapplied.is_empty() {
@@ -1343,6 +1366,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     }
 
     fn apply_entries(&mut self, entries: Vec<Entry>) {
+        self.publish_lease();
         for entry in entries {
             let (index, term) = (entry.index, entry.term);
             self.log_bytes_since_snapshot += entry.data.len() as u64;

@@ -213,6 +213,13 @@ impl RaftConfig {
     }
 }
 
+/// Microseconds on this process's monotonic clock (from its first use):
+/// the driver's clock, and the one a published read lease is measured on.
+pub fn monotonic_us() -> u64 {
+    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    BASE.get_or_init(Instant::now).elapsed().as_micros() as u64
+}
+
 /// Counters other threads read (mntr, srvr, tests).
 #[derive(Default, Debug)]
 pub struct RaftStatus {
@@ -258,6 +265,14 @@ pub struct RaftStatus {
     /// Reads this leader served from its read lease, without a ReadIndex
     /// round of their own (`CoreConfig::read_lease`).
     pub lease_reads: AtomicU64,
+    /// The end of this leader's read lease on `monotonic_us`'s clock (0:
+    /// none), published by the Raft thread for readers on other threads
+    /// (`lease_covers_read`).
+    pub lease_until_us: AtomicU64,
+    /// The leader's commit index, published before any message or apply
+    /// can make a newer one known: a read under the lease waits until
+    /// this node applied it.
+    pub lease_commit: AtomicU64,
     /// Leader: an entry appended to its log until it is committed, µs
     /// (`quorum_ack_latency`).
     pub quorum_ack_us: Histogram,
@@ -281,6 +296,22 @@ pub struct RaftStatus {
     /// How long the leader may linger over a batch (`Core::set_linger_us`),
     /// set by the server (`RaftHandle::set_linger_us`).
     pub linger_us: AtomicU64,
+}
+
+impl RaftStatus {
+    /// A linearizable read may run on this node now, without a ReadIndex
+    /// round: it leads under a read lease (`Core`'s `LEASE_TICKS`) that
+    /// has not ended, and it has applied every entry it may have told
+    /// anyone was committed. Any thread may ask; the state it then reads
+    /// is as new as every write acknowledged before this call.
+    pub fn lease_covers_read(&self) -> bool {
+        let until_us = self.lease_until_us.load(Ordering::Acquire);
+        if until_us == 0 || monotonic_us() >= until_us {
+            return false;
+        }
+        let commit = self.lease_commit.load(Ordering::Acquire);
+        self.applied_index.load(Ordering::Acquire) >= commit
+    }
 }
 
 /// Why the driver did not take a proposal or a read barrier.
@@ -993,8 +1024,7 @@ fn start_transport(
 impl<S: StateMachine> Driver<S> {
     fn run(&mut self, loopback: Sender<Input>) -> Result<(), ConsensusError> {
         let mut next_tick = Instant::now() + self.tick;
-        let started = Instant::now();
-        let clock_us = || started.elapsed().as_micros() as u64;
+        let clock_us = monotonic_us;
         loop {
             self.core.set_clock_us(clock_us());
             self.core

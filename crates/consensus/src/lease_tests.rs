@@ -36,6 +36,19 @@ fn lease_reads(node: &Node) -> u64 {
         .load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// The lease end and commit index the node published for other threads.
+fn published(node: &Node) -> (u64, u64) {
+    let status = node.status();
+    (
+        status
+            .lease_until_us
+            .load(std::sync::atomic::Ordering::Acquire),
+        status
+            .lease_commit
+            .load(std::sync::atomic::Ordering::Acquire),
+    )
+}
+
 fn heartbeats_queued(net: &Net) -> usize {
     net.outbox
         .borrow()
@@ -60,6 +73,12 @@ fn leased(now_us: u64) -> Net {
 fn a_leader_serves_reads_from_its_lease_until_it_ends() {
     let start_us = 10 * TICK_US;
     let mut net = leased(start_us);
+    let node = leader(&mut net);
+    assert_eq!(
+        published(node),
+        (start_us + LEASE_TICKS * TICK_US, node.commit_index()),
+        "the lease and commit index are published"
+    );
     let outbox_before = net.outbox.borrow().len();
     assert!(read_alone(leader(&mut net), b"leased"));
     assert_eq!(lease_reads(leader(&mut net)), 1);
@@ -114,6 +133,7 @@ fn a_follower_never_serves_a_read_from_a_lease() {
     let node = &net.nodes[&follower];
     assert_eq!(node.machine().reads.last().unwrap(), b"on a follower");
     assert_eq!(lease_reads(node), 0);
+    assert_eq!(published(node).0, 0, "no lease published");
 }
 
 #[test]
@@ -121,7 +141,9 @@ fn a_leader_that_hands_over_serves_no_lease_read_in_that_term() {
     let mut net = leased(10 * TICK_US);
     let node = leader(&mut net);
     let term = node.term();
+    assert!(published(node).0 > 0);
     assert!(node.hand_off().is_some(), "another voter is active");
+    assert_eq!(published(node).0, 0, "the lease is withdrawn at once");
     assert!(!read_alone(node, b"handing over"));
     // The target's MsgTimeoutNow is late: this node still leads, and a
     // quorum answers its round, but the target may campaign any time.
@@ -137,6 +159,7 @@ fn a_leader_that_hands_over_serves_no_lease_read_in_that_term() {
         "no lease taken from it"
     );
     assert_eq!(lease_reads(node), 0);
+    assert_eq!(published(node).0, 0);
 }
 
 fn vote_request(from: u64, to: u64, term: u64, transfer: bool) -> PeerInput {

@@ -38,8 +38,9 @@ mod tests;
 pub use crate::core::{Core, CoreConfig, Durable, Io, Outbound, PlantedBug, SnapshotSource};
 pub use crate::core::{BATCH_BYTES_MAX, ELECTION_TICKS, LINGER_US_MAX, LOG_KEPT_BEHIND_SNAPSHOT};
 pub use driver::{
-    prepare, recover, start, MachineError, RaftConfig, RaftHandle, RaftStatus, Recovery,
-    SnapshotJob, SnapshotPosition, SnapshotWriter, StateMachine, SubmitError, PROPOSAL_QUEUE_MAX,
+    monotonic_us, prepare, recover, start, MachineError, RaftConfig, RaftHandle, RaftStatus,
+    Recovery, SnapshotJob, SnapshotPosition, SnapshotWriter, StateMachine, SubmitError,
+    PROPOSAL_QUEUE_MAX,
 };
 pub use handshake::{HANDSHAKE_TIMEOUT_MS, PEER_PROTOCOL_VERSION};
 pub use membership::{Change, Member, Members, Membership, ReconfigError, Role, MEMBERS_MAX};

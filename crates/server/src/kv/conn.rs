@@ -369,8 +369,14 @@ impl Connection {
                 };
                 // A single node needs no barrier: every write acknowledged
                 // before this read is applied on its shard, and the read
-                // queues behind it there.
-                if self.session.local_reads() || !self.ctx.raft.status.cluster {
+                // queues behind it there. Nor does a leader under its read
+                // lease that applied its commit index (the reads of this
+                // connection still waiting for a barrier go first).
+                let status = &self.ctx.raft.status;
+                if self.session.local_reads() || !status.cluster {
+                    self.read_now(seq, args).await;
+                } else if !self.barrier_in_flight && status.lease_covers_read() {
+                    status.lease_reads.fetch_add(1, Ordering::Relaxed);
                     self.read_now(seq, args).await;
                 } else {
                     self.await_barrier(seq, args);

@@ -433,6 +433,11 @@ fn info_section(ctx: &KvContext, section: &str, out: &mut String) {
                 "total_error_replies",
                 &stats.errors.load(Ordering::Relaxed),
             );
+            line(
+                out,
+                "keel_lease_reads",
+                &ctx.raft.status.lease_reads.load(Ordering::Relaxed),
+            );
         }
         "replication" => {
             out.push_str("# Replication\r\n");
