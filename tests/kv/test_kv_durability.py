@@ -9,6 +9,7 @@ number of kills, KEEL_KV_CRASH_SEED the seed."""
 
 import os
 import random
+import re
 import threading
 import time
 
@@ -192,11 +193,19 @@ def test_kill_the_leader_under_load_loses_no_acknowledged_write(kv_factory):
                    % (CLUSTER_KILLS, acked.count, sizes[0]))
 
 
+def lease_reads(conn):
+    """INFO's count of the reads a node served under its leader's lease."""
+    info = conn.call("INFO", "stats")[1].decode()
+    return int(re.search(r"keel_lease_reads:(\d+)", info).group(1))
+
+
 def test_reads_are_linearizable_across_nodes_and_readonly_reads_are_local(kv_factory):
     target = kv_factory("cluster3")
     ports = target.ports
     conns = [RespConnection(p) for p in ports]
+    leader = conns[ports.index(target.leader_port())]
     try:
+        leased_before = lease_reads(leader)
         for i in range(150):
             writer_conn = conns[i % 3]
             reader_conn = conns[(i + 1) % 3]
@@ -206,11 +215,29 @@ def test_reads_are_linearizable_across_nodes_and_readonly_reads_are_local(kv_fac
             assert reader_conn.call("GET", "lin")[1] == str(i).encode()
             assert reader_conn.call("INCR", "lin")[1] == i + 1
             assert conns[(i + 2) % 3].call("GET", "lin")[1] == str(i + 1).encode()
+        # A third of those reads ran on the leader; it served them from its
+        # read lease, with no ReadIndex round of their own.
+        assert lease_reads(leader) - leased_before >= 50
         local = conns[1]
         assert local.call("READONLY")[1] == "OK"
         value = local.call("GET", "lin")[1]
         assert value is not None
         assert local.call("READWRITE")[1] == "OK"
+    finally:
+        for c in conns:
+            c.close()
+
+
+def test_without_the_read_lease_every_read_waits_for_a_round(kv_factory):
+    target = kv_factory("cluster3", read_lease=False)
+    ports = target.ports
+    conns = [RespConnection(p) for p in ports]
+    leader = conns[ports.index(target.leader_port())]
+    try:
+        for i in range(30):
+            assert conns[i % 3].call("SET", "lin", str(i))[1] == "OK"
+            assert leader.call("GET", "lin")[1] == str(i).encode()
+        assert lease_reads(leader) == 0
     finally:
         for c in conns:
             c.close()
