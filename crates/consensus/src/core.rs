@@ -449,6 +449,9 @@ pub struct Core<S: StateMachine, I: Io, P: SnapshotSource> {
     lease_barred_term: u64,
     /// The round a lease read asked to renew the lease (no reader waits).
     lease_round: Option<LeaseRound>,
+    /// `RaftStatus::lease_reads` when the lease was last renewed: reads
+    /// served since (here or by readers on other threads) renew it.
+    lease_reads_seen: u64,
     /// When the current lingering began (the entries in flight had
     /// committed and proposals were queued).
     linger_since_us: Option<u64>,
@@ -539,6 +542,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             lease: None,
             lease_barred_term: 0,
             lease_round: None,
+            lease_reads_seen: 0,
             linger_since_us: None,
             last_batch_proposals: 0,
             commit_told: 0,
@@ -839,8 +843,24 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         self.answer_reads();
     }
 
+    /// A lease that served reads since its last renewal (readers on other
+    /// threads use it without telling this thread) and nears its end is
+    /// renewed, so they do not meet its end and wait for a round.
+    fn maybe_renew_lease(&mut self) {
+        let Some(until_us) = self.lease_until_us() else {
+            return;
+        };
+        let served = self.status.lease_reads.load(Ordering::Relaxed);
+        if served != self.lease_reads_seen
+            && self.now_us + LEASE_RENEW_TICKS * self.config.tick_us >= until_us
+        {
+            self.renew_lease();
+        }
+    }
+
     /// Asks a round whose answer renews the lease, unless one is out.
     fn renew_lease(&mut self) {
+        self.lease_reads_seen = self.status.lease_reads.load(Ordering::Relaxed);
         if self
             .lease_round
             .is_some_and(|round| round.asked_tick + READ_RETRY_TICKS > self.ticks)
@@ -953,6 +973,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         self.raw.tick();
         self.redraw_election_timeout();
         self.ticks += 1;
+        self.maybe_renew_lease();
         self.maybe_transfer_to_preferred();
         self.retry_reads();
         self.retry_snapshots();

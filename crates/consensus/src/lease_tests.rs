@@ -212,3 +212,24 @@ fn a_node_just_started_refuses_votes_unless_a_leader_hands_over() {
     node.advance().unwrap();
     assert_eq!(vote_answers(&net, 1), 1, "answered once the refusal ended");
 }
+
+#[test]
+fn a_lease_other_threads_read_under_is_renewed_by_the_tick() {
+    let start_us = 10 * TICK_US;
+    let mut net = leased(start_us);
+    let renew_at_us = start_us + (LEASE_TICKS - LEASE_RENEW_TICKS) * TICK_US;
+    set_clock(&mut net, renew_at_us);
+    leader(&mut net).tick();
+    assert_eq!(heartbeats_queued(&net), 0, "nobody read: no renewal");
+    // A reader on another thread (a KV connection) served a read.
+    let node = leader(&mut net);
+    node.status()
+        .lease_reads
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    node.tick();
+    node.advance().unwrap();
+    assert!(heartbeats_queued(&net) > 0, "the tick asks a renewal round");
+    net.settle();
+    let (until_us, _) = published(leader(&mut net));
+    assert_eq!(until_us, renew_at_us + LEASE_TICKS * TICK_US);
+}
