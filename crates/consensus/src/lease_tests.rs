@@ -233,3 +233,48 @@ fn a_lease_other_threads_read_under_is_renewed_by_the_tick() {
     let (until_us, _) = published(leader(&mut net));
     assert_eq!(until_us, renew_at_us + LEASE_TICKS * TICK_US);
 }
+
+fn queued(net: &Net, kind: MessageType) -> usize {
+    net.outbox
+        .borrow()
+        .iter()
+        .filter(|(_, m)| matches!(m, Outbound::Raft(m) if m.get_msg_type() == kind))
+        .count()
+}
+
+#[test]
+fn a_followers_read_is_answered_from_the_leaders_lease() {
+    let start_us = 10 * TICK_US;
+    let mut net = leased(start_us);
+    let leader_id = net.leader().unwrap();
+    let follower = net
+        .nodes
+        .keys()
+        .copied()
+        .find(|id| *id != leader_id)
+        .unwrap();
+    for (at_us, context, leased) in [
+        (start_us, &b"leased"[..], true),
+        (start_us + LEASE_TICKS * TICK_US, &b"after"[..], false),
+    ] {
+        set_clock(&mut net, at_us);
+        let node = net.nodes.get_mut(&follower).unwrap();
+        assert!(!read_alone(node, context));
+        assert_eq!(queued(&net, MessageType::MsgReadIndex), 1);
+        // The request reaches the leader, which answers in its advance.
+        assert!(net.deliver_outbox());
+        assert_eq!(
+            queued(&net, MessageType::MsgReadIndexResp),
+            usize::from(leased)
+        );
+        assert_eq!(
+            heartbeats_queued(&net) > 0,
+            !leased,
+            "a round only without the lease"
+        );
+        net.settle();
+        let node = &net.nodes[&follower];
+        assert_eq!(node.machine().reads.last().unwrap(), context);
+    }
+    assert_eq!(lease_reads(leader(&mut net)), 1);
+}
