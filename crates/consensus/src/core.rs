@@ -449,9 +449,6 @@ pub struct Core<S: StateMachine, I: Io, P: SnapshotSource> {
     lease_barred_term: u64,
     /// The round a lease read asked to renew the lease (no reader waits).
     lease_round: Option<LeaseRound>,
-    /// Followers' ReadIndex requests a leader with `read_lease` answers at
-    /// its next `advance` (`decide_forwarded_reads`).
-    forwarded_reads: Vec<Message>,
     /// `RaftStatus::lease_reads` when the lease was last renewed: reads
     /// served since (here or by readers on other threads) renew it.
     lease_reads_seen: u64,
@@ -545,7 +542,6 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             lease: None,
             lease_barred_term: 0,
             lease_round: None,
-            forwarded_reads: Vec::new(),
             lease_reads_seen: 0,
             linger_since_us: None,
             last_batch_proposals: 0,
@@ -818,7 +814,6 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     /// round as any read does. A read near the lease's end also asks a
     /// round of its own to renew it.
     fn decide_reads(&mut self) {
-        self.decide_forwarded_reads();
         if self.undecided_reads.is_empty() {
             return;
         }
@@ -846,30 +841,6 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             self.renew_lease();
         }
         self.answer_reads();
-    }
-
-    /// The ReadIndex requests followers sent since the last `advance`:
-    /// under the lease raft-rs answers each at once with its commit index
-    /// (its `LeaseBased` option, set for these messages only); without
-    /// one, with a heartbeat round as usual.
-    fn decide_forwarded_reads(&mut self) {
-        if self.forwarded_reads.is_empty() {
-            return;
-        }
-        let forwarded = std::mem::take(&mut self.forwarded_reads);
-        let leased = self.lease_until_us().is_some();
-        if leased {
-            self.raw.raft.read_only.option = raft::ReadOnlyOption::LeaseBased;
-            self.status
-                .lease_reads
-                .fetch_add(forwarded.len() as u64, Ordering::Relaxed);
-        }
-        for message in forwarded {
-            if let Err(error) = self.raw.step(message) {
-                tracing::debug!(%error, "read index request refused");
-            }
-        }
-        self.raw.raft.read_only.option = raft::ReadOnlyOption::Safe;
     }
 
     /// A lease that served reads since its last renewal (readers on other
@@ -962,15 +933,6 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             && message.context != raft::CAMPAIGN_TRANSFER
     }
 
-    /// A follower's ReadIndex request waits for the leader's next
-    /// `advance`, whose clock is fresh, to be answered from the lease.
-    fn holds_forwarded_read(&self, message: &Message) -> bool {
-        self.config.read_lease
-            && message.get_msg_type() == raft::eraftpb::MessageType::MsgReadIndex
-            && self.raw.raft.state == StateRole::Leader
-            && self.forwarded_reads.len() < PENDING_READS_MAX
-    }
-
     pub fn peer(&mut self, input: PeerInput) {
         match input {
             PeerInput::Raft(message) => {
@@ -978,10 +940,6 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
                     return;
                 }
                 self.reconfig.heard.insert(message.from, self.ticks);
-                if self.holds_forwarded_read(&message) {
-                    self.forwarded_reads.push(*message);
-                    return;
-                }
                 self.settle_first_snapshot(&message);
                 if let Err(error) = self.raw.step(*message) {
                     tracing::debug!(%error, "raft message refused");

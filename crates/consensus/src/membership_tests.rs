@@ -227,7 +227,7 @@ impl Net {
 
     /// Delivers every queued message, then advances every node and writes
     /// the snapshots due at once; false if nothing was queued.
-    pub(crate) fn deliver_outbox(&mut self) -> bool {
+    fn deliver_outbox(&mut self) -> bool {
         let messages: Vec<(u64, Outbound)> = self.outbox.borrow_mut().drain(..).collect();
         if messages.is_empty() {
             return false;
