@@ -67,6 +67,9 @@ def start_system(name, workdir):
     for port in ports:
         wait_kv(port)
     leader = cluster.leader()
+    if name == "keel-3-follower":  # probes only: the benchmark on a follower
+        follower = next(n for n in cluster.nodes if n is not leader)
+        return int(follower.settings["resp_port"]), cluster.stop
     return int(leader.settings["resp_port"]), cluster.stop
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Where a Keel KV read goes (BENCHMARKS.md, "Keel KV GET: the cost is the
 hand-off"): starts one system of `make compare-kv` (SYSTEM: keel-1, keel-3,
+keel-3-follower (the benchmark on a follower),
 redis-always, redis-everysec), runs redis-benchmark against it (T: get,
 set, ...; N requests, C clients (50), 100,000 keys, P requests per pipeline) and prints its result and
 the context switches per request of each server thread (from
