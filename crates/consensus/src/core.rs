@@ -822,7 +822,6 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             for id in undecided {
                 if let Some(read) = self.reads.get_mut(&id) {
                     read.asked_tick = self.ticks;
-                    read.asked_us = self.now_us;
                     self.ask_or_hold(id);
                 }
             }
