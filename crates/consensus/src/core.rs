@@ -6,6 +6,9 @@
 //! thread (driver.rs) and the simulator (crates/sim) run this same code.
 //!
 //! Order of one `advance()` (raft-rs's documented order, etcd's too):
+//! 0. reads that arrived on a leader with `read_lease` are decided: under
+//!    the lease they wait only for the commit index as it is now, without
+//!    one they ask a ReadIndex round (`decide_reads`);
 //! 1. queued proposals become ONE entry (group commit) or go to the leader;
 //! 2. Ready: messages to peers are sent first (the leader sends appends
 //!    before its own fsync: the pipeline);
@@ -18,6 +21,10 @@
 //!    entries are applied, then ReadIndex reads whose index is applied are
 //!    answered;
 //! 7. a snapshot is requested from the shell when enough entries passed.
+//!
+//! The lease and the commit index are published for readers on other
+//! threads before every send (steps 2 and 6) and apply (steps 4 and 6),
+//! and at the end (`publish_lease`).
 //!
 //! Membership changes (`reconfigure.rs`, a child module for its size) are
 //! conf-change entries applied in step 4/6 like any other; the leader's
