@@ -10,6 +10,21 @@ use std::sync::{Arc, Mutex};
 use keel_consensus::PlantedBug;
 use sim::{run_seed, Options, Report, World};
 
+/// How many failing seeds have a failure that `matches` accepts.
+fn caught_by(failing: &[Report], matches: impl Fn(&str) -> bool) -> usize {
+    failing
+        .iter()
+        .filter(|r| r.failures.iter().any(|f| matches(f)))
+        .count()
+}
+
+/// The first failing seed and its first failure, for a test's log.
+fn first_failure(failing: &[Report]) -> Option<(u64, Option<String>)> {
+    failing
+        .first()
+        .map(|r| (r.seed, r.failures.first().cloned()))
+}
+
 fn env_u64(name: &str, default: u64) -> u64 {
     match std::env::var(name) {
         Ok(value) => value
@@ -200,9 +215,7 @@ fn a_planted_bug_is_caught_within_the_batch() {
     eprintln!(
         "planted bug caught by {} of 200 seeds; first: {:?}",
         failing.len(),
-        failing
-            .first()
-            .map(|r| (r.seed, r.failures.first().cloned()))
+        first_failure(&failing)
     );
     assert!(!failing.is_empty(), "the checkers missed a planted bug");
 }
@@ -218,20 +231,11 @@ fn reads_that_skip_the_session_queue_are_caught() {
         reads_skip_queue: true,
         ..Options::for_seed(seed)
     });
-    let order_broken = failing
-        .iter()
-        .filter(|r| {
-            r.failures
-                .iter()
-                .any(|f| f.contains("session order broken"))
-        })
-        .count();
+    let order_broken = caught_by(&failing, |f| f.contains("session order broken"));
     eprintln!(
         "reads skipping the queue caught by {} of 200 seeds ({order_broken} by the session-order check); first: {:?}",
         failing.len(),
-        failing
-            .first()
-            .map(|r| (r.seed, r.failures.first().cloned()))
+        first_failure(&failing)
     );
     assert!(
         order_broken > 0,
@@ -248,20 +252,11 @@ fn recursive_watches_blind_to_descendants_are_caught() {
         recursive_watches_blind: true,
         ..Options::for_seed(seed)
     });
-    let missed = failing
-        .iter()
-        .filter(|r| {
-            r.failures
-                .iter()
-                .any(|f| f.contains("PersistentRecursive watch"))
-        })
-        .count();
+    let missed = caught_by(&failing, |f| f.contains("PersistentRecursive watch"));
     eprintln!(
         "blind recursive watches caught by {} of 200 seeds ({missed} by the watch checks); first: {:?}",
         failing.len(),
-        failing
-            .first()
-            .map(|r| (r.seed, r.failures.first().cloned()))
+        first_failure(&failing)
     );
     assert!(
         missed > 0,
@@ -277,10 +272,7 @@ fn observers_that_vote_are_caught() {
         observers_vote: true,
         ..Options::for_seed(seed)
     });
-    let led = failing
-        .iter()
-        .filter(|r| r.failures.iter().any(|f| f.starts_with("observer n")))
-        .count();
+    let led = caught_by(&failing, |f| f.starts_with("observer n"));
     eprintln!(
         "voting observers caught by {} of 200 seeds ({led} by the observer check)",
         failing.len()
@@ -295,10 +287,7 @@ fn a_leader_that_ignores_affinity_is_caught() {
         planted_bug: PlantedBug::NoLeaderTransfer,
         ..Options::for_seed(seed)
     });
-    let ignored = failing
-        .iter()
-        .filter(|r| r.failures.iter().any(|f| f.starts_with("leader affinity")))
-        .count();
+    let ignored = caught_by(&failing, |f| f.starts_with("leader affinity"));
     eprintln!(
         "ignored affinity caught by {} of 200 seeds ({ignored} by the affinity check)",
         failing.len()
@@ -318,10 +307,7 @@ fn acl_checks_that_pass_everything_are_caught() {
         acl_blind: true,
         ..Options::for_seed(seed)
     });
-    let bypassed = failing
-        .iter()
-        .filter(|r| r.failures.iter().any(|f| f.contains("ACL bypassed")))
-        .count();
+    let bypassed = caught_by(&failing, |f| f.contains("ACL bypassed"));
     eprintln!(
         "blind ACL checks caught by {} of 200 seeds ({bypassed} by the ACL check)",
         failing.len()
@@ -342,16 +328,11 @@ fn a_reaper_that_deletes_what_is_not_due_is_caught() {
         reap_early: true,
         ..Options::for_seed(seed)
     });
-    let early = failing
-        .iter()
-        .filter(|r| r.failures.iter().any(|f| f.contains(": reaped ")))
-        .count();
+    let early = caught_by(&failing, |f| f.contains(": reaped "));
     eprintln!(
         "an early reaper caught by {} of 200 seeds ({early} by the reaper checks); first: {:?}",
         failing.len(),
-        failing
-            .first()
-            .map(|r| (r.seed, r.failures.first().cloned()))
+        first_failure(&failing)
     );
     assert!(early > 0, "the reaper checks missed deletions not due");
 }
@@ -366,14 +347,9 @@ fn a_reaper_that_leaves_what_is_due_is_caught() {
         ..Options::for_seed(seed)
     });
     let late = |kind: &str| {
-        failing
-            .iter()
-            .filter(|r| {
-                r.failures
-                    .iter()
-                    .any(|f| f.starts_with(&format!("reaper: /reap/{kind}")))
-            })
-            .count()
+        caught_by(&failing, |f| {
+            f.starts_with(&format!("reaper: /reap/{kind}"))
+        })
     };
     let (containers, ttl_nodes) = (late("c"), late("t"));
     eprintln!(
@@ -396,20 +372,13 @@ fn snapshots_that_skip_copy_on_write_are_caught() {
         snapshot_torn: true,
         ..Options::for_seed(seed)
     });
-    let torn = failing
-        .iter()
-        .filter(|r| {
-            r.failures
-                .iter()
-                .any(|f| f.contains(": snapshot ") && !f.contains("corrupted"))
-        })
-        .count();
+    let torn = caught_by(&failing, |f| {
+        f.contains(": snapshot ") && !f.contains("corrupted")
+    });
     eprintln!(
         "torn snapshots caught by {} of 200 seeds ({torn} by the snapshot check); first: {:?}",
         failing.len(),
-        failing
-            .first()
-            .map(|r| (r.seed, r.failures.first().cloned()))
+        first_failure(&failing)
     );
     assert!(torn > 0, "the snapshot check missed torn snapshots");
 }
@@ -432,20 +401,11 @@ fn kv_reads_that_skip_the_read_barrier_are_caught() {
         kv_reads_skip_barrier: true,
         ..Options::for_seed(seed)
     });
-    let stale = failing
-        .iter()
-        .filter(|r| {
-            r.failures
-                .iter()
-                .any(|f| f.contains("kv history is not linearizable"))
-        })
-        .count();
+    let stale = caught_by(&failing, |f| f.contains("kv history is not linearizable"));
     eprintln!(
         "KV reads skipping the barrier caught by {} of 200 KV seeds ({stale} by the KV linearizability check); first: {:?}",
         failing.len(),
-        failing
-            .first()
-            .map(|r| (r.seed, r.failures.first().cloned()))
+        first_failure(&failing)
     );
     assert!(stale > 0, "the KV linearizability check missed stale reads");
 }
@@ -464,20 +424,11 @@ fn a_read_lease_taken_without_leadership_is_caught() {
         planted_bug: PlantedBug::LeaseWithoutLeadership,
         ..Options::for_seed(seed)
     });
-    let stale = failing
-        .iter()
-        .filter(|r| {
-            r.failures
-                .iter()
-                .any(|f| f.contains("history is not linearizable"))
-        })
-        .count();
+    let stale = caught_by(&failing, |f| f.contains("history is not linearizable"));
     eprintln!(
         "a lease without leadership caught by {} of 200 KV seeds ({stale} by a linearizability check); first: {:?}",
         failing.len(),
-        failing
-            .first()
-            .map(|r| (r.seed, r.failures.first().cloned()))
+        first_failure(&failing)
     );
     assert!(stats.lease_reads > 0, "no read was served from a lease");
     assert!(
@@ -498,20 +449,12 @@ fn kv_snapshots_without_keys_are_caught() {
         kv_snapshot_keys_dropped: true,
         ..Options::for_seed(seed)
     });
-    let snapshot = failing
-        .iter()
-        .filter(|r| r.failures.iter().any(|f| f.contains(": snapshot ")))
-        .count();
-    let lost = failing
-        .iter()
-        .filter(|r| r.failures.iter().any(|f| f.starts_with("kv")))
-        .count();
+    let snapshot = caught_by(&failing, |f| f.contains(": snapshot "));
+    let lost = caught_by(&failing, |f| f.starts_with("kv"));
     eprintln!(
         "KV snapshots without keys caught by {} of 50 KV seeds ({snapshot} by the snapshot check, {lost} by the KV history checks); first: {:?}",
         failing.len(),
-        failing
-            .first()
-            .map(|r| (r.seed, r.failures.first().cloned()))
+        first_failure(&failing)
     );
     assert!(
         snapshot > 0,
