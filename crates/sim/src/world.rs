@@ -381,6 +381,9 @@ struct Node {
     kv: Option<Arc<KvEngine>>,
     /// The last ReadIndex barrier number KV reads asked on this epoch.
     kv_barrier: u64,
+    /// The epoch's `RaftStatus::lease_reads` already added to the stats
+    /// (read, not reset: the core renews its lease from that counter).
+    lease_reads_counted: u64,
 }
 
 /// A Keel KV client: one connection at a time, one request at a time.
@@ -617,6 +620,7 @@ impl World {
                 corrupted: None,
                 kv: None,
                 kv_barrier: 0,
+                lease_reads_counted: 0,
             })
             .collect();
         let kv_clients = (0..options.kv_clients)
@@ -1079,6 +1083,7 @@ impl World {
         node.core = Some(core);
         node.kv = Some(kv);
         node.kv_barrier = 0;
+        node.lease_reads_counted = 0;
         node.reaper = Reaper::default();
         node.epoch += 1;
         node.advance_scheduled = false;
@@ -1257,10 +1262,12 @@ impl World {
         let wake_at_us = core.wake_at_us();
         let job = core.take_snapshot_job();
         let term = core.term();
-        let lease_reads = core.status().lease_reads.swap(0, Ordering::Relaxed);
+        let lease_reads = core.status().lease_reads.load(Ordering::Relaxed);
+        let lease_reads_new = lease_reads - node.lease_reads_counted;
+        node.lease_reads_counted = lease_reads;
         node.busy_until_us = now_us + busy_ms * 1000;
         self.stats.max_term = self.stats.max_term.max(term);
-        self.stats.lease_reads += lease_reads;
+        self.stats.lease_reads += lease_reads_new;
         if let Err(error) = result {
             self.note(format!("n{id} died in advance: {error}"));
             let restart_after_ms = self.rng.between(300, 3_000);
