@@ -37,6 +37,32 @@ PYTEST_ARGS ?=
 SUITES      := tests/compat tests/badinput tests/crash tests/cluster tests/metrics tests/security tests/storage tests/clock tests/scale tests/nemesis tests/kv
 # suites that compare against ZooKeeper (the cluster suite is Keel-only)
 SELFCHECK_SUITES := tests/compat tests/badinput tests/crash
+# Test files that neither load the machine nor measure short times: most of
+# their time is spent waiting (servers starting, sessions expiring, the
+# Java client). `make test` runs them first on PYTEST_WORKERS processes
+# (pytest-xdist, one file per worker at a time), then every other test file
+# of SUITES one test at a time. A new test file runs alone unless listed here.
+PARALLEL_TESTS := tests/security/test_tls.py tests/security/test_sasl.py \
+	tests/cluster/test_read_only.py tests/cluster/test_catchup.py tests/cluster/test_reconfig.py \
+	tests/cluster/test_cluster.py tests/cluster/test_peer_auth.py \
+	tests/badinput/test_badinput.py tests/badinput/test_config.py \
+	tests/storage/test_full_disk.py tests/storage/test_io_errors.py tests/storage/test_storage_faults.py \
+	tests/storage/test_fixture_datadir.py \
+	tests/kv/test_redis_diff.py tests/kv/test_kv_durability.py tests/nemesis/test_checks.py \
+	tests/compat/test_java_compat.py tests/compat/test_clickhouse_ext.py \
+	tests/compat/test_digest_compat.py tests/compat/test_restart_compat.py
+PYTEST_WORKERS ?= 3
+# Both runs always happen; the target fails if either fails (pytest's 5,
+# "no tests collected", is not a failure: PYTEST_ARGS="-k ..." may select
+# nothing in one of them).
+define run_python_suites
+	status=0; \
+	$(PYTEST) $(PARALLEL_TESTS) -n $(PYTEST_WORKERS) --dist loadfile --durations=10 $(PYTEST_ARGS) \
+		|| [ $$? -eq 5 ] || status=1; \
+	$(PYTEST) $(SUITES) $(addprefix --ignore=,$(PARALLEL_TESTS)) --durations=25 $(PYTEST_ARGS) \
+		|| [ $$? -eq 5 ] || status=1; \
+	exit $$status
+endef
 
 .PHONY: all build run run-kv cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare compare-java compare-kv scale replay sim fuzz nemesis rolling-restart
 
@@ -70,10 +96,10 @@ clean-test:
 # `testing` features (fuzzing helpers, planted bugs) into its keel binary;
 # the Python suites run the production binary, built without them.
 test: test-deps cargo-test build clean-test
-	$(PYTEST) $(SUITES) --durations=25 $(PYTEST_ARGS)
+	$(run_python_suites)
 
 test-python: test-deps clean-test
-	$(PYTEST) $(SUITES) --durations=25 $(PYTEST_ARGS)
+	$(run_python_suites)
 
 test-compat: test-deps build clean-test
 	$(PYTEST) tests/compat tests/badinput $(PYTEST_ARGS)

@@ -12,8 +12,9 @@
 #     redis-benchmark), openjdk-17-jdk-headless (javac: the Java-client tests
 #     and `make compare-java` compile their Java sources). Runs `apt-get
 #     update` only when a package is missing.
-#   * A Python venv at ./.venv (repo root) with kazoo, pytest, pytest-timeout
-#     prometheus-client (its text-format parser), pure-sasl (kazoo's SASL
+#   * A Python venv at ./.venv (repo root) with kazoo, pytest, pytest-timeout,
+#     pytest-xdist (`make test` runs the suites that neither load the machine
+#     nor measure time on two processes), prometheus-client (its text-format parser), pure-sasl (kazoo's SASL
 #     DIGEST-MD5, tests/security) and redis (redis-py, tests/kv).
 #
 # Works as root without sudo; uses sudo only when not root and it exists.
@@ -24,7 +25,7 @@ cd "$ROOT"
 
 PYTHON="${PYTHON:-python3}"
 VENV="${KEEL_VENV:-$ROOT/.venv}"
-PY_PKGS=("kazoo==2.11.0" "pytest" "pytest-timeout" "prometheus-client" "pure-sasl" "redis")
+PY_PKGS=("kazoo==2.11.0" "pytest" "pytest-timeout" "pytest-xdist" "prometheus-client" "pure-sasl" "redis")
 APT_PKGS=(zookeeper zookeeper-bin openjdk-17-jdk-headless prometheus openssl faketime redis-server redis-tools)
 
 log() { printf '[test-deps] %s\n' "$*" >&2; }
@@ -84,7 +85,7 @@ fi
 if "$VENV/bin/python" - <<'PY' >/dev/null 2>&1
 import importlib.metadata as m, sys
 need = {"kazoo": "2.11.0"}
-for name in ("kazoo", "pytest", "pytest-timeout", "prometheus-client", "pure-sasl", "redis"):
+for name in ("kazoo", "pytest", "pytest-timeout", "pytest-xdist", "prometheus-client", "pure-sasl", "redis"):
     v = m.version(name)
     if name in need and v != need[name]:
         sys.exit(1)

@@ -26,6 +26,19 @@ def report_summary(line):
     SUMMARY.append(line)
 
 
+def pytest_sessionfinish(session):
+    """An xdist worker sends its summary lines to the controller."""
+    out = getattr(session.config, "workeroutput", None)
+    if out is not None:
+        out["keel_summary"] = list(SUMMARY)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """The controller collects a finished worker's summary lines."""
+    SUMMARY.extend(getattr(node, "workeroutput", {}).get("keel_summary", []))
+
+
 def pytest_terminal_summary(terminalreporter):
     if SUMMARY:
         terminalreporter.section("keel test summary")

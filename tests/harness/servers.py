@@ -75,14 +75,30 @@ def _kill_all_live():
 atexit.register(_kill_all_live)
 
 
+def _worker_share():
+    """(index, count) of this pytest-xdist worker (`make test` runs some
+    suites on several processes), (0, 1) outside xdist."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or count < 2:
+        return 0, 1
+    index = int(worker[2:])
+    assert 0 <= index < count, (worker, count)
+    return index, count
+
+
 def free_port():
     """A TCP port on 127.0.0.1 that nobody listens on right now (and that this
-    process has not handed out before)."""
-    for _ in range(200):
+    process has not handed out before). Under pytest-xdist each worker takes
+    only the ports of its own share (a hash of the port, as the kernel's
+    bind(0) picks ports of one parity), so no two workers hand out the same
+    port."""
+    index, count = _worker_share()
+    for _ in range(200 * count):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        if port not in _ports_handed_out:
+        if (port * 2654435761 >> 12) % count == index and port not in _ports_handed_out:
             _ports_handed_out.add(port)
             return port
     raise RuntimeError("no free port")
