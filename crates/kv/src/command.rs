@@ -10,6 +10,8 @@
 //! depends on the keyspace or the time (WRONGTYPE, an expiry that
 //! overflows when added to now) is decided when the command is applied.
 
+use std::sync::OnceLock;
+
 use crate::reply::Reply;
 use crate::resp::parse_i64;
 
@@ -945,17 +947,43 @@ pub static TABLE: &[Spec] = &[
     ),
 ];
 
-/// A spec by name (ASCII case-insensitive).
-fn find(table: &'static [Spec], name: &[u8], prefix: &str) -> Option<&'static Spec> {
-    table.iter().find(|spec| {
-        let short = &spec.name[prefix.len()..];
-        short.len() == name.len() && short.as_bytes().eq_ignore_ascii_case(name)
+/// The longest command name in `TABLE`, in bytes (checked when the index
+/// is built): a longer name names no command.
+const NAME_BYTES_MAX: usize = 32;
+
+/// `TABLE`'s specs by the length of their names, built once. Every request
+/// looks its command up: it scans the few names of its length, first
+/// bytes first, instead of the whole table.
+fn specs_by_length() -> &'static [Vec<&'static Spec>] {
+    static BY_LENGTH: OnceLock<Vec<Vec<&'static Spec>>> = OnceLock::new();
+    BY_LENGTH.get_or_init(|| {
+        let mut by_length = vec![Vec::new(); NAME_BYTES_MAX + 1];
+        for spec in TABLE {
+            assert!(spec.name.len() <= NAME_BYTES_MAX, "{}", spec.name);
+            assert!(!spec.name.is_empty());
+            assert_eq!(
+                spec.name,
+                spec.name.to_ascii_lowercase(),
+                "names are lower case"
+            );
+            by_length[spec.name.len()].push(spec);
+        }
+        by_length
     })
 }
 
-/// The spec of a command by its name, not checking arity.
+/// The spec of a command by its name (ASCII case-insensitive), not
+/// checking arity.
 pub fn spec_named(name: &[u8]) -> Option<&'static Spec> {
-    find(TABLE, name, "")
+    let first = name.first()?.to_ascii_lowercase();
+    let candidates = specs_by_length().get(name.len())?;
+    candidates
+        .iter()
+        .find(|spec| {
+            let bytes = spec.name.as_bytes();
+            bytes[0] == first && bytes[1..].eq_ignore_ascii_case(&name[1..])
+        })
+        .copied()
 }
 
 /// Redis's checks on arrival: the command (and subcommand) exists and its
@@ -1531,6 +1559,53 @@ mod tests {
         }
         assert_eq!(spec_named(b"GeT").unwrap().arity, 2);
         assert_eq!(spec_named(b"set").unwrap().arity, -3);
+    }
+
+    #[test]
+    fn every_command_is_found_by_its_name_in_any_case_and_nothing_else_is() {
+        for spec in TABLE {
+            let upper = spec.name.to_ascii_uppercase();
+            let mixed: String = spec
+                .name
+                .chars()
+                .enumerate()
+                .map(|(i, c)| {
+                    if i % 2 == 0 {
+                        c.to_ascii_uppercase()
+                    } else {
+                        c
+                    }
+                })
+                .collect();
+            for name in [spec.name, &upper, &mixed] {
+                let found = spec_named(name.as_bytes()).expect("a command in the table");
+                assert!(std::ptr::eq(found, spec), "{name} found {}", found.name);
+            }
+            // One byte changed, added or taken away: another command or none.
+            let mut longer = spec.name.as_bytes().to_vec();
+            longer.push(b'x');
+            let shorter = &spec.name.as_bytes()[..spec.name.len() - 1];
+            for other in [&longer[..], shorter] {
+                if let Some(found) = spec_named(other) {
+                    assert!(found.name.as_bytes().eq_ignore_ascii_case(other));
+                }
+            }
+        }
+        let too_long = vec![b'a'; NAME_BYTES_MAX + 1];
+        for name in [
+            &b""[..],
+            b"nosuchcommand",
+            b"ge",
+            b"gett",
+            b"g\xc3\xa9t",
+            &too_long,
+        ] {
+            assert!(
+                spec_named(name).is_none(),
+                "{:?}",
+                String::from_utf8_lossy(name)
+            );
+        }
     }
 
     #[test]

@@ -17,6 +17,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 
 use keel_kv::command::{self, Command};
 use keel_kv::exec::{route_shards, Clocks};
@@ -97,6 +98,10 @@ struct Connection {
     next_group: Vec<WaitingRead>,
     outlet: mpsc::UnboundedSender<Outbound>,
     closing: bool,
+    /// The wall clock (ms) and the monotonic instant, read once per turn
+    /// of `run` (a pipelined batch of requests), not once per command:
+    /// `None` until a command of the turn needs them.
+    turn_clock: Option<(i64, Instant)>,
 }
 
 pub async fn serve(ctx: Arc<KvContext>, stream: TcpStream, peer: SocketAddr) {
@@ -130,6 +135,7 @@ pub async fn serve(ctx: Arc<KvContext>, stream: TcpStream, peer: SocketAddr) {
         next_group: Vec::new(),
         outlet,
         closing: false,
+        turn_clock: None,
     };
     let outcome = connection.run(stream, &mut inbox).await;
     tracing::debug!(%peer, id, ?outcome, "KV connection ended");
@@ -150,6 +156,7 @@ impl Connection {
         let mut eof = false;
         let mut barrier: Option<BarrierFuture> = None;
         loop {
+            self.turn_clock = None;
             self.decode(&mut input);
             self.dispatch().await;
             if self.barrier_in_flight && barrier.is_none() {
@@ -189,6 +196,7 @@ impl Connection {
                     None => return Err("engine stopped"),
                 },
                 passed = poll_barrier(&mut barrier), if barrier.is_some() => {
+                    self.turn_clock = None;
                     barrier = None;
                     self.barrier_in_flight = false;
                     self.barrier_done(passed).await;
@@ -221,6 +229,13 @@ impl Connection {
             }
         }
         input.drain(..used);
+    }
+
+    /// This turn's clock readings (see `turn_clock`).
+    fn turn_clock(&mut self) -> (i64, Instant) {
+        *self
+            .turn_clock
+            .get_or_insert_with(|| (wall_clock_ms(), Instant::now()))
     }
 
     fn slot(&mut self, kind: SlotKind) -> u64 {
@@ -330,7 +345,8 @@ impl Connection {
                             connection: self.id,
                         };
                         let action = self.session.handle(args, &server);
-                        self.info.update(&self.session);
+                        let (_, now) = self.turn_clock();
+                        self.info.update(&self.session, now);
                         (0, action)
                     }
                 }
@@ -504,13 +520,14 @@ impl Connection {
 
     /// Runs a read on this node's shards now.
     async fn read_now(&mut self, seq: u64, args: Args) {
+        let (wall_ms, _) = self.turn_clock();
         let engine = &self.ctx.engine;
         let shards = {
             let spec = command::lookup(&args).expect("checked by the session");
             let command = Command::parse(spec, &args).expect("checked by the session");
             route_shards(&command.route(), engine.shard_count())
         };
-        let clocks = Clocks::read(engine.clock_ms(), wall_clock_ms());
+        let clocks = Clocks::read(engine.clock_ms(), wall_ms);
         if let [shard] = shards[..] {
             // Served on the shard's own thread: no hand-off.
             if let Some(reply) = engine.read_here(shard, &args, clocks) {

@@ -74,7 +74,7 @@ struct ClientState {
 }
 
 impl ClientRecord {
-    fn update(&self, session: &Session) {
+    fn update(&self, session: &Session, now: Instant) {
         let mut state = self.state.lock();
         if state.name.as_deref() != session.name() {
             state.name = session.name().map(<[u8]>::to_vec);
@@ -83,7 +83,7 @@ impl ClientRecord {
         state.protocol = session.protocol().version();
         state.queued = session.queued();
         state.in_multi = session.in_multi();
-        state.last_active = Instant::now();
+        state.last_active = now;
     }
 
     fn line(&self) -> String {
