@@ -243,6 +243,45 @@ def test_without_the_read_lease_every_read_waits_for_a_round(kv_factory):
             c.close()
 
 
+def kv_shards(conn):
+    info = conn.call("INFO", "server")[1].decode()
+    return int(re.search(r"keel_kv_shards:(\d+)", info).group(1))
+
+
+def test_a_restart_with_another_kv_shards_cuts_the_keyspace_anew(kv_factory):
+    """kv_shards is a node's own choice: a restart with another count
+    loads the snapshot's keyspace part and replays the log tail into the
+    new shards, every key of every type and its expiry intact."""
+    target = kv_factory("single", kv_shards=1, snapshot_every_entries=300)
+    server = target.server
+
+    def contents(c):
+        keys = sorted(c.call("KEYS", "*")[1])
+        strings = [c.call("GET", k)[1] for k in keys if k.startswith(b"s:")]
+        return (c.call("DBSIZE")[1], keys, strings, c.call("HGETALL", "h")[1],
+                sorted(c.call("SMEMBERS", "set")[1]), c.call("TTL", "ttl")[1] > 0)
+
+    with RespConnection(server.resp_port) as c:
+        assert kv_shards(c) == 1
+        for i in range(700):
+            assert c.call("SET", "s:%d" % i, "v%d" % i)[1] == "OK"
+        c.call("HSET", "h", "f", "1", "g", "2")
+        c.call("SADD", "set", "a", "b", "c")
+        c.call("SET", "ttl", "v", "EX", "1000")
+        before = contents(c)
+    assert before[0] == 703 and before[5]
+    for shards in (3, 2):
+        server.stop()
+        server.settings["kv_shards"] = shards
+        server.start()
+        wait_kv(server.resp_port)
+        with RespConnection(server.resp_port) as c:
+            assert kv_shards(c) == shards
+            assert contents(c) == before
+    snapshots = [n for n in os.listdir(os.path.join(server.data_dir, "snapshots")) if n.endswith(".snap")]
+    assert snapshots, "no snapshot was written: the restarts did not load a keyspace part"
+
+
 def test_a_lagging_follower_gets_the_keyspace_by_snapshot(kv_factory):
     target = kv_factory("cluster3", snapshot_every_entries=300)
     cluster = target.server

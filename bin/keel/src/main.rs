@@ -155,6 +155,9 @@ struct ServerArgs {
     /// --client-address (0 = off, the default).
     #[arg(long)]
     resp_port: Option<u16>,
+    /// Keel KV's shard threads (0 = one per core, the default).
+    #[arg(long)]
+    kv_shards: Option<usize>,
     /// The longest argument of a KV request (default 1 MiB).
     #[arg(long)]
     resp_max_bulk_bytes: Option<usize>,
@@ -281,6 +284,7 @@ fn server_config(args: ServerArgs) -> anyhow::Result<ServerConfig> {
         metrics_address,
         resp_port,
         resp_max_bulk_bytes,
+        kv_shards,
         secure_client_port,
         tls_client_auth,
         join,

@@ -32,6 +32,9 @@ pub const RESP_MAX_BULK_BYTES_MIN: usize = 1024;
 pub const RESP_MAX_BULK_BYTES_MAX: usize = keel_consensus::proposal::PROPOSAL_BYTES_MAX;
 /// Most threads `client_threads` may ask for.
 pub const CLIENT_THREADS_MAX: usize = 1024;
+/// Most shard threads `kv_shards` may ask for (each owns a share of Keel
+/// KV's 16,384 slots).
+pub const KV_SHARDS_MAX: usize = 256;
 /// Most client connections the server holds at once (all addresses).
 pub const CLIENT_CONNECTIONS_MAX: usize = 60_000;
 
@@ -146,6 +149,10 @@ pub struct ServerConfig {
     /// assumes the members' clocks run at rates within 1/8 of each other;
     /// `read_lease = false` makes every read wait for a round instead.
     pub read_lease: bool,
+    /// Keel KV's shard threads (each owns a share of the slots and serves
+    /// connections); 0, the default, is one per core. A node's own choice:
+    /// the snapshot is cut into this many shards when loaded.
+    pub kv_shards: usize,
 }
 
 impl Default for ServerConfig {
@@ -203,6 +210,7 @@ impl Default for ServerConfig {
             resp_port: 0,
             resp_max_bulk_bytes: keel_kv::resp::BULK_BYTES_MAX_DEFAULT,
             read_lease: true,
+            kv_shards: 0,
         }
     }
 }
@@ -265,6 +273,20 @@ impl ServerConfig {
         cores.saturating_sub(1).max(1)
     }
 
+    /// Keel KV's shard threads: `kv_shards`, or with 0 one per core. On
+    /// the 2-core development VM, with redis-benchmark on the same cores,
+    /// one shard served pipelined GETs 1.25-1.36x faster than two (half
+    /// the reads hop to the other thread); other loads were even
+    /// (BENCHMARKS.md).
+    pub fn kv_shards(&self) -> usize {
+        if self.kv_shards > 0 {
+            return self.kv_shards;
+        }
+        std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(KV_SHARDS_MAX)
+    }
+
     /// Rejects values ZooKeeper would reject or Keel cannot honour.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |message: String| Err(ConfigError::Invalid(message));
@@ -291,6 +313,12 @@ impl ServerConfig {
             return invalid(format!(
                 "client_threads {} is above {CLIENT_THREADS_MAX}",
                 self.client_threads
+            ));
+        }
+        if self.kv_shards > KV_SHARDS_MAX {
+            return invalid(format!(
+                "kv_shards {} is above {KV_SHARDS_MAX}",
+                self.kv_shards
             ));
         }
         if self.snapshot_every_entries == 0 {
@@ -668,6 +696,29 @@ mod tests {
             (parsed.metrics_port, parsed.metrics_address.as_str()),
             (7000, "0.0.0.0")
         );
+    }
+
+    #[test]
+    fn kv_shards_default_to_one_per_core_and_are_bounded() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(
+            ServerConfig::default().kv_shards(),
+            cores.min(KV_SHARDS_MAX)
+        );
+        let parsed: ServerConfig = toml::from_str("kv_shards = 1").unwrap();
+        parsed.validate().unwrap();
+        assert_eq!(parsed.kv_shards(), 1);
+        let config = ServerConfig {
+            kv_shards: KV_SHARDS_MAX + 1,
+            ..ServerConfig::default()
+        };
+        let error = config.validate().unwrap_err().to_string();
+        assert!(error.contains("kv_shards 257 is above 256"), "{error}");
+        let at_most = ServerConfig {
+            kv_shards: KV_SHARDS_MAX,
+            ..ServerConfig::default()
+        };
+        at_most.validate().unwrap();
     }
 
     #[test]

@@ -133,16 +133,17 @@ impl SecureListener {
 }
 
 /// Loads the newest snapshot that verifies (on every core) and opens the
-/// log behind it; times both (ZooKeeper's startup_snap_load_time, and the
-/// log read that startup_txns_load_time starts with).
+/// log behind it, the KV keyspace cut into `shards` shards; times both
+/// (ZooKeeper's startup_snap_load_time, and the log read that
+/// startup_txns_load_time starts with).
 fn recover(
     raft_config: keel_consensus::RaftConfig,
+    shards: usize,
     stats: &Stats,
 ) -> Result<Recovered, ServerError> {
     keel_consensus::prepare(&raft_config)?;
     let started = std::time::Instant::now();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let shards = kv::engine::shard_count();
     let ((tree, keyspace), position) = keel_consensus::snapfile::load_newest(
         &raft_config.data_dir.join("snapshots"),
         |bytes| node::load_snapshot(bytes, threads, shards),
@@ -487,12 +488,13 @@ async fn start_node(config: ServerConfig, stats: Arc<Stats>) -> Result<Started, 
         keel_consensus::peer_auth::warn_if_readable_by_others(path);
     }
     let recovering = stats.clone();
+    let shards = config.kv_shards();
     let Recovered {
         tree,
         keyspace,
         recovery,
         log_read,
-    } = tokio::task::spawn_blocking(move || recover(raft_config, &recovering))
+    } = tokio::task::spawn_blocking(move || recover(raft_config, shards, &recovering))
         .await
         .map_err(|error| ServerError::RecoveryFailed(error.to_string()))??;
     tracing::info!(

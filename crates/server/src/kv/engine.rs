@@ -1312,8 +1312,3 @@ pub fn load_part(bytes: &[u8], shards: usize) -> Result<Image, kv_snapshot::KvSn
 pub fn first_connection_id(now_ms: u64) -> u64 {
     (now_ms << 16) | 1
 }
-
-/// How many shard threads: one per core.
-pub fn shard_count() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
