@@ -19,7 +19,9 @@ keel-3 / redis-everysec; the rows go to bench/work/compare-kv.csv.
 
 Usage: python3 bench/compare_kv.py [--requests N] [--clients C] [--keyspace R]
        (COMPARE_KV_REQUESTS, COMPARE_KV_CLIENTS, COMPARE_KV_KEYSPACE too;
-       --keyspace 0 uses redis-benchmark's one fixed key per test)
+       --keyspace 0 uses redis-benchmark's one fixed key per test;
+       COMPARE_KV_SHARDS=N runs the Keel nodes with kv_shards = N instead
+       of their default, one shard per core)
 Python 3 standard library only. Run it on a quiet machine.
 """
 
@@ -45,6 +47,9 @@ TESTS = ("set", "get", "incr", "mset")
 PIPELINES = (1, 16)
 SYSTEMS = ("redis-always", "redis-everysec", "keel-1", "keel-3")
 RATIOS = (("keel-1", "redis-always"), ("keel-3", "redis-always"), ("keel-3", "redis-everysec"))
+# Settings every Keel node of the run gets on top of the server's defaults.
+KEEL_SETTINGS = ({"kv_shards": int(os.environ["COMPARE_KV_SHARDS"])}
+                 if os.environ.get("COMPARE_KV_SHARDS") else {})
 
 
 def start_system(name, workdir):
@@ -56,13 +61,14 @@ def start_system(name, workdir):
         server.start()
         return server.port, server.stop
     if name == "keel-1":
-        server = KeelKvServer(name=name, workdir=os.path.join(workdir, name), test_defaults=False)
+        server = KeelKvServer(name=name, workdir=os.path.join(workdir, name), test_defaults=False,
+                              settings=dict(KEEL_SETTINGS))
         server.start()
         wait_kv(server.resp_port)
         return server.resp_port, server.stop
     ports = [free_port() for _ in range(3)]
     cluster = KeelCluster(3, name=name, workdir=os.path.join(workdir, name), test_defaults=False,
-                          node_settings=lambda member: {"resp_port": ports[member - 1]})
+                          node_settings=lambda member: dict(KEEL_SETTINGS, resp_port=ports[member - 1]))
     cluster.start()
     for port in ports:
         wait_kv(port)
