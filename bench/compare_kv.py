@@ -47,9 +47,20 @@ TESTS = ("set", "get", "incr", "mset")
 PIPELINES = (1, 16)
 SYSTEMS = ("redis-always", "redis-everysec", "keel-1", "keel-3")
 RATIOS = (("keel-1", "redis-always"), ("keel-3", "redis-always"), ("keel-3", "redis-everysec"))
-# Settings every Keel node of the run gets on top of the server's defaults.
-KEEL_SETTINGS = ({"kv_shards": int(os.environ["COMPARE_KV_SHARDS"])}
-                 if os.environ.get("COMPARE_KV_SHARDS") else {})
+
+
+def keel_settings():
+    """Settings every Keel node of the run gets on top of the server's
+    defaults (COMPARE_KV_SHARDS)."""
+    shards = os.environ.get("COMPARE_KV_SHARDS", "")
+    if not shards:
+        return {}
+    if not shards.isdigit() or int(shards) < 1:
+        sys.exit("COMPARE_KV_SHARDS must be a number of shards (1 or more), not %r" % shards)
+    return {"kv_shards": int(shards)}
+
+
+KEEL_SETTINGS = keel_settings()
 
 
 def start_system(name, workdir):

@@ -75,6 +75,12 @@ def _kill_all_live():
 atexit.register(_kill_all_live)
 
 
+# Knuth's multiplicative hash: spreads ports of one parity evenly over
+# the workers' shares.
+_PORT_HASH_MULTIPLIER = 2654435761
+_PORT_HASH_SHIFT = 12
+
+
 def _worker_share():
     """(index, count) of this pytest-xdist worker (`make test` runs some
     suites on several processes), (0, 1) outside xdist."""
@@ -98,7 +104,7 @@ def free_port():
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        if (port * 2654435761 >> 12) % count == index and port not in _ports_handed_out:
+        if (port * _PORT_HASH_MULTIPLIER >> _PORT_HASH_SHIFT) % count == index and port not in _ports_handed_out:
             _ports_handed_out.add(port)
             return port
     raise RuntimeError("no free port")
