@@ -1,23 +1,28 @@
 #!/usr/bin/env python3
 """Keel KV against redis-server 7.0 under redis-benchmark, in one run.
 
-Four systems, each started fresh on loopback (free ports, data under
-bench/work/) and stopped after its runs:
+Four systems, all started fresh on loopback (free ports, data under
+bench/work/) before the first run and stopped after the last; each cell
+runs the four in turn, so a cell's ratios come from seconds apart on a
+machine whose speed drifts:
 - redis-always:   redis-server, appendonly yes, appendfsync always (every
                   write fsynced before its reply, one unreplicated node);
 - redis-everysec: redis-server, appendonly yes, appendfsync everysec;
 - keel-1:         one Keel node serving the Redis protocol (every write in
                   the Raft log, fsynced before its reply);
 - keel-3:         a 3-node Keel cluster, the benchmark on the leader (every
-                  write fsynced on a quorum before its reply; reads pass a
-                  ReadIndex barrier).
+                  write fsynced on a quorum before its reply; reads served
+                  under the leader's read lease, or after a ReadIndex
+                  barrier).
 redis-benchmark (Debian redis-tools) runs SET, GET, INCR and MSET (10 keys)
-with 50 clients, without pipelining and with -P 16, against each system in
+with 50 clients, without pipelining (COMPARE_KV_REQUESTS, 200,000 requests)
+and with -P 16 (COMPARE_KV_PIPELINED_REQUESTS, 800,000: at 200,000 a
+pipelined GET run lasted a fraction of a second), against each system in
 turn. It prints one table: requests per second and p50 latency per system,
 then the ratios keel-1 / redis-always, keel-3 / redis-always and
 keel-3 / redis-everysec; the rows go to bench/work/compare-kv.csv.
 
-Usage: python3 bench/compare_kv.py [--requests N] [--clients C] [--keyspace R]
+Usage: python3 bench/compare_kv.py [--requests N] [--pipelined-requests M] [--clients C] [--keyspace R]
        (COMPARE_KV_REQUESTS, COMPARE_KV_CLIENTS, COMPARE_KV_KEYSPACE too;
        --keyspace 0 uses redis-benchmark's one fixed key per test;
        COMPARE_KV_SHARDS=N runs the Keel nodes with kv_shards = N instead
@@ -110,6 +115,8 @@ def benchmark(port, test, pipeline, requests, clients, keyspace):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=int(os.environ.get("COMPARE_KV_REQUESTS", "200000")))
+    parser.add_argument("--pipelined-requests", type=int,
+                        default=int(os.environ.get("COMPARE_KV_PIPELINED_REQUESTS", "800000")))
     parser.add_argument("--clients", type=int, default=int(os.environ.get("COMPARE_KV_CLIENTS", "50")))
     parser.add_argument("--keyspace", type=int, default=int(os.environ.get("COMPARE_KV_KEYSPACE", "100000")))
     args = parser.parse_args()
@@ -120,22 +127,27 @@ def main():
     os.makedirs(WORK, exist_ok=True)
     workdir = tempfile.mkdtemp(prefix="compare-kv-", dir=WORK)
     results = {}
-    for system in SYSTEMS:
-        port, stop = start_system(system, workdir)
-        try:
-            for test in TESTS:
-                for pipeline in PIPELINES:
-                    rps, p50 = benchmark(port, test, pipeline, args.requests, args.clients, args.keyspace)
+    ports, stops = {}, []
+    try:
+        for system in SYSTEMS:
+            ports[system], stop = start_system(system, workdir)
+            stops.append(stop)
+        for test in TESTS:
+            for pipeline in PIPELINES:
+                requests = args.requests if pipeline == 1 else args.pipelined_requests
+                for system in SYSTEMS:
+                    rps, p50 = benchmark(ports[system], test, pipeline, requests, args.clients, args.keyspace)
                     results[(system, test, pipeline)] = (rps, p50)
                     print("%-15s %-5s -P %-2d %12.0f req/s  p50 %7.3f ms" % (system, test, pipeline, rps, p50),
                           flush=True)
-        finally:
+    finally:
+        for stop in stops:
             stop()
     print()
     header = "%-6s %-4s" % ("test", "-P") + "".join("%16s" % s for s in SYSTEMS) + "".join(
         "%18s" % ("%s/%s" % (a.replace("redis-", "r-"), b.replace("redis-", "r-"))) for a, b in RATIOS)
-    print("requests per second, %d clients, %d requests per run, keyspace %s" % (
-        args.clients, args.requests, args.keyspace or "one key"))
+    print("requests per second, %d clients, %d requests per run (%d with -P 16), keyspace %s" % (
+        args.clients, args.requests, args.pipelined_requests, args.keyspace or "one key"))
     print(header)
     rows = []
     for test in TESTS:
