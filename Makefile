@@ -116,7 +116,8 @@ test-selfcheck: test-deps clean-test
 
 # Keel KV vs redis-server 7.0 (appendfsync always and everysec), single-node and
 # 3-node Keel, under redis-benchmark (SET, GET, INCR, MSET; -P 1 and 16; 50 clients):
-# COMPARE_KV_REQUESTS (200000 per run), COMPARE_KV_CLIENTS, COMPARE_KV_KEYSPACE.
+# COMPARE_KV_REQUESTS (200000 per run), COMPARE_KV_PIPELINED_REQUESTS (800000 per -P 16 run),
+# COMPARE_KV_CLIENTS, COMPARE_KV_KEYSPACE, COMPARE_KV_SHARDS (the Keel nodes' kv_shards).
 compare-kv: test-deps build
 	python3 bench/compare_kv.py
 
