@@ -193,10 +193,17 @@ def test_kill_the_leader_under_load_loses_no_acknowledged_write(kv_factory):
                    % (CLUSTER_KILLS, acked.count, sizes[0]))
 
 
+def info_int(conn, section, field):
+    """The integer `field` of INFO's `section`."""
+    info = conn.call("INFO", section)[1].decode()
+    found = re.search(r"^%s:(\d+)\r?$" % re.escape(field), info, re.M)
+    assert found, "INFO %s has no %s: %r" % (section, field, info)
+    return int(found.group(1))
+
+
 def lease_reads(conn):
     """INFO's count of the reads a node served under its leader's lease."""
-    info = conn.call("INFO", "stats")[1].decode()
-    return int(re.search(r"keel_lease_reads:(\d+)", info).group(1))
+    return info_int(conn, "stats", "keel_lease_reads")
 
 
 def test_reads_are_linearizable_across_nodes_and_readonly_reads_are_local(kv_factory):
@@ -244,8 +251,8 @@ def test_without_the_read_lease_every_read_waits_for_a_round(kv_factory):
 
 
 def kv_shards(conn):
-    info = conn.call("INFO", "server")[1].decode()
-    return int(re.search(r"keel_kv_shards:(\d+)", info).group(1))
+    """INFO's number of the node's KV shards."""
+    return info_int(conn, "server", "keel_kv_shards")
 
 
 def test_a_restart_with_another_kv_shards_cuts_the_keyspace_anew(kv_factory):
