@@ -5,8 +5,9 @@ keel-3-follower (the benchmark on a follower),
 redis-always, redis-everysec), runs redis-benchmark against it (T: get,
 set, ...; N requests, C clients (50), 100,000 keys, P requests per pipeline) and prints its result and
 the context switches per request of each server thread (from
-/proc/PID/task/TID/status). With PERF=FILE, `perf record -a` runs for 5 s
-during the load and writes FILE.
+/proc/PID/task/TID/status) and the servers' CPU time per request (from
+/proc/PID/stat: steadier than throughput on a noisy machine). With PERF=FILE, `perf record -a` runs for 5 s
+during the load and writes FILE (with call graphs when PERF_CALLGRAPH=1).
 
     SYSTEM=keel-1 T=get python3 bench/probes/kv_hops.py
 """
@@ -37,27 +38,43 @@ def switches(root):
     return out
 
 
+def cpu_s(root):
+    """CPU seconds (user + system) used so far by the processes started under root."""
+    total = 0
+    for pid in subprocess.run(["pgrep", "-f", root], capture_output=True, text=True).stdout.split():
+        try:
+            fields = open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+        except (OSError, IndexError, ValueError):
+            pass  # the process ended meanwhile
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def main():
     root = tempfile.mkdtemp(prefix="kv-hops-")
     port, stop = compare_kv.start_system(os.environ.get("SYSTEM", "keel-1"), root)
     try:
         requests = int(os.environ.get("N", "300000"))
         before = switches(root)
+        cpu_before = cpu_s(root)
         bench = subprocess.Popen(["redis-benchmark", "-p", str(port), "-t", os.environ.get("T", "get"), "-n",
                                   str(requests), "-r", "100000", "-c", os.environ.get("C", "50"), "-P", os.environ.get("P", "1"), "-q"],
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         if os.environ.get("PERF"):
             time.sleep(2)
-            subprocess.run(["perf", "record", "-a", "-F", "2999", "-o", os.environ["PERF"], "--", "sleep", "5"],
+            graph = ["-g"] if os.environ.get("PERF_CALLGRAPH") == "1" else []
+            subprocess.run(["perf", "record", "-a", "-F", "2999"] + graph + ["-o", os.environ["PERF"], "--", "sleep", "5"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         text = bench.communicate()[0]
         after = switches(root)
+        cpu_used_s = cpu_s(root) - cpu_before
         print(text.replace("\r", "\n").strip().splitlines()[-1])
         per_thread = {}
         for key, count in after.items():
             per_thread[key[0]] = per_thread.get(key[0], 0) + count - before.get(key, 0)
         print("context switches per request:",
               {name: round(n / requests, 3) for name, n in sorted(per_thread.items()) if n > 100})
+        print("server CPU per request: %.2f us" % (cpu_used_s * 1e6 / requests))
     finally:
         stop()
 

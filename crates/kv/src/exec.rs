@@ -657,11 +657,11 @@ fn set(
     } else {
         None
     };
-    let found = shard.live(key, ctx).is_some();
+    // A plain SET needs no lookup before `put_string`'s.
     let refused = match condition {
         Condition::Always => false,
-        Condition::Missing => found,
-        Condition::Present => !found,
+        Condition::Missing => shard.live(key, ctx).is_some(),
+        Condition::Present => shard.live(key, ctx).is_none(),
     };
     if refused {
         return old.unwrap_or(Reply::Null);

@@ -136,12 +136,17 @@ impl Shard {
     /// first, as Redis's lookupKeyWrite does. The caller sets the entry's
     /// version to `ctx.index` if it changes it.
     pub fn live(&mut self, key: &[u8], ctx: Ctx) -> Option<&mut Entry> {
-        if self.peek(key)?.expired(ctx.now_ms) {
+        // The slot and hash once; the second probe finds the entry in the
+        // cache (a returned `&mut` cannot outlive a branch that deletes).
+        let (at, hash) = self.position(key);
+        if self.tables[at]
+            .find(hash, |e| e.key() == key)?
+            .expired(ctx.now_ms)
+        {
             self.delete(key, ctx);
             self.stats.expired();
             return None;
         }
-        let (at, hash) = self.position(key);
         self.tables[at].find_mut(hash, |e| e.key() == key)
     }
 

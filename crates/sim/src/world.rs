@@ -1797,6 +1797,26 @@ impl World {
         }
     }
 
+    /// The reply to the client's request `seq`.
+    fn kv_reply(&mut self, client: usize, seq: u64, reply: keel_kv::Reply) {
+        let pending = &self.kv_clients[client].pending;
+        let Some(pending) = pending.as_ref().filter(|p| p.seq == seq) else {
+            self.fail(format!(
+                "kv{client}: a reply to request {seq}, which is not in flight: {reply:?}"
+            ));
+            return;
+        };
+        let at = pending.history;
+        let ret = KvRet::of(&reply);
+        self.note(format!("kv{client} seq {seq} returns {ret:?}"));
+        if !self.kv_history[at].call.is_read() {
+            self.stats.kv_acknowledged_writes += 1;
+        }
+        self.kv_history[at].ret = Some((self.now_us, ret));
+        self.kv_clients[client].pending = None;
+        self.kv_wake_later(client);
+    }
+
     /// What the client's connection received.
     fn kv_take_replies(&mut self, client: usize) {
         loop {
@@ -1807,23 +1827,11 @@ impl World {
                 return;
             };
             match message {
-                KvOutbound::Reply(seq, reply) => {
-                    let pending = &self.kv_clients[client].pending;
-                    let Some(pending) = pending.as_ref().filter(|p| p.seq == seq) else {
-                        self.fail(format!(
-                            "kv{client}: a reply to request {seq}, which is not in flight: {reply:?}"
-                        ));
-                        continue;
-                    };
-                    let at = pending.history;
-                    let ret = KvRet::of(&reply);
-                    self.note(format!("kv{client} seq {seq} returns {ret:?}"));
-                    if !self.kv_history[at].call.is_read() {
-                        self.stats.kv_acknowledged_writes += 1;
+                KvOutbound::Reply(seq, reply) => self.kv_reply(client, seq, reply),
+                KvOutbound::Replies(replies) => {
+                    for (seq, reply) in replies {
+                        self.kv_reply(client, seq, reply);
                     }
-                    self.kv_history[at].ret = Some((self.now_us, ret));
-                    self.kv_clients[client].pending = None;
-                    self.kv_wake_later(client);
                 }
                 KvOutbound::Watched(..) => {}
                 KvOutbound::Close(reason) => {

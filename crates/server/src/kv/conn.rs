@@ -97,6 +97,10 @@ struct Connection {
     covered: Vec<WaitingRead>,
     next_group: Vec<WaitingRead>,
     outlet: mpsc::UnboundedSender<Outbound>,
+    /// Reads of this turn for other shards' threads (shard, request
+    /// number, command): sent at the end of the turn, one message per
+    /// shard (`forward`).
+    forwarded: Vec<(usize, u64, Args)>,
     closing: bool,
     /// The wall clock (ms) and the monotonic instant, read once per turn
     /// of `run` (a pipelined batch of requests), not once per command:
@@ -134,6 +138,7 @@ pub async fn serve(ctx: Arc<KvContext>, stream: TcpStream, peer: SocketAddr) {
         covered: Vec::new(),
         next_group: Vec::new(),
         outlet,
+        forwarded: Vec::new(),
         closing: false,
         turn_clock: None,
     };
@@ -159,6 +164,7 @@ impl Connection {
             self.turn_clock = None;
             self.decode(&mut input);
             self.dispatch().await;
+            self.forward();
             if self.barrier_in_flight && barrier.is_none() {
                 barrier = Some(self.barrier_future());
             }
@@ -301,6 +307,11 @@ impl Connection {
     fn on_message(&mut self, message: Outbound) -> Result<(), &'static str> {
         match message {
             Outbound::Reply(seq, reply) => self.fill(seq, reply),
+            Outbound::Replies(replies) => {
+                for (seq, reply) in replies {
+                    self.fill(seq, reply);
+                }
+            }
             Outbound::Watched(seq, watches) => {
                 if seq == self.watch_seq && self.watch_parts > 0 {
                     self.session.add_watches(watches);
@@ -534,17 +545,48 @@ impl Connection {
                 self.fill(seq, reply);
                 return;
             }
-            let to = Responder {
-                outlet: self.outlet.clone(),
-                seq,
-            };
-            engine.read(shard, args, clocks, to);
+            // Another thread's shard: sent with the turn's other reads
+            // for it.
+            assert!(self.forwarded.len() < PIPELINE_REQUESTS_MAX);
+            self.forwarded.push((shard, seq, args));
             return;
         }
-        let mut lent = engine.borrow(&shards).await;
+        // The reads before it go first (answers stay in request order
+        // whatever runs first; this keeps the shards' order too).
+        self.forward();
+        let mut lent = self.ctx.engine.borrow(&shards).await;
         let reply = keyspace::run(&mut lent.view(), &args, clocks);
         drop(lent);
         self.fill(seq, reply);
+    }
+
+    /// Sends the turn's reads for other threads' shards: one message per
+    /// shard, each with that shard's reads in request order.
+    fn forward(&mut self) {
+        if self.forwarded.is_empty() {
+            return;
+        }
+        let (wall_ms, _) = self.turn_clock();
+        let engine = &self.ctx.engine;
+        let clocks = Clocks::read(engine.clock_ms(), wall_ms);
+        // Stable: each shard's reads stay in request order.
+        self.forwarded.sort_by_key(|read| read.0);
+        let mut reads = Vec::new();
+        let mut at = None;
+        for (shard, seq, args) in self.forwarded.drain(..) {
+            if let Some(previous) = at.filter(|&previous| previous != shard) {
+                engine.reads(
+                    previous,
+                    std::mem::take(&mut reads),
+                    clocks,
+                    self.outlet.clone(),
+                );
+            }
+            at = Some(shard);
+            reads.push((seq, args));
+        }
+        let shard = at.expect("a read was forwarded");
+        engine.reads(shard, reads, clocks, self.outlet.clone());
     }
 }
 

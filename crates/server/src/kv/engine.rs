@@ -51,6 +51,9 @@ pub const QUIET_MESSAGES_MAX: usize = 64;
 pub enum Outbound {
     /// The reply to the request numbered `seq`.
     Reply(u64, Reply),
+    /// Replies to several requests of the connection, in the order they
+    /// were made (a shard's run of them: one wake-up, not one per reply).
+    Replies(Vec<(u64, Reply)>),
     /// WATCH tokens for (some of) the keys of request `seq`.
     Watched(u64, Vec<Watch>),
     /// The node gave up a write of this connection (its outcome is
@@ -77,6 +80,48 @@ impl Responder {
     }
 }
 
+/// Replies a shard thread made while handling one message, sent one
+/// message per run of replies to the same connection: a connection's
+/// pipelined writes of one entry, or its batch of reads, wake it once.
+#[derive(Default)]
+struct ReplyRun {
+    outlet: Option<Outlet>,
+    replies: Vec<(u64, Reply)>,
+}
+
+impl ReplyRun {
+    fn push(&mut self, to: Responder, reply: Reply) {
+        let same = self
+            .outlet
+            .as_ref()
+            .is_some_and(|outlet| outlet.same_channel(&to.outlet));
+        if !same {
+            self.flush();
+            self.outlet = Some(to.outlet);
+        }
+        // One reply per unanswered request of one connection.
+        assert!(self.replies.len() < super::conn::PIPELINE_REQUESTS_MAX);
+        self.replies.push((to.seq, reply));
+    }
+
+    fn flush(&mut self) {
+        let Some(outlet) = self.outlet.take() else {
+            assert!(self.replies.is_empty(), "replies have a connection");
+            return;
+        };
+        let message = match self.replies.len() {
+            1 => {
+                let (seq, reply) = self.replies.pop().expect("one reply");
+                Outbound::Reply(seq, reply)
+            }
+            _ => Outbound::Replies(std::mem::take(&mut self.replies)),
+        };
+        assert!(self.replies.is_empty());
+        // A connection that is gone has nobody to answer.
+        let _ = outlet.send(message);
+    }
+}
+
 /// One committed write for one shard.
 struct Item {
     op: Op,
@@ -87,10 +132,11 @@ struct Item {
 enum Message {
     /// Writes of one entry, in log order.
     Apply(Vec<Item>),
-    Read {
-        args: Args,
+    /// Reads of one connection (request number, command), in its order.
+    Reads {
+        reads: Vec<(u64, Args)>,
         clocks: Clocks,
-        to: Responder,
+        outlet: Outlet,
     },
     Watch {
         keys: Vec<Vec<u8>>,
@@ -421,7 +467,21 @@ impl KvEngine {
 
     /// Runs a read on one shard; the reply goes to `to`.
     pub fn read(&self, shard: usize, args: Args, clocks: Clocks, to: Responder) {
-        self.send(shard, Message::Read { args, clocks, to });
+        self.reads(shard, vec![(to.seq, args)], clocks, to.outlet);
+    }
+
+    /// Runs a connection's reads (request number, command) on one shard,
+    /// in order; their replies go to `outlet` together.
+    pub fn reads(&self, shard: usize, reads: Vec<(u64, Args)>, clocks: Clocks, outlet: Outlet) {
+        assert!(!reads.is_empty() && reads.len() <= super::conn::PIPELINE_REQUESTS_MAX);
+        self.send(
+            shard,
+            Message::Reads {
+                reads,
+                clocks,
+                outlet,
+            },
+        );
     }
 
     /// WATCH tokens for `keys`, one message per shard; `to` receives one
@@ -846,6 +906,63 @@ mod tests {
     }
 
     #[test]
+    fn a_shard_answers_a_connections_run_of_writes_and_its_reads_in_one_message_each() {
+        let engine = KvEngine::start(kv_snapshot::empty(2), first_connection_id(11));
+        let (first, mut first_replies) = engine.connect();
+        let (second, mut second_replies) = engine.connect();
+        let mut applier = KvApplier::new(engine.clone());
+        let key = b"counter".to_vec();
+        let shard = engine.shard_of(&key);
+        // One entry: three INCRs of the first connection, one of the
+        // second's, one more of the first's (a run per connection).
+        let askers = [first, first, first, second, first];
+        for (seq, &asker) in askers.iter().enumerate() {
+            let incr = Op::Command {
+                seq: seq as u64 + 1,
+                args: vec![b"INCR".to_vec(), key.clone()],
+            };
+            applier.apply(7, 1_000, asker as i64, &incr.to_bytes(), true);
+        }
+        applier.flush();
+        let int = |n: i64| Reply::Integer(n);
+        match first_replies.blocking_recv() {
+            Some(Outbound::Replies(run)) => {
+                assert_eq!(run, vec![(1, int(1)), (2, int(2)), (3, int(3))])
+            }
+            other => panic!("expected the first run in one message, got {other:?}"),
+        }
+        assert!(matches!(
+            second_replies.blocking_recv(),
+            Some(Outbound::Reply(4, Reply::Integer(4)))
+        ));
+        assert!(matches!(
+            first_replies.blocking_recv(),
+            Some(Outbound::Reply(5, Reply::Integer(5)))
+        ));
+        // Reads of one connection on one shard: one message, in order.
+        let reads = vec![
+            (6, vec![b"GET".to_vec(), key.clone()]),
+            (7, vec![b"EXISTS".to_vec(), key.clone()]),
+            (8, vec![b"GET".to_vec(), key.clone()]),
+        ];
+        let outlet = engine.outlet_of(first).unwrap();
+        engine.reads(shard, reads, Clocks::read(1_000, 1_000), outlet);
+        match first_replies.blocking_recv() {
+            Some(Outbound::Replies(replies)) => assert_eq!(
+                replies,
+                vec![
+                    (6, Reply::Bulk(b"5".to_vec())),
+                    (7, int(1)),
+                    (8, Reply::Bulk(b"5".to_vec())),
+                ]
+            ),
+            other => panic!("expected the reads' replies in one message, got {other:?}"),
+        }
+        assert!(first_replies.try_recv().is_err() && second_replies.try_recv().is_err());
+        engine.stop();
+    }
+
+    #[test]
     fn an_mset_spanning_shards_splits_by_shard_keeping_pair_order() {
         let keys: Vec<String> = (0..40).map(|i| format!("k{i}")).collect();
         let mut words = vec!["MSET"];
@@ -1228,17 +1345,31 @@ impl Home {
             .expect("the shard is home between messages");
         match message {
             Message::Apply(items) => {
+                let mut run = ReplyRun::default();
                 for item in items {
                     *clock_ms = (*clock_ms).max(item.ctx.now_ms);
                     let reply =
                         keyspace::apply(&mut View::new(vec![&mut *current]), &item.op, item.ctx);
                     if let (Some(reply), Some(to)) = (reply, item.to) {
-                        to.send(reply);
+                        run.push(to, reply);
                     }
                 }
+                run.flush();
             }
-            Message::Read { args, clocks, to } => {
-                to.send(self.read(&args, clocks));
+            Message::Reads {
+                reads,
+                clocks,
+                outlet,
+            } => {
+                let replies = reads
+                    .into_iter()
+                    .map(|(seq, args)| (seq, self.read(&args, clocks)))
+                    .collect();
+                ReplyRun {
+                    outlet: Some(outlet),
+                    replies,
+                }
+                .flush();
             }
             Message::Watch {
                 keys,
