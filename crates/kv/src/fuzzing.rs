@@ -3,11 +3,12 @@
 //! and a fixed-seed PRNG's inputs, so every property is checked without
 //! nightly.
 
-use crate::command::{self, Command};
+use crate::command::{self, Command, Route};
 use crate::op::{Op, Watch};
 use crate::reply::{Protocol, Reply};
 use crate::resp::{Decoder, Limits};
-use crate::session::{Action, Server, Session};
+use crate::session::{Action, ReadRoute, Server, Session};
+use crate::slot::key_slot;
 use crate::Keyspace;
 
 /// Small bounds, so the fuzzer reaches them.
@@ -56,10 +57,14 @@ pub fn resp_session(bytes: &[u8]) {
         let reply = match session.handle(args, &NoServer) {
             Action::None => continue,
             Action::Reply(reply) | Action::ReplyAndClose(reply) => reply,
-            Action::Read(args) => {
+            Action::Read(args, route) => {
                 let spec = command::lookup(&args).expect("the session checked it");
                 let command = Command::parse(spec, &args).expect("the session checked it");
                 assert!(!command.is_write());
+                assert_eq!(route, ReadRoute::of(&command), "the route of what was read");
+                if let (ReadRoute::Slot(slot), Route::Keys(keys)) = (route, command.route()) {
+                    assert!(keys.iter().all(|key| key_slot(key) == slot));
+                }
                 keyspace.read(&args, now_ms)
             }
             Action::Write(args) => {

@@ -7,10 +7,11 @@
 
 use std::borrow::Cow;
 
-use crate::command::{self, Command, Kind, Spec, TABLE};
+use crate::command::{self, Command, Kind, Route, Spec, TABLE};
 use crate::op::Watch;
 use crate::reply::{Protocol, Reply};
 use crate::resp::{parse_i64, Args};
+use crate::slot::key_slot;
 
 /// The Redis version whose behaviour Keel KV follows; HELLO and INFO
 /// report it, so clients enable what Redis 7.0 has.
@@ -43,8 +44,9 @@ pub enum Action {
     Reply(Reply),
     /// Reply, then close the connection (QUIT).
     ReplyAndClose(Reply),
-    /// A keyspace read (checked): run it on the shards.
-    Read(Args),
+    /// A keyspace read (checked): run it on the shards; where, as far
+    /// as the session saw while checking it.
+    Read(Args, ReadRoute),
     /// A keyspace write (checked): through the log.
     Write(Args),
     /// WATCH: take tokens for these keys, hand them to `watched`, reply OK.
@@ -57,6 +59,34 @@ pub enum Action {
         commands: Vec<Args>,
         local: Vec<(usize, Reply)>,
     },
+}
+
+/// Where a read runs, found while the session checked the command, so
+/// the shell need not look the command up and parse it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadRoute {
+    /// Every key in this slot: one shard.
+    Slot(u16),
+    /// Keys in several slots, no key, or every slot: the shell works out
+    /// the shards from the command.
+    Spread,
+}
+
+impl ReadRoute {
+    pub fn of(command: &Command<'_>) -> ReadRoute {
+        let Route::Keys(keys) = command.route() else {
+            return ReadRoute::Spread;
+        };
+        let Some((first, rest)) = keys.split_first() else {
+            return ReadRoute::Spread;
+        };
+        let slot = key_slot(first);
+        if rest.iter().all(|key| key_slot(key) == slot) {
+            ReadRoute::Slot(slot)
+        } else {
+            ReadRoute::Spread
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -176,7 +206,10 @@ impl Session {
             Kind::Read | Kind::Write => match Command::parse(spec, &args) {
                 Err(error) => Action::Reply(error),
                 Ok(command) if command.is_write() => Action::Write(args),
-                Ok(_) => Action::Read(args),
+                Ok(command) => {
+                    let route = ReadRoute::of(&command);
+                    Action::Read(args, route)
+                }
             },
             Kind::Connection => self.connection_command(spec, &args, server),
         }
@@ -583,11 +616,12 @@ mod tests {
         }
     }
 
+    fn args(words: &[&str]) -> Args {
+        words.iter().map(|w| w.as_bytes().to_vec()).collect()
+    }
+
     fn run(session: &mut Session, words: &[&str]) -> Action {
-        session.handle(
-            words.iter().map(|w| w.as_bytes().to_vec()).collect(),
-            &Fixed,
-        )
+        session.handle(args(words), &Fixed)
     }
 
     fn reply(session: &mut Session, words: &[&str]) -> Reply {
@@ -680,8 +714,30 @@ mod tests {
         assert_eq!(run(&mut s, &["QUIT"]), Action::ReplyAndClose(Reply::ok()));
         assert_eq!(
             run(&mut s, &["GET", "k"]),
-            Action::Read(vec![b"GET".to_vec(), b"k".to_vec()])
+            Action::Read(
+                vec![b"GET".to_vec(), b"k".to_vec()],
+                ReadRoute::Slot(key_slot(b"k"))
+            )
         );
+        let slots = ["a", "b", "c"].map(|k| key_slot(k.as_bytes()));
+        assert!(slots[0] != slots[1] || slots[1] != slots[2]);
+        assert_eq!(
+            run(&mut s, &["MGET", "a", "b", "c"]),
+            Action::Read(args(&["MGET", "a", "b", "c"]), ReadRoute::Spread),
+            "keys in several slots"
+        );
+        assert_eq!(
+            run(&mut s, &["MGET", "{t}a", "{t}b"]),
+            Action::Read(
+                args(&["MGET", "{t}a", "{t}b"]),
+                ReadRoute::Slot(key_slot(b"t"))
+            ),
+            "one hash tag: one slot"
+        );
+        assert!(matches!(
+            run(&mut s, &["DBSIZE"]),
+            Action::Read(_, ReadRoute::Spread)
+        ));
         assert!(matches!(run(&mut s, &["SET", "k", "v"]), Action::Write(_)));
         assert!(
             reply(&mut s, &["SET", "k", "v", "EX", "0"]).is_error(),

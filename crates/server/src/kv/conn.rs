@@ -24,7 +24,8 @@ use keel_kv::exec::{route_shards, Clocks};
 use keel_kv::keyspace;
 use keel_kv::op::Op;
 use keel_kv::resp::{Args, Decoder};
-use keel_kv::session::{Action, Session};
+use keel_kv::session::{Action, ReadRoute, Session};
+use keel_kv::slot::shard_of_slot;
 use keel_kv::{Protocol, Reply};
 use keel_tree::{Txn, TxnOp};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -66,6 +67,7 @@ struct Slot {
 struct WaitingRead {
     seq: u64,
     args: Args,
+    route: ReadRoute,
 }
 
 type BarrierFuture = Pin<Box<dyn Future<Output = Result<(), BarrierTimeout>> + Send>>;
@@ -385,9 +387,9 @@ impl Connection {
                 self.closing = true;
                 Ok(())
             }
-            Action::Read(args) => {
+            Action::Read(args, route) => {
                 if self.writes_open > 0 {
-                    return Err((seq, Action::Read(args)));
+                    return Err((seq, Action::Read(args, route)));
                 }
                 let seq = if seq == 0 {
                     self.slot(SlotKind::Read)
@@ -401,12 +403,12 @@ impl Connection {
                 // connection still waiting for a barrier go first).
                 let status = &self.ctx.raft.status;
                 if self.session.local_reads() || !status.cluster {
-                    self.read_now(seq, args).await;
+                    self.read_now(seq, args, route).await;
                 } else if !self.barrier_in_flight && status.lease_covers_read() {
                     status.lease_reads.fetch_add(1, Ordering::Relaxed);
-                    self.read_now(seq, args).await;
+                    self.read_now(seq, args, route).await;
                 } else {
-                    self.await_barrier(seq, args);
+                    self.await_barrier(seq, args, route);
                 }
                 Ok(())
             }
@@ -487,8 +489,8 @@ impl Connection {
         }
     }
 
-    fn await_barrier(&mut self, seq: u64, args: Args) {
-        let read = WaitingRead { seq, args };
+    fn await_barrier(&mut self, seq: u64, args: Args, route: ReadRoute) {
+        let read = WaitingRead { seq, args, route };
         if self.barrier_in_flight {
             self.next_group.push(read);
             return;
@@ -517,7 +519,7 @@ impl Connection {
         let covered = std::mem::take(&mut self.covered);
         for read in covered {
             match &passed {
-                Ok(()) => self.read_now(read.seq, read.args).await,
+                Ok(()) => self.read_now(read.seq, read.args, read.route).await,
                 Err(error) => {
                     self.fill(read.seq, Reply::error_owned(format!("CLUSTERDOWN {error}")))
                 }
@@ -530,27 +532,38 @@ impl Connection {
     }
 
     /// Runs a read on this node's shards now.
-    async fn read_now(&mut self, seq: u64, args: Args) {
+    async fn read_now(&mut self, seq: u64, args: Args, route: ReadRoute) {
         let (wall_ms, _) = self.turn_clock();
         let engine = &self.ctx.engine;
-        let shards = {
-            let spec = command::lookup(&args).expect("checked by the session");
-            let command = Command::parse(spec, &args).expect("checked by the session");
-            route_shards(&command.route(), engine.shard_count())
+        // One shard, or the several to borrow.
+        let one_or_many = match route {
+            ReadRoute::Slot(slot) => Ok(shard_of_slot(slot, engine.shard_count())),
+            ReadRoute::Spread => {
+                let spec = command::lookup(&args).expect("checked by the session");
+                let command = Command::parse(spec, &args).expect("checked by the session");
+                let shards = route_shards(&command.route(), engine.shard_count());
+                match shards[..] {
+                    [shard] => Ok(shard),
+                    _ => Err(shards),
+                }
+            }
         };
         let clocks = Clocks::read(engine.clock_ms(), wall_ms);
-        if let [shard] = shards[..] {
-            // Served on the shard's own thread: no hand-off.
-            if let Some(reply) = engine.read_here(shard, &args, clocks) {
-                self.fill(seq, reply);
+        let shards = match one_or_many {
+            Ok(shard) => {
+                // Served on the shard's own thread: no hand-off.
+                if let Some(reply) = engine.read_here(shard, &args, clocks) {
+                    self.fill(seq, reply);
+                    return;
+                }
+                // Another thread's shard: sent with the turn's other
+                // reads for it.
+                assert!(self.forwarded.len() < PIPELINE_REQUESTS_MAX);
+                self.forwarded.push((shard, seq, args));
                 return;
             }
-            // Another thread's shard: sent with the turn's other reads
-            // for it.
-            assert!(self.forwarded.len() < PIPELINE_REQUESTS_MAX);
-            self.forwarded.push((shard, seq, args));
-            return;
-        }
+            Err(shards) => shards,
+        };
         // The reads before it go first (answers stay in request order
         // whatever runs first; this keeps the shards' order too).
         self.forward();
