@@ -230,7 +230,16 @@ def test_grow_and_shrink_with_kazoo_fires_config_watches(keel_cluster, joiners):
         # Member 5 asks by itself (a reconfig as super from its join_auth_file).
         n5 = joiners(cluster, 5, join_auth_file=secret)
         wait_for(lambda: member_ids(config_of(admin)[0]) == [1, 2, 3, 4, 5], "member 5 added at its own request")
-        assert "the cluster added this node" in n5.log_text(), n5.log_tail(40)
+        # Its own request's answer comes after the configuration is in
+        # effect (the leader answers once it applied the change), so the
+        # log line may come a little after the member list shows it; a
+        # lost answer is asked again and then finds the node a member.
+        try:
+            wait_for(lambda: any(line in n5.log_text() for line in (
+                "the cluster added this node", "no answer (the node may have been added meanwhile)")),
+                "member 5's log saying its request was answered", timeout=15)
+        except AssertionError as error:
+            raise AssertionError("%s\n%s" % (error, n5.log_tail(40))) from None
         check_step(cluster, first + [n4, n5], writer, "3 -> 5 (kazoo, incremental)")
 
         # Non-incremental: the first three members, by their config lines.
