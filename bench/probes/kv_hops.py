@@ -23,11 +23,15 @@ sys.path.insert(0, os.path.join(HERE, "..")); sys.path.insert(0, os.path.join(HE
 import compare_kv  # noqa: E402
 
 
+def pids(root):
+    """The processes started under root (their command lines name it)."""
+    return subprocess.run(["pgrep", "-f", root], capture_output=True, text=True).stdout.split()
+
+
 def switches(root):
     """{(thread name, task dir): voluntary + involuntary switches} of the processes started under root."""
     out = {}
-    pids = subprocess.run(["pgrep", "-f", root], capture_output=True, text=True).stdout.split()
-    for pid in pids:
+    for pid in pids(root):
         for task in glob.glob("/proc/%s/task/*" % pid):
             try:
                 name = open(task + "/comm").read().strip()
@@ -41,7 +45,7 @@ def switches(root):
 def cpu_s(root):
     """CPU seconds (user + system) used so far by the processes started under root."""
     total = 0
-    for pid in subprocess.run(["pgrep", "-f", root], capture_output=True, text=True).stdout.split():
+    for pid in pids(root):
         try:
             fields = open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()
             total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
