@@ -3,7 +3,7 @@
 //! returned here before any later change can be applied.
 
 use keel_jute::{
-    perms, write_i32, write_string, ErrorCode, EventType, FilteredListRequest, Id, ListRequestType,
+    perms, write_buffer, write_i32, ErrorCode, EventType, FilteredListRequest, Id, ListRequestType,
     MultiOp, MultiResult, Record, Request, Response, Stat,
 };
 
@@ -156,8 +156,11 @@ impl DataTree {
             &mut body,
             i32::try_from(count).expect("bounded by CHILDREN_PER_RESPONSE_MAX"),
         );
+        // A ustring is its length and bytes, as a buffer: the stored name
+        // (UTF-8 since it was created from a `&str`) is copied without
+        // checking its UTF-8 again, once per child per request.
         for child in &slot.children {
-            write_string(&mut body, self.slot(*child).blob.name());
+            write_buffer(&mut body, Some(self.slot(*child).blob.name_bytes()));
         }
         if with_stat {
             self.client_stat(id).write(&mut body);
