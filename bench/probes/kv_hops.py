@@ -23,15 +23,19 @@ sys.path.insert(0, os.path.join(HERE, "..")); sys.path.insert(0, os.path.join(HE
 import compare_kv  # noqa: E402
 
 
-def pids(root):
-    """The processes started under root (their command lines name it)."""
-    return subprocess.run(["pgrep", "-f", root], capture_output=True, text=True).stdout.split()
+def pids(root, port):
+    """The servers' processes: their command lines name root, except
+    redis-server's, which it rewrites to "redis-server 127.0.0.1:PORT"."""
+    found = set()
+    for pattern in (root, "redis-server 127.0.0.1:%d" % port):
+        found.update(subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split())
+    return sorted(found)
 
 
-def switches(root):
-    """{(thread name, task dir): voluntary + involuntary switches} of the processes started under root."""
+def switches(root, port):
+    """{(thread name, task dir): voluntary + involuntary switches} of the servers' threads."""
     out = {}
-    for pid in pids(root):
+    for pid in pids(root, port):
         for task in glob.glob("/proc/%s/task/*" % pid):
             try:
                 name = open(task + "/comm").read().strip()
@@ -42,10 +46,10 @@ def switches(root):
     return out
 
 
-def cpu_s(root):
-    """CPU seconds (user + system) used so far by the processes started under root."""
+def cpu_s(root, port):
+    """CPU seconds (user + system) used so far by the servers' processes."""
     total = 0
-    for pid in pids(root):
+    for pid in pids(root, port):
         try:
             fields = open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()
             total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
@@ -59,8 +63,8 @@ def main():
     port, stop = compare_kv.start_system(os.environ.get("SYSTEM", "keel-1"), root)
     try:
         requests = int(os.environ.get("N", "300000"))
-        before = switches(root)
-        cpu_before = cpu_s(root)
+        before = switches(root, port)
+        cpu_before = cpu_s(root, port)
         bench = subprocess.Popen(["redis-benchmark", "-p", str(port), "-t", os.environ.get("T", "get"), "-n",
                                   str(requests), "-r", "100000", "-c", os.environ.get("C", "50"), "-P", os.environ.get("P", "1"), "-q"],
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -70,8 +74,8 @@ def main():
             subprocess.run(["perf", "record", "-a", "-F", "2999"] + graph + ["-o", os.environ["PERF"], "--", "sleep", "5"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         text = bench.communicate()[0]
-        after = switches(root)
-        cpu_used_s = cpu_s(root) - cpu_before
+        after = switches(root, port)
+        cpu_used_s = cpu_s(root, port) - cpu_before
         print(text.replace("\r", "\n").strip().splitlines()[-1])
         per_thread = {}
         for key, count in after.items():
