@@ -31,6 +31,22 @@ def wait_connected(client, timeout=20):
     return False
 
 
+def suspensions_merged(states):
+    """Kazoo states (consecutive repeats already dropped) with a connection
+    between two suspensions folded away: C S C S C -> C S C. A cluster's
+    members get their SIGTERM one after another, so a client moved off the
+    first can land on one that is about to stop and move once more (seen
+    under the parallel test group's load). What the scenario checks stays
+    visible: suspended, never LOST, connected again."""
+    merged = []
+    for state in states:
+        if state == "SUSPENDED" and merged[-2:] == ["SUSPENDED", "CONNECTED"]:
+            merged.pop()  # back into the same suspension
+            continue
+        merged.append(state)
+    return merged
+
+
 def raw_sync(conn):
     """`sync` on a raw connection: its server catches up with the leader, and
     the notifications for what it applies meanwhile precede the reply (needed
@@ -66,7 +82,10 @@ def scenario(server, trace):
     server.start()
 
     rec("kazoo A reconnected", wait_connected(a))
-    rec("kazoo A states", [s for i, s in enumerate(a.states) if i == 0 or a.states[i - 1] != s])
+    states = [s for i, s in enumerate(a.states) if i == 0 or a.states[i - 1] != s]
+    if "," in server.address:  # a cluster (the reference is one server)
+        states = suspensions_merged(states)
+    rec("kazoo A states", states)
     rec("kazoo A kept its session", a.client_id == session_a)
     call("ephemeral of A survived the restart", a.exists, "/r/e")
     call("data survived", a.get, "/r/p")
