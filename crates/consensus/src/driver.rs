@@ -518,8 +518,15 @@ pub fn recover(config: RaftConfig, position: SnapshotPosition) -> Result<Recover
         });
     }
     check_entries(&recovered.entries, position.index)?;
-    let log_entries = recovered.entries.len();
     let last_log_index = recovered.entries.last().map_or(0, |e| e.index);
+    if store.drop_covered(position.index)? {
+        tracing::warn!(
+            snapshot_index = position.index,
+            last_log_index,
+            "the log ends before the snapshot (its tail was lost); its entries, all covered by the snapshot, are dropped"
+        );
+    }
+    let log_entries = recovered.entries.len();
     let storage = storage_from(Durable {
         snapshot_index: position.index,
         snapshot_term: position.term,

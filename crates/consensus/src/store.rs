@@ -217,6 +217,27 @@ impl LogStore {
         Ok(())
     }
 
+    /// At startup, with the loaded snapshot's index: a log whose tail was
+    /// torn off (a crash mid-write) can end before that snapshot, which was
+    /// written from entries the log then lost. The next append,
+    /// `snapshot_index + 1`, would leave a hole after the log's last entry,
+    /// which raft-engine refuses with a panic. The snapshot covers every
+    /// entry left, so they go: the log starts again after the snapshot.
+    /// True if entries were dropped.
+    pub fn drop_covered(&self, snapshot_index: u64) -> Result<bool, ConsensusError> {
+        match self.last_index() {
+            Some(last) if last < snapshot_index => {
+                self.compact_to(snapshot_index + 1)?;
+                assert!(
+                    self.last_index().is_none(),
+                    "entries below the snapshot at {snapshot_index} were left in the log"
+                );
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     pub fn first_index(&self) -> Option<u64> {
         self.engine.first_index(GROUP_ID)
     }
