@@ -16,7 +16,8 @@ its clients through the election; ZooKeeper's followers drop theirs, so
 there every client reconnects.
 
 KEEL_SCALE_CONNECTIONS sets the count (default 10,000);
-KEEL_SCALE_ZOOKEEPER=0 leaves the ZooKeeper run out."""
+KEEL_SCALE_ZOOKEEPER=0 leaves the ZooKeeper run out. Only Keel's run is
+asserted; a ZooKeeper run that fails its own checks is reported."""
 
 import os
 import time
@@ -116,6 +117,12 @@ def test_ten_thousand_clients_reconnect_after_a_leader_change(servers):
         report_summary("reconnect: zookeeper not run (KEEL_SCALE_ZOOKEEPER=0)")
         return
     zk = servers("zookeeper", topology="cluster3", name="zk-reconnect", settings=ZK_SCALE_SETTINGS)
-    zk_line = describe("zookeeper", through_a_leader_change(zk))
+    try:
+        zk_line = describe("zookeeper", through_a_leader_change(zk))
+    except AssertionError as error:
+        # ZooKeeper is the reference printed beside Keel, not what is under
+        # test: a run it could not keep up with (pings unanswered while
+        # 10,000 sessions open, seen once in make test) is reported.
+        zk_line = "zookeeper did not finish the run: %s" % str(error).splitlines()[0]
     print(zk_line)
     report_summary("reconnect: " + zk_line)
