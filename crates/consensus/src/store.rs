@@ -218,8 +218,9 @@ impl LogStore {
     }
 
     /// At startup, with the loaded snapshot's index: a log whose tail was
-    /// torn off (a crash mid-write) can end before that snapshot, which was
-    /// written from entries the log then lost. The next append,
+    /// lost (torn or cut by the disk; tests/storage's torn-tail fault cuts
+    /// it) can end before that snapshot, written from entries the log no
+    /// longer holds. The next append,
     /// `snapshot_index + 1`, would leave a hole after the log's last entry,
     /// which raft-engine refuses with a panic. The snapshot covers every
     /// entry left, so they go: the log starts again after the snapshot.
