@@ -139,10 +139,9 @@ struct Connection<S> {
     /// The session is a local one of read-only mode (`readonly.rs`):
     /// writes are answered NotReadOnly, nothing goes to the log.
     read_only: bool,
-    /// Turns true when the server stops (`Shared::drain`): no further
-    /// request is taken; the connection closes once those taken are
-    /// answered.
-    drain: tokio::sync::watch::Receiver<bool>,
+    /// Turns true when the server stops (`Shared::drain`, waited for in
+    /// `run`): no further request is taken; the connection closes once
+    /// those taken are answered.
     draining: bool,
 }
 
@@ -269,7 +268,6 @@ where
         info: None,
         clickhouse: false,
         read_only: false,
-        drain: shared.drain_signal(),
         draining: false,
     };
     let payload = buf[4..first].to_vec();
@@ -494,7 +492,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         // last: a new `changed()` per turn registered with the drain's
         // shared notifier and unregistered again, taking its lock twice
         // per request (≈1.3% of a 3-node cluster's samples under reads).
-        let mut drain = self.drain.clone();
+        // `wait_for` looks at the current value first, so a drain that
+        // began before this subscription is seen too.
+        let mut drain = self.shared.drain_signal();
         let drained = async move {
             // The sender gone (the server stopping) counts as a drain too.
             let _ = drain.wait_for(|draining| *draining).await;
