@@ -33,27 +33,10 @@ SYSCALLS_AFTER_S = 2.0
 SYSCALLS_FOR_S = 3
 
 
-def pids(root):
-    """The servers' processes (their command lines name root)."""
-    return subprocess.run(["pgrep", "-f", root], capture_output=True, text=True).stdout.split()
-
-
-def cpu_s(processes):
-    """CPU seconds (user + system) used so far by `processes`."""
-    total = 0
-    for pid in processes:
-        try:
-            fields = open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-        except (OSError, IndexError, ValueError):
-            pass  # the process ended meanwhile
-    return total / os.sysconf("SC_CLK_TCK")
-
-
 def count_syscalls(processes):
     """{syscall: calls} of `processes` over SYSCALLS_FOR_S seconds."""
     events = ",".join("syscalls:sys_enter_" + name for name in SYSCALLS)
-    out = subprocess.run(["perf", "stat", "-x,", "-e", events, "-p", ",".join(processes),
+    out = subprocess.run(["perf", "stat", "-x,", "-e", events, "-p", ",".join(str(p) for p in processes),
                           "--", "sleep", str(SYSCALLS_FOR_S)], capture_output=True, text=True)
     counts = {}
     for line in out.stderr.splitlines():
@@ -69,8 +52,8 @@ def one_run(binary, workload, clients, seconds, mode):
     root = tempfile.mkdtemp(prefix="zk-ab-")
     try:
         group, address, flags = tls_split.start(mode, root)
-        processes = pids(root)
-        before = cpu_s(processes)
+        processes = [node.proc.pid for node in group.nodes]
+        before = compare.cpu_seconds(processes)
         bench = subprocess.Popen([binary, "bench", "--servers", address, "--workload", workload,
                                   "--clients", str(clients), "--duration", str(seconds)] + flags,
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -81,7 +64,7 @@ def one_run(binary, workload, clients, seconds, mode):
         text = bench.communicate()[0]
         if bench.returncode != 0:
             raise RuntimeError("keel bench failed: %s" % text[-500:])
-        used_s = cpu_s(processes) - before
+        used_s = compare.cpu_seconds(processes) - before
         tps = float(next(line for line in text.splitlines() if line.startswith("TPS")).split()[1])
         ops = tps * seconds
         per_op = {name: n / (tps * SYSCALLS_FOR_S) for name, n in calls.items()} if calls else None
