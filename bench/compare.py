@@ -1,15 +1,22 @@
 #!/usr/bin/env python3
 """Side-by-side benchmark: 3-node Apache ZooKeeper 3.8 ensemble vs 3-node Keel.
 
-Starts both clusters on loopback (free ports, fsync on, one temp data dir per
-node under bench/work/), then runs `keel bench` for the create and mix
-workloads at 10, 100 and 400 clients, alternating between the two systems,
-with the clients spread over all three nodes. Prints one table (TPS, p99,
+Starts the clusters on loopback (free ports, fsync on, one temp data dir per
+node under bench/work/): ZooKeeper, Keel, and each of the two with TLS on
+its client ports and between its members (keel-tls; zookeeper-tls,
+bench/zk_tls.py: Netty TLS ports, quorum TLS, TLS 1.3, Debian's jars).
+COMPARE_SYSTEMS=zookeeper,keel runs the plain two only. Then runs `keel
+bench` for the create and mix workloads at 10, 100 and 400 clients,
+alternating between the systems, with the clients spread over all three
+nodes (over TLS, verifying the servers' certificates, for the TLS systems).
+Prints one table (TPS, p99,
 Keel/ZooKeeper TPS ratio, and the CPU time all three servers of each system
 used per 1,000 operations during the timed run, with its ratio), the
-single-client create p50 of both next to this machine's fdatasync p50
+single-client create p50 of the plain two next to this machine's fdatasync p50
 (128-byte appends) and loopback round trip, the peak RSS (VmHWM) of every
-server, and writes the raw rows to bench/work/compare.csv.
+server, and writes the raw rows to bench/work/compare.csv. The TLS tables
+follow: Keel with TLS against plain Keel, ZooKeeper with TLS against plain
+ZooKeeper, and Keel against ZooKeeper, both with TLS.
 
 Server CPU is utime + stime of each server process (/proc/PID/stat, all
 threads), sampled at the bench's first and last progress line of the timed
@@ -55,6 +62,7 @@ from harness import KEEL_BIN  # noqa: E402
 from harness.cluster import make_cluster  # noqa: E402
 from harness.servers import ZK_JAR, ZK_JUTE_JAR, SLF4J_API_JAR, SLF4J_SIMPLE_JAR, free_port  # noqa: E402
 from harness.peer_auth import peer_auth_settings  # noqa: E402
+import zk_tls  # noqa: E402  (bench/, beside this script)
 
 WORK = os.path.join(REPO, "bench", "work")
 WORKLOADS = ("create", "mix")
@@ -62,8 +70,14 @@ CLIENTS = (10, 100, 400)
 # keel-tls: the same Keel cluster with TLS on the client port (the bench
 # connects there, verifying the server's certificate) and mutual TLS 1.3
 # between the peers (peer_tls): the cost of TLS, against plain Keel.
-# COMPARE_SYSTEMS=zookeeper,keel leaves it out.
-SYSTEMS = tuple(os.environ.get("COMPARE_SYSTEMS", "zookeeper,keel,keel-tls").split(","))
+# zookeeper-tls: ZooKeeper 3.8 the same way (bench/zk_tls.py: Netty TLS
+# client ports, quorum TLS, TLS 1.3), from Debian's jars.
+# COMPARE_SYSTEMS=zookeeper,keel leaves both out.
+SYSTEMS = tuple(os.environ.get("COMPARE_SYSTEMS", "zookeeper,keel,keel-tls,zookeeper-tls").split(","))
+LABELS = {"zookeeper": "ZooKeeper 3.8", "keel": "Keel", "keel-tls": "Keel (TLS client and peer links)",
+          "zookeeper-tls": "ZooKeeper 3.8 (TLS client ports and quorum links)"}
+# The systems whose single-client create latency is measured and printed.
+SINGLE_CLIENT_SYSTEMS = ("zookeeper", "keel")
 
 # Each system with its own defaults, fsync on, not the test suites' settings.
 SETTINGS = {
@@ -94,9 +108,11 @@ def on_signal(signum, _frame):
 def start_cluster(root, system):
     """A 3-member cluster of `system` (harness.cluster), serving: one leader,
     two followers. Its `bench_address` and `bench_flags` are what keel bench
-    connects with (keel-tls: the TLS client ports and the CA)."""
+    connects with (keel-tls, zookeeper-tls: the TLS client ports and the CA)."""
     if system == "keel-tls":
         group = start_tls_cluster(root)
+    elif system == "zookeeper-tls":
+        group = zk_tls.make_group(root, SETTINGS["zookeeper"])
     else:
         group = make_cluster(system, 3, name=system, workdir=os.path.join(root, system),
                              settings=SETTINGS[system], test_defaults=False)
@@ -393,6 +409,43 @@ def print_tls_table(results):
     print()
 
 
+def cpu_ratio(numerator, denominator):
+    """"0.23x" from two cpu_ms_per_kop strings, or "n/a"."""
+    if numerator and denominator and float(denominator) > 0:
+        return "%.2fx" % (float(numerator) / float(denominator))
+    return "n/a"
+
+
+def print_zk_tls_table(results):
+    """ZooKeeper with TLS on client and quorum links against plain
+    ZooKeeper, and Keel with TLS (keel-tls) against it, same cells."""
+    with_keel = "keel-tls" in SYSTEMS
+    hdr = ("workload", "clients", "ZK TPS", "ZK TLS TPS", "ZK TLS p99 ms", "ZK TLS/plain TPS",
+           "ZK TLS CPU ms/kop") + (("Keel TLS TPS", "Keel/ZK TPS (TLS)", "Keel/ZK CPU (TLS)") if with_keel else ())
+    lines = []
+    for workload in WORKLOADS:
+        for clients in CLIENTS:
+            z, t = results[("zookeeper", workload, clients)], results[("zookeeper-tls", workload, clients)]
+            zt, tt = float(z["tps"]), float(t["tps"])
+            row = (workload, str(clients), fmt_tps(zt), fmt_tps(tt), fmt_ms(float(t["p99_us"])),
+                   "%.2fx" % (tt / zt) if zt > 0 else "n/a", t["cpu_ms_per_kop"] or "n/a")
+            if with_keel:
+                k = results[("keel-tls", workload, clients)]
+                kt = float(k["tps"])
+                row += (fmt_tps(kt), "%.2fx" % (kt / tt) if tt > 0 else "n/a",
+                        cpu_ratio(k["cpu_ms_per_kop"], t["cpu_ms_per_kop"]))
+            lines.append(row)
+    widths = [max(len(r[i]) for r in [hdr] + lines) for i in range(len(hdr))]
+    fmt = " | ".join("%%%ds" % w for w in widths)
+    print("ZooKeeper 3.8 with TLS (Netty client ports and quorum links, TLS 1.3) against plain ZooKeeper"
+          + (", and Keel with TLS against it:" if with_keel else ":"))
+    print(fmt % hdr)
+    print("-+-".join("-" * w for w in widths))
+    for r in lines:
+        print(fmt % r)
+    print()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration", type=int, default=int(os.environ.get("COMPARE_DURATION", "20")))
@@ -416,7 +469,8 @@ def main():
 
     os.makedirs(WORK, exist_ok=True)
     root = tempfile.mkdtemp(prefix="run-%s-" % time.strftime("%Y%m%dT%H%M%S"), dir=WORK)
-    total_runs = args.rounds * len(WORKLOADS) * len(CLIENTS) * len(SYSTEMS) + len(SYSTEMS)
+    singles = [system for system in SYSTEMS if system in SINGLE_CLIENT_SYSTEMS]
+    total_runs = args.rounds * len(WORKLOADS) * len(CLIENTS) * len(SYSTEMS) + len(singles)
     log("work dir %s; duration %ds per run, %d round(s), %d runs, warm-up %ds"
         % (root, args.duration, args.rounds, total_runs, args.warmup))
 
@@ -426,8 +480,7 @@ def main():
     try:
         clusters = {}
         for system in SYSTEMS:
-            log("step 1/4: starting 3-node %s cluster" % {
-                "zookeeper": "ZooKeeper 3.8", "keel": "Keel", "keel-tls": "Keel (TLS client and peer links)"}[system])
+            log("step 1/4: starting 3-node %s cluster" % LABELS[system])
             clusters[system] = start_cluster(root, system)
 
         warmed = set()
@@ -461,7 +514,7 @@ def main():
             rounds.append(results)
 
         single = {}
-        for system in SYSTEMS:
+        for system in singles:
             n += 1
             log("step 2/4: run %d/%d: %s create 1 client (%ds): single-client latency"
                 % (n, total_runs, system, args.duration))
@@ -519,6 +572,11 @@ def main():
     if "keel-tls" in SYSTEMS:
         print_tls_table(results)
         print_round_ratios(rounds, "keel-tls", "keel", "TLS/plain TPS in each round:")
+    if "zookeeper-tls" in SYSTEMS:
+        print_zk_tls_table(results)
+        print_round_ratios(rounds, "zookeeper-tls", "zookeeper", "ZooKeeper TLS/plain TPS in each round:")
+        if "keel-tls" in SYSTEMS:
+            print_round_ratios(rounds, "keel-tls", "zookeeper-tls", "Keel/ZK TPS, both with TLS, in each round:")
     z1, k1 = float(single["zookeeper"]["p50_us"]) / 1000.0, float(single["keel"]["p50_us"]) / 1000.0
     target_ms = 1.5 * (fsync_ms + 2 * rtt_ms)
     print("Single-client create p50: ZK %.2f ms, Keel %.2f ms (Keel/ZK %.2fx)" % (z1, k1, k1 / z1 if z1 else 0))
@@ -533,7 +591,7 @@ def main():
     for system in SYSTEMS:
         vals = [v for _, v in rss[system] if v is not None]
         per = ", ".join("node%d %s" % (i, "%.0f MiB" % (v / 1024) if v else "n/a") for i, v in rss[system])
-        print("  %-9s total %.0f MiB, max per node %.0f MiB  (%s)"
+        print("  %-13s total %.0f MiB, max per node %.0f MiB  (%s)"
               % (system, sum(vals) / 1024, max(vals) / 1024 if vals else 0, per))
     print()
     print("raw CSV: %s" % os.path.relpath(csv_path, REPO))

@@ -215,7 +215,8 @@ class SecureZooKeeperServer(ZooKeeperServer):
         s = self.settings
         lines = []
         if s.get("tls"):
-            lines += ["secureClientPort=%d" % self.secure_port,
+            # Without the address ZooKeeper binds the TLS port on 0.0.0.0.
+            lines += ["secureClientPort=%d" % self.secure_port, "secureClientPortAddress=127.0.0.1",
                       "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory"]
         if s.get("sasl_users") is not None:
             lines.append("authProvider.1=%s" % SASL_PROVIDER)

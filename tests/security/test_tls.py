@@ -7,6 +7,7 @@ certificates (need, want); a plain-text client on the TLS port closed, not
 left waiting; certificate reload on SIGHUP (Keel)."""
 
 import os
+import shutil
 import signal
 import subprocess
 import socket
@@ -242,3 +243,44 @@ def test_keel_bench_connects_over_tls(kind, pki, secure_server):
     # Without a client certificate the bench cannot connect, and says so.
     done = subprocess.run(command[:-4], capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "127.0.0.1:%d" % server.secure_port in done.stderr, done.stderr
+
+
+def test_make_compares_zookeeper_ensemble_runs_tls_on_client_ports_and_quorum_links():
+    """`make compare`'s zookeeper-tls system (bench/zk_tls.py) is what it
+    says: a 3-member ZooKeeper 3.8 ensemble from Debian's jars whose members
+    talk TLS 1.3 to each other, whose TLS client ports listen on 127.0.0.1
+    only, and which serves keel bench there with no error."""
+    from harness import KEEL_BIN, keel_available, make_workdir
+    if not keel_available():
+        pytest.skip("no keel binary for `keel bench`")
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+    import zk_tls
+    root = make_workdir("zk-tls-ensemble")
+    group = zk_tls.make_group(root, {"four_letter_words": ["*"], "zk_jvm_options": ["-Xmx256m"]})
+    try:
+        group.start(timeout=120)
+        leader = group.leader(timeout=60)
+        assert leader is not None
+        command = [KEEL_BIN, "bench", "--servers", group.bench_address, "--workload", "mix",
+                   "--clients", "6", "--duration", "2"] + group.bench_flags
+        done = subprocess.run(command, capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stdout + done.stderr
+        summary = dict(line.split(None, 1) for line in done.stdout.splitlines() if line.strip() and " " in line)
+        assert summary["errors"].strip() == "0" and float(summary["TPS"]) > 0, done.stdout
+        for node in group.nodes:
+            log = node.log_text()
+            assert "Using TLS encrypted quorum communication" in log, node.log_tail(80)
+            assert "secureClientPortAddress is 127.0.0.1:%d" % node.secure_port in log, node.log_tail(80)
+            # Every member completed or accepted at least one quorum handshake in TLS 1.3.
+            assert ("SSL handshake complete" in log or "Accepted TLS connection" in log) and "TLSv1.3" in log, \
+                node.log_tail(80)
+            assert "Blocked insecure connection" not in log, node.log_tail(80)
+        # The TLS port answers in TLS 1.3 with the certificate the bench verified.
+        with socket.create_connection(("127.0.0.1", group.nodes[0].secure_port), timeout=10) as raw:
+            context = ssl.create_default_context(cafile=group.pki.path("ca"))
+            with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+                assert tls.version() == "TLSv1.3"
+    finally:
+        group.stop(timeout=20)
+        shutil.rmtree(root, ignore_errors=True)
