@@ -456,6 +456,10 @@ def main():
         sys.exit("--rounds must be 1..%d, not %d" % (ROUNDS_MAX, args.rounds))
     if args.duration < 1:
         sys.exit("--duration must be at least 1 s, not %d" % args.duration)
+    unknown = [system for system in SYSTEMS if system not in LABELS]
+    if unknown or len(set(SYSTEMS)) != len(SYSTEMS) or not {"zookeeper", "keel"} <= set(SYSTEMS):
+        sys.exit("COMPARE_SYSTEMS must name zookeeper and keel, each once, and any of keel-tls, "
+                 "zookeeper-tls, not %r" % ",".join(SYSTEMS))
 
     if not os.access(KEEL_BIN, os.X_OK):
         sys.exit("no Keel binary at %s (run: cargo build --release -p keel)" % KEEL_BIN)
