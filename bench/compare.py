@@ -9,12 +9,12 @@ COMPARE_SYSTEMS=zookeeper,keel runs the plain two only. Then runs `keel
 bench` for the create and mix workloads at 10, 100 and 400 clients,
 alternating between the systems, with the clients spread over all three
 nodes (over TLS, verifying the servers' certificates, for the TLS systems).
-Prints one table (TPS, p99,
-Keel/ZooKeeper TPS ratio, and the CPU time all three servers of each system
-used per 1,000 operations during the timed run, with its ratio), the
-single-client create p50 of the plain two next to this machine's fdatasync p50
-(128-byte appends) and loopback round trip, the peak RSS (VmHWM) of every
-server, and writes the raw rows to bench/work/compare.csv. The TLS tables
+Prints one table (TPS, p99, Keel/ZooKeeper TPS ratio, and the CPU time all
+three servers of each system used per 1,000 operations during the timed
+run, with its ratio), the single-client create p50 of the plain two next to
+this machine's fdatasync p50 (128-byte appends) and loopback round trip,
+the peak RSS (VmHWM) of every server, and writes the raw rows to
+bench/work/compare.csv. The TLS tables
 follow: Keel with TLS against plain Keel, ZooKeeper with TLS against plain
 ZooKeeper, and Keel against ZooKeeper, both with TLS.
 
@@ -349,7 +349,8 @@ def fmt_ms(us):
     return "%.2f" % (us / 1000.0)
 
 
-# Most rounds one compare may run (each round is 18 runs of --duration).
+# Most rounds one compare may run (each round is 6 cells x 4 systems = 24
+# runs of --duration with the default COMPARE_SYSTEMS).
 ROUNDS_MAX = 9
 
 
@@ -387,6 +388,19 @@ def print_round_ratios(rounds, numerator, denominator, title):
     print()
 
 
+def print_table(title, hdr, lines):
+    """A right-aligned table of strings under `title` (if any), then a blank line."""
+    widths = [max(len(r[i]) for r in [hdr] + lines) for i in range(len(hdr))]
+    fmt = " | ".join("%%%ds" % w for w in widths)
+    if title:
+        print(title)
+    print(fmt % hdr)
+    print("-+-".join("-" * w for w in widths))
+    for r in lines:
+        print(fmt % r)
+    print()
+
+
 def print_tls_table(results):
     """Keel with TLS on client and peer links against plain Keel, same cells."""
     hdr = ("workload", "clients", "Keel TPS", "Keel p99 ms", "TLS TPS", "TLS p99 ms", "TLS/plain TPS",
@@ -399,14 +413,7 @@ def print_tls_table(results):
             lines.append((workload, str(clients), fmt_tps(kt), fmt_ms(float(k["p99_us"])), fmt_tps(tt),
                           fmt_ms(float(t["p99_us"])), "%.2fx" % (tt / kt) if kt > 0 else "n/a",
                           k["cpu_ms_per_kop"] or "n/a", t["cpu_ms_per_kop"] or "n/a"))
-    widths = [max(len(r[i]) for r in [hdr] + lines) for i in range(len(hdr))]
-    fmt = " | ".join("%%%ds" % w for w in widths)
-    print("TLS (client port and peer links, keel-tls) against plain Keel:")
-    print(fmt % hdr)
-    print("-+-".join("-" * w for w in widths))
-    for r in lines:
-        print(fmt % r)
-    print()
+    print_table("TLS (client port and peer links, keel-tls) against plain Keel:", hdr, lines)
 
 
 def cpu_ratio(numerator, denominator):
@@ -435,15 +442,8 @@ def print_zk_tls_table(results):
                 row += (fmt_tps(kt), "%.2fx" % (kt / tt) if tt > 0 else "n/a",
                         cpu_ratio(k["cpu_ms_per_kop"], t["cpu_ms_per_kop"]))
             lines.append(row)
-    widths = [max(len(r[i]) for r in [hdr] + lines) for i in range(len(hdr))]
-    fmt = " | ".join("%%%ds" % w for w in widths)
-    print("ZooKeeper 3.8 with TLS (Netty client ports and quorum links, TLS 1.3) against plain ZooKeeper"
-          + (", and Keel with TLS against it:" if with_keel else ":"))
-    print(fmt % hdr)
-    print("-+-".join("-" * w for w in widths))
-    for r in lines:
-        print(fmt % r)
-    print()
+    print_table("ZooKeeper 3.8 with TLS (Netty client ports and quorum links, TLS 1.3) against plain ZooKeeper"
+                + (", and Keel with TLS against it:" if with_keel else ":"), hdr, lines)
 
 
 def main():
@@ -559,19 +559,12 @@ def main():
             k = results[("keel", workload, clients)]
             zt, kt = float(z["tps"]), float(k["tps"])
             zc, kc = z["cpu_ms_per_kop"], k["cpu_ms_per_kop"]
-            cpu_ratio = "%.2fx" % (float(kc) / float(zc)) if zc and kc and float(zc) > 0 else "n/a"
             lines.append((workload, str(clients), fmt_tps(zt), fmt_ms(float(z["p99_us"])),
                           fmt_tps(kt), fmt_ms(float(k["p99_us"])),
                           "%.2fx" % (kt / zt) if zt > 0 else "n/a",
-                          zc or "n/a", kc or "n/a", cpu_ratio))
-    widths = [max(len(r[i]) for r in [hdr] + lines) for i in range(len(hdr))]
-    fmt = " | ".join("%%%ds" % w for w in widths)
+                          zc or "n/a", kc or "n/a", cpu_ratio(kc, zc)))
     print()
-    print(fmt % hdr)
-    print("-+-".join("-" * w for w in widths))
-    for r in lines:
-        print(fmt % r)
-    print()
+    print_table(None, hdr, lines)
     print_round_ratios(rounds, "keel", "zookeeper", "Keel/ZK TPS in each round:")
     if "keel-tls" in SYSTEMS:
         print_tls_table(results)
