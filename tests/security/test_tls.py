@@ -266,7 +266,8 @@ def test_make_compares_zookeeper_ensemble_runs_tls_on_client_ports_and_quorum_li
                    "--clients", "6", "--duration", "2"] + group.bench_flags
         done = subprocess.run(command, capture_output=True, text=True, timeout=180)
         assert done.returncode == 0, done.stdout + done.stderr
-        summary = dict(line.split(None, 1) for line in done.stdout.splitlines() if line.strip() and " " in line)
+        summary = dict(pair for pair in (line.split(None, 1) for line in done.stdout.splitlines())
+                       if len(pair) == 2)
         assert summary["errors"].strip() == "0" and float(summary["TPS"]) > 0, done.stdout
         for node in group.nodes:
             log = node.log_text()
