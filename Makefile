@@ -10,8 +10,9 @@
 #   make test-selfcheck the Python suites with ZooKeeper in place of Keel (validates the harness)
 #   make sim            simulator soak: SIM_FIRST_SEED=N SIM_SEEDS=M (default 0 and 1000)
 #   make fuzz           cargo-fuzz targets: FUZZ_TARGET=name (default all) FUZZ_SECONDS=S
-#   make compare        Keel vs a 3-node ZooKeeper 3.8 ensemble under keel bench (BENCHMARKS.md;
-#                       COMPARE_DURATION=S per run, COMPARE_ROUNDS=N rounds with medians)
+#   make compare        Keel vs a 3-node ZooKeeper 3.8 ensemble under keel bench, both also with TLS
+#                       on client and member links (BENCHMARKS.md; COMPARE_DURATION=S per run,
+#                       COMPARE_ROUNDS=N rounds with medians, COMPARE_SYSTEMS=zookeeper,keel: no TLS)
 #   make compare-java   the same clusters under ZooKeeper's own Java client (bench/java/LoadGen.java,
 #                       bench/java_compare.py: COMPARE_DURATION, COMPARE_WARMUP, COMPARE_CLIENTS)
 #   make compare-kv     Keel KV (1 and 3 nodes) vs redis-server 7.0 (appendfsync always/everysec)
