@@ -4,7 +4,8 @@
 Starts the clusters on loopback (free ports, fsync on, one temp data dir per
 node under bench/work/): ZooKeeper, Keel, and each of the two with TLS on
 its client ports and between its members (keel-tls; zookeeper-tls,
-bench/zk_tls.py: Netty TLS ports, quorum TLS, TLS 1.3, Debian's jars).
+bench/zk_tls.py: Netty TLS ports, quorum TLS, TLS 1.3, Debian's jars; left
+out, with a line naming the missing jars, where Netty is not installed).
 COMPARE_SYSTEMS=zookeeper,keel runs the plain two only. Then runs `keel
 bench` for the create and mix workloads at 10, 100 and 400 clients,
 alternating between the systems, with the clients spread over all three
@@ -456,6 +457,11 @@ def main():
         sys.exit("--rounds must be 1..%d, not %d" % (ROUNDS_MAX, args.rounds))
     if args.duration < 1:
         sys.exit("--duration must be at least 1 s, not %d" % args.duration)
+    global SYSTEMS
+    missing = zk_tls.missing_jars() if "zookeeper-tls" in SYSTEMS else []
+    if missing:
+        log("zookeeper-tls left out: ZooKeeper's TLS needs %s (Debian: libnetty-java)" % ", ".join(missing))
+        SYSTEMS = tuple(system for system in SYSTEMS if system != "zookeeper-tls")
     unknown = [system for system in SYSTEMS if system not in LABELS]
     if unknown or len(set(SYSTEMS)) != len(SYSTEMS) or not {"zookeeper", "keel"} <= set(SYSTEMS):
         sys.exit("COMPARE_SYSTEMS must name zookeeper and keel, each once, and any of keel-tls, "

@@ -21,7 +21,7 @@ Python 3 standard library only (plus the test suites' harness).
 import os
 
 from harness.cluster import ZooKeeperEnsemble, ZooKeeperEnsembleMember
-from harness.servers import free_port
+from harness.servers import JAVA_DIR, free_port
 from security.secure import NETTY_JARS, Pki
 
 TLS_PROTOCOL = "TLSv1.3"
@@ -30,6 +30,18 @@ TLS_PROTOCOL = "TLSv1.3"
 # AES-256 first: what keel bench's rustls asks first, and so what Keel's
 # TLS port (which follows the client's order) uses in `keel-tls`.
 TLS13_CIPHER_SUITES = "TLS_AES_256_GCM_SHA384,TLS_AES_128_GCM_SHA256"
+
+
+# zookeeper.jar's Netty factory loads these besides the jars its manifest
+# names (netty buffer, common, handler, transport).
+NETTY_JAR_NAMES = ("netty-buffer.jar", "netty-common.jar", "netty-handler.jar", "netty-transport.jar")
+
+
+def missing_jars():
+    """The Netty jars ZooKeeper's TLS needs that this machine lacks (Debian:
+    libnetty-java, which the zookeeper package pulls in)."""
+    return [path for path in NETTY_JARS.split(":") + [os.path.join(JAVA_DIR, name) for name in NETTY_JAR_NAMES]
+            if not os.path.isfile(path)]
 
 
 def make_pki(directory):
