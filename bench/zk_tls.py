@@ -22,7 +22,7 @@ import os
 
 from harness.cluster import ZooKeeperEnsemble, ZooKeeperEnsembleMember
 from harness.servers import JAVA_DIR, free_port
-from security.secure import NETTY_JARS, Pki
+from security.secure import NETTY_JARS, Pki, with_netty_jars
 
 TLS_PROTOCOL = "TLSv1.3"
 # ZooKeeper 3.8's default cipher list has TLS 1.2 suites only: with TLS 1.3
@@ -88,16 +88,14 @@ class TlsEnsembleMember(ZooKeeperEnsembleMember):
                     "sslQuorum=true\n" % self.secure_port)
 
     def _command(self):
-        command = super()._command()
-        classpath = command.index("-cp") + 1
-        command[classpath] += ":" + NETTY_JARS
-        return command
+        return with_netty_jars(super()._command())
 
 
 class TlsEnsemble(ZooKeeperEnsemble):
     """`size` TlsEnsembleMembers; `pki` as made by make_pki()."""
 
     kind = "zookeeper-tls-ensemble"
+    member_class = TlsEnsembleMember
 
     def __init__(self, size, pki, settings=None, **kw):
         settings = dict(settings or {})
@@ -106,15 +104,6 @@ class TlsEnsemble(ZooKeeperEnsemble):
         settings["extra_system_properties"] = props
         self.pki = pki
         super().__init__(size, settings=settings, **kw)
-
-    def _make_nodes(self, settings):
-        client_ports = [free_port() for _ in range(self.size)]
-        lines = ["server.%d=127.0.0.1:%d:%d;127.0.0.1:%d" % (i + 1, free_port(), free_port(), client_ports[i])
-                 for i in range(self.size)]
-        return [TlsEnsembleMember(name=self._node_name(i), workdir=self._node_workdir(i),
-                                  settings=settings, port=client_ports[i], myid=i + 1,
-                                  servers_lines=lines, test_defaults=self.test_defaults)
-                for i in range(self.size)]
 
     @property
     def tls_address(self):

@@ -481,14 +481,16 @@ class ZooKeeperEnsemble(ServerGroup):
     (quorum and election ports bound on 127.0.0.1 too)."""
 
     kind = "zookeeper-ensemble"
+    # What each member is (a subclass may add to it: bench/zk_tls.py).
+    member_class = ZooKeeperEnsembleMember
 
     def _make_nodes(self, settings):
         client_ports = [free_port() for _ in range(self.size)]
         lines = ["server.%d=127.0.0.1:%d:%d;127.0.0.1:%d" % (i + 1, free_port(), free_port(), client_ports[i])
                  for i in range(self.size)]
-        return [ZooKeeperEnsembleMember(name=self._node_name(i), workdir=self._node_workdir(i),
-                                        settings=settings, port=client_ports[i], myid=i + 1,
-                                        servers_lines=lines, test_defaults=self.test_defaults)
+        return [self.member_class(name=self._node_name(i), workdir=self._node_workdir(i),
+                                  settings=settings, port=client_ports[i], myid=i + 1,
+                                  servers_lines=lines, test_defaults=self.test_defaults)
                 for i in range(self.size)]
 
     def member_id(self, node):

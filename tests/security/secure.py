@@ -252,9 +252,15 @@ class SecureZooKeeperServer(ZooKeeperServer):
             command = super()._command()
         finally:
             self.settings = original
-        classpath = command.index("-cp") + 1
-        command[classpath] += ":" + NETTY_JARS
-        return command
+        return with_netty_jars(command)
+
+
+def with_netty_jars(command):
+    """A ZooKeeper server's command line with the Netty jars its TLS (the
+    Netty connection factory) loads added to its class path."""
+    classpath = command.index("-cp") + 1
+    command[classpath] += ":" + NETTY_JARS
+    return command
 
 
 def secure_port_ready(server):
