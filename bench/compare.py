@@ -15,9 +15,9 @@ three servers of each system used per 1,000 operations during the timed
 run, with its ratio), the single-client create p50 of the plain two next to
 this machine's fdatasync p50 (128-byte appends) and loopback round trip,
 the peak RSS (VmHWM) of every server, and writes the raw rows to
-bench/work/compare.csv. The TLS tables
-follow: Keel with TLS against plain Keel, ZooKeeper with TLS against plain
-ZooKeeper, and Keel against ZooKeeper, both with TLS.
+bench/work/compare.csv. The TLS tables follow: Keel with TLS against plain
+Keel, ZooKeeper with TLS against plain ZooKeeper, and Keel against
+ZooKeeper, both with TLS.
 
 Server CPU is utime + stime of each server process (/proc/PID/stat, all
 threads), sampled at the bench's first and last progress line of the timed
@@ -373,6 +373,14 @@ def median_row(rows):
     }
 
 
+def ratio(numerator, denominator):
+    """"0.23x" from two numbers (TPS, or cpu_ms_per_kop strings), or "n/a"
+    when either is missing ("") or the denominator is not positive."""
+    if numerator in (None, "") or denominator in (None, "") or float(denominator) <= 0:
+        return "n/a"
+    return "%.2fx" % (float(numerator) / float(denominator))
+
+
 def print_round_ratios(rounds, numerator, denominator, title):
     """Every round's TPS ratio per cell (only with more than one round)."""
     if len(rounds) < 2:
@@ -383,8 +391,7 @@ def print_round_ratios(rounds, numerator, denominator, title):
             ratios = []
             for results in rounds:
                 n, d = results[(numerator, workload, clients)], results[(denominator, workload, clients)]
-                d_tps = float(d["tps"])
-                ratios.append("%.2fx" % (float(n["tps"]) / d_tps) if d_tps > 0 else "n/a")
+                ratios.append(ratio(n["tps"], d["tps"]))
             print("  %6s %4d: %s" % (workload, clients, " ".join(ratios)))
     print()
 
@@ -402,6 +409,23 @@ def print_table(title, hdr, lines):
     print()
 
 
+def print_keel_vs_zookeeper(title, results, clients_list):
+    """The main table: TPS, p99 and CPU per operation of ZooKeeper and
+    Keel per cell, with Keel/ZooKeeper ratios (also bench/java_compare.py's)."""
+    hdr = ("workload", "clients", "ZK TPS", "ZK p99 ms", "Keel TPS", "Keel p99 ms", "Keel/ZK TPS",
+           "ZK CPU ms/kop", "Keel CPU ms/kop", "Keel/ZK CPU")
+    lines = []
+    for workload in WORKLOADS:
+        for clients in clients_list:
+            z, k = results[("zookeeper", workload, clients)], results[("keel", workload, clients)]
+            zt, kt = float(z["tps"]), float(k["tps"])
+            zc, kc = z["cpu_ms_per_kop"], k["cpu_ms_per_kop"]
+            lines.append((workload, str(clients), fmt_tps(zt), fmt_ms(float(z["p99_us"])),
+                          fmt_tps(kt), fmt_ms(float(k["p99_us"])),
+                          ratio(kt, zt), zc or "n/a", kc or "n/a", ratio(kc, zc)))
+    print_table(title, hdr, lines)
+
+
 def print_tls_table(results):
     """Keel with TLS on client and peer links against plain Keel, same cells."""
     hdr = ("workload", "clients", "Keel TPS", "Keel p99 ms", "TLS TPS", "TLS p99 ms", "TLS/plain TPS",
@@ -412,16 +436,9 @@ def print_tls_table(results):
             k, t = results[("keel", workload, clients)], results[("keel-tls", workload, clients)]
             kt, tt = float(k["tps"]), float(t["tps"])
             lines.append((workload, str(clients), fmt_tps(kt), fmt_ms(float(k["p99_us"])), fmt_tps(tt),
-                          fmt_ms(float(t["p99_us"])), "%.2fx" % (tt / kt) if kt > 0 else "n/a",
+                          fmt_ms(float(t["p99_us"])), ratio(tt, kt),
                           k["cpu_ms_per_kop"] or "n/a", t["cpu_ms_per_kop"] or "n/a"))
     print_table("TLS (client port and peer links, keel-tls) against plain Keel:", hdr, lines)
-
-
-def cpu_ratio(numerator, denominator):
-    """"0.23x" from two cpu_ms_per_kop strings, or "n/a"."""
-    if numerator and denominator and float(denominator) > 0:
-        return "%.2fx" % (float(numerator) / float(denominator))
-    return "n/a"
 
 
 def print_zk_tls_table(results):
@@ -436,12 +453,11 @@ def print_zk_tls_table(results):
             z, t = results[("zookeeper", workload, clients)], results[("zookeeper-tls", workload, clients)]
             zt, tt = float(z["tps"]), float(t["tps"])
             row = (workload, str(clients), fmt_tps(zt), fmt_tps(tt), fmt_ms(float(t["p99_us"])),
-                   "%.2fx" % (tt / zt) if zt > 0 else "n/a", t["cpu_ms_per_kop"] or "n/a")
+                   ratio(tt, zt), t["cpu_ms_per_kop"] or "n/a")
             if with_keel:
                 k = results[("keel-tls", workload, clients)]
                 kt = float(k["tps"])
-                row += (fmt_tps(kt), "%.2fx" % (kt / tt) if tt > 0 else "n/a",
-                        cpu_ratio(k["cpu_ms_per_kop"], t["cpu_ms_per_kop"]))
+                row += (fmt_tps(kt), ratio(kt, tt), ratio(k["cpu_ms_per_kop"], t["cpu_ms_per_kop"]))
             lines.append(row)
     print_table("ZooKeeper 3.8 with TLS (Netty client ports and quorum links, TLS 1.3) against plain ZooKeeper"
                 + (", and Keel with TLS against it:" if with_keel else ":"), hdr, lines)
@@ -556,21 +572,8 @@ def main():
         print()
         print("Each cell: the median of %d rounds (TPS, p99 and CPU per operation each the median"
               " of its own values; ratios of the medians)." % len(rounds))
-    hdr = ("workload", "clients", "ZK TPS", "ZK p99 ms", "Keel TPS", "Keel p99 ms", "Keel/ZK TPS",
-           "ZK CPU ms/kop", "Keel CPU ms/kop", "Keel/ZK CPU")
-    lines = []
-    for workload in WORKLOADS:
-        for clients in CLIENTS:
-            z = results[("zookeeper", workload, clients)]
-            k = results[("keel", workload, clients)]
-            zt, kt = float(z["tps"]), float(k["tps"])
-            zc, kc = z["cpu_ms_per_kop"], k["cpu_ms_per_kop"]
-            lines.append((workload, str(clients), fmt_tps(zt), fmt_ms(float(z["p99_us"])),
-                          fmt_tps(kt), fmt_ms(float(k["p99_us"])),
-                          "%.2fx" % (kt / zt) if zt > 0 else "n/a",
-                          zc or "n/a", kc or "n/a", cpu_ratio(kc, zc)))
     print()
-    print_table(None, hdr, lines)
+    print_keel_vs_zookeeper(None, results, CLIENTS)
     print_round_ratios(rounds, "keel", "zookeeper", "Keel/ZK TPS in each round:")
     if "keel-tls" in SYSTEMS:
         print_tls_table(results)

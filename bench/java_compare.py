@@ -44,7 +44,7 @@ sys.path.insert(0, BENCH)
 # bench/compare.py: the clusters, the CPU sampling, the output helpers.
 import compare  # noqa: E402
 from compare import (  # noqa: E402
-    KEEL_BIN, REPO, WORK, WORKLOADS, fmt_ms, fmt_tps, log, on_signal, run_main, run_sampled,
+    KEEL_BIN, REPO, WORK, WORKLOADS, fmt_ms, log, on_signal, run_main, run_sampled,
     start_cluster, stop_all,
 )
 from harness import ZK_CLIENT_CLASSPATH  # noqa: E402  (compare.py put tests/ on the path)
@@ -132,28 +132,9 @@ def parse_clients(text):
 
 
 def print_table(results, clients_list):
-    hdr = ("workload", "clients", "ZK TPS", "ZK p99 ms", "Keel TPS", "Keel p99 ms", "Keel/ZK TPS",
-           "ZK CPU ms/kop", "Keel CPU ms/kop", "Keel/ZK CPU")
-    lines = []
-    for workload in WORKLOADS:
-        for clients in clients_list:
-            z, k = results[("zookeeper", workload, clients)], results[("keel", workload, clients)]
-            zt, kt = float(z["tps"]), float(k["tps"])
-            zc, kc = z["cpu_ms_per_kop"], k["cpu_ms_per_kop"]
-            cpu_ratio = "%.2fx" % (float(kc) / float(zc)) if zc and kc and float(zc) > 0 else "n/a"
-            lines.append((workload, str(clients), fmt_tps(zt), fmt_ms(float(z["p99_us"])),
-                          fmt_tps(kt), fmt_ms(float(k["p99_us"])),
-                          "%.2fx" % (kt / zt) if zt > 0 else "n/a",
-                          zc or "n/a", kc or "n/a", cpu_ratio))
-    widths = [max(len(r[i]) for r in [hdr] + lines) for i in range(len(hdr))]
-    fmt = " | ".join("%%%ds" % w for w in widths)
     print()
-    print("Load from Apache ZooKeeper's Java client (bench/java/LoadGen.java, closed loop):")
-    print(fmt % hdr)
-    print("-+-".join("-" * w for w in widths))
-    for r in lines:
-        print(fmt % r)
-    print()
+    compare.print_keel_vs_zookeeper("Load from Apache ZooKeeper's Java client (bench/java/LoadGen.java, closed loop):",
+                                    results, clients_list)
     print_ceiling(results, clients_list)
 
 
