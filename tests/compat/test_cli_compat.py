@@ -65,6 +65,10 @@ CLI_MT_COMMANDS = [
 ]
 
 DROP = re.compile(r"ZOO_(INFO|WARN|ERROR|DEBUG)|^time = \d+ msec$|^\s*$")
+# cli_mt commands that print nothing (addauth passes no completion).
+CLI_MT_SILENT = {"addauth"}
+# How long a command that prints its result is waited for.
+CLI_MT_ANSWER_S = 5.0
 
 
 def run_cli_mt(server):
@@ -82,7 +86,18 @@ def run_cli_mt(server):
     t = threading.Thread(target=reader, daemon=True)
     t.start()
 
-    def settle(quiet=0.3, limit=3.0):
+    def answered():
+        with lock:
+            return any(not DROP.search(ln.rstrip()) for _, ln in lines)
+
+    def settle(quiet=0.3, limit=3.0, first_limit=0.0):
+        # A command that answers is waited for up to `first_limit` before
+        # the quiet period starts: a reply slower than `quiet` (a loaded
+        # machine, a write through a follower) would otherwise land in
+        # the next command's block.
+        start = time.monotonic()
+        while time.monotonic() - start < first_limit and not answered():
+            time.sleep(0.02)
         start = time.monotonic()
         while time.monotonic() - start < limit:
             time.sleep(0.05)
@@ -101,7 +116,8 @@ def run_cli_mt(server):
         for cmd in CLI_MT_COMMANDS:
             p.stdin.write(cmd + "\n")
             p.stdin.flush()
-            blocks.append((cmd, settle()))
+            silent = cmd.split()[0] in CLI_MT_SILENT
+            blocks.append((cmd, settle(first_limit=0.0 if silent else CLI_MT_ANSWER_S)))
         p.stdin.write("quit\n")
         p.stdin.close()
         p.wait(10)
