@@ -2,9 +2,11 @@
 """A/B of Keel builds under `keel bench` on a 3-node cluster (BENCHMARKS.md,
 "Results 2026-11-27, morning"). Runs the binaries given in turn, ROUNDS
 times, each on a fresh cluster of `bench/tls_split.py` (TLS: none, client,
-peer or both; default none), and prints per run the TPS and the servers'
+peer or both; default none), and prints per run the TPS, the servers'
 CPU per operation (user + system from /proc/PID/stat, setup included:
-steadier than TPS on a noisy machine), then each binary's medians.
+steadier than TPS on a noisy machine) and keel bench's own (getrusage of
+the reaped bench process, its setup and cleanup included: it shares the
+two cores with the servers), then each binary's medians.
 SYSCALLS=1 also counts, for 3 s in the middle of each run, the servers'
 sendto, recvfrom, epoll_wait, eventfd/pipe writes and futex calls per
 operation (perf stat on the syscalls tracepoints).
@@ -15,6 +17,7 @@ operation (perf stat on the syscalls tracepoints).
 Run it on a quiet machine: nothing else may build or test meanwhile.
 """
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -47,7 +50,7 @@ def count_syscalls(processes):
 
 
 def one_run(binary, workload, clients, seconds, mode):
-    """(TPS, servers' CPU us per op, {syscall: calls per op} or None)."""
+    """(TPS, servers' CPU us per op, bench's CPU us per op, {syscall: calls per op} or None)."""
     servers.KEEL_BIN = binary
     root = tempfile.mkdtemp(prefix="zk-ab-")
     try:
@@ -61,14 +64,20 @@ def one_run(binary, workload, clients, seconds, mode):
         if os.environ.get("SYSCALLS") == "1":
             time.sleep(SYSCALLS_AFTER_S)
             calls = count_syscalls(processes)
+        # Only the bench ends (and is reaped) in this window: the servers
+        # stop later, the syscall count's perf ended before it.
+        reaped_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         text = bench.communicate()[0]
+        reaped_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        bench_s = (reaped_after.ru_utime + reaped_after.ru_stime
+                   - reaped_before.ru_utime - reaped_before.ru_stime)
         if bench.returncode != 0:
             raise RuntimeError("keel bench failed: %s" % text[-500:])
         used_s = compare.cpu_seconds(processes) - before
         tps = float(next(line for line in text.splitlines() if line.startswith("TPS")).split()[1])
         ops = tps * seconds
         per_op = {name: n / (tps * SYSCALLS_FOR_S) for name, n in calls.items()} if calls else None
-        return tps, used_s * 1e6 / ops, per_op
+        return tps, used_s * 1e6 / ops, bench_s * 1e6 / ops, per_op
     finally:
         compare.stop_all()
         compare._groups.clear()
@@ -93,15 +102,16 @@ def main():
     results = {b: [] for b in binaries}
     for round_number in range(1, rounds + 1):
         for binary in binaries:
-            tps, cpu_us, calls = one_run(binary, workload, clients, seconds, mode)
-            results[binary].append((tps, cpu_us))
+            tps, cpu_us, bench_us, calls = one_run(binary, workload, clients, seconds, mode)
+            results[binary].append((tps, cpu_us, bench_us))
             extra = "" if calls is None else "  " + " ".join("%s %.2f" % kv for kv in sorted(calls.items()))
-            print("round %d  %-40s TPS %8.0f  servers' CPU %5.1f us/op%s" % (round_number, binary, tps, cpu_us, extra),
-                  flush=True)
+            print("round %d  %-40s TPS %8.0f  servers' CPU %5.1f us/op  bench %5.1f us/op%s" % (
+                round_number, binary, tps, cpu_us, bench_us, extra), flush=True)
     print("medians (%s x%d, %d s, TLS %s, %d rounds):" % (workload, clients, seconds, mode, rounds))
     for binary, runs in results.items():
-        print("  %-40s TPS %8.0f  servers' CPU %5.2f us/op" % (
-            binary, statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)))
+        print("  %-40s TPS %8.0f  servers' CPU %5.2f us/op  bench %5.2f us/op" % (
+            binary, statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs),
+            statistics.median(r[2] for r in runs)))
 
 
 if __name__ == "__main__":
