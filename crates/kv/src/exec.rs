@@ -13,17 +13,24 @@ use crate::resp::parse_i64;
 use crate::shard::{Ctx, Shard, CURSOR_HASH_BITS};
 use crate::slot::{key_slot, SLOTS};
 use crate::value::{Aggregate, Entry, ValueType};
+use smallvec::SmallVec;
 
 /// Redis's proto-max-bulk-len default: the longest string APPEND may make.
 pub const STRING_BYTES_MAX: usize = 512 << 20;
 
 /// The shards a command runs on.
 pub struct View<'s> {
-    shards: Vec<&'s mut Shard>,
+    /// Inline up to VIEW_SHARDS_INLINE: a read or an applied write on one
+    /// shard (nearly all of them) allocates nothing for its view.
+    shards: SmallVec<[&'s mut Shard; VIEW_SHARDS_INLINE]>,
 }
 
+/// Shards a `View` holds without a heap allocation.
+const VIEW_SHARDS_INLINE: usize = 2;
+
 impl<'s> View<'s> {
-    pub fn new(shards: Vec<&'s mut Shard>) -> View<'s> {
+    pub fn new(shards: impl IntoIterator<Item = &'s mut Shard>) -> View<'s> {
+        let shards: SmallVec<_> = shards.into_iter().collect();
         assert!(!shards.is_empty());
         View { shards }
     }
@@ -50,8 +57,9 @@ impl<'s> View<'s> {
 
     /// A read's lookup: hides expired keys, counts hits and misses.
     fn read(&self, key: &[u8], now_ms: i64) -> Option<&Entry> {
-        let shard = self.shard_ref(key);
-        let found = shard.get(key, now_ms);
+        let slot = key_slot(key);
+        let shard = &*self.shards[self.index_of_slot(slot)];
+        let found = shard.get_in(slot, key, now_ms);
         let counter = match found {
             Some(_) => &shard.stats.keyspace_hits,
             None => &shard.stats.keyspace_misses,

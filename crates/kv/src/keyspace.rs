@@ -167,7 +167,7 @@ impl Keyspace {
     }
 
     pub fn view(&mut self) -> View<'_> {
-        View::new(self.shards.iter_mut().collect())
+        View::new(self.shards.iter_mut())
     }
 
     /// Applies a log operation at `index`, stamped `time_ms` by its

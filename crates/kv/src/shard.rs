@@ -112,8 +112,13 @@ impl Shard {
     }
 
     fn position(&self, key: &[u8]) -> (usize, u64) {
-        let slot = key_slot(key);
+        self.position_in(key_slot(key), key)
+    }
+
+    /// `position` for a caller that computed the key's slot already.
+    fn position_in(&self, slot: u16, key: &[u8]) -> (usize, u64) {
         assert!(self.owns(slot), "slot {slot} is not in {:?}", self.slots);
+        debug_assert_eq!(slot, key_slot(key));
         (
             (slot - self.slots.start) as usize,
             self.hasher.hash_one(key),
@@ -122,14 +127,24 @@ impl Shard {
 
     /// The entry of `key` whatever its expiry.
     pub fn peek(&self, key: &[u8]) -> Option<&Entry> {
-        let (at, hash) = self.position(key);
+        self.peek_in(key_slot(key), key)
+    }
+
+    fn peek_in(&self, slot: u16, key: &[u8]) -> Option<&Entry> {
+        let (at, hash) = self.position_in(slot, key);
         self.tables[at].find(hash, |e| e.key() == key)
     }
 
     /// The live entry of `key` as a read sees it at `now_ms`: an expired
     /// key is absent (reads never change the keyspace).
     pub fn get(&self, key: &[u8], now_ms: i64) -> Option<&Entry> {
-        self.peek(key).filter(|e| !e.expired(now_ms))
+        self.get_in(key_slot(key), key, now_ms)
+    }
+
+    /// `get` for a caller that computed `key_slot(key)` already (a read
+    /// finds its shard by the slot: one CRC16 per key, not two).
+    pub fn get_in(&self, slot: u16, key: &[u8], now_ms: i64) -> Option<&Entry> {
+        self.peek_in(slot, key).filter(|e| !e.expired(now_ms))
     }
 
     /// The live entry of `key` for a write: an expired key is deleted

@@ -1,5 +1,7 @@
 //! One key and its value, stored compactly: a string's key and value
-//! share one allocation; hashes and sets keep Redis 7.0's small encodings
+//! share one blob, kept inside the entry when they are small (no heap
+//! allocation, and a lookup reads the key from the table's own memory)
+//! and in one allocation otherwise; hashes and sets keep Redis 7.0's small encodings
 //! (a listpack-like vector in insertion order for small hashes, a sorted
 //! integer vector for small sets of integers) and turn into hash tables
 //! past the same thresholds, so their reply orders match Redis's where
@@ -45,11 +47,70 @@ impl ValueType {
     }
 }
 
+/// Bytes of key and value an entry keeps inside itself (Redis keeps
+/// strings of up to 44 bytes inside their object, its "embstr"). With
+/// it a small string's entry is 56 bytes and needs no allocation; a
+/// lookup compares the key without another cache miss.
+pub const INLINE_BLOB_BYTES: usize = 22;
+
+/// A key, then (strings) its value: inside the entry up to
+/// INLINE_BLOB_BYTES, on the heap past it. Always the inline form when it
+/// fits, so equal contents compare equal.
+#[derive(Clone, PartialEq, Eq)]
+enum Blob {
+    /// `bytes[len..]` stays zero.
+    Inline {
+        len: u8,
+        bytes: [u8; INLINE_BLOB_BYTES],
+    },
+    Heap(Bytes),
+}
+
+impl Blob {
+    fn joined(key: &[u8], value: &[u8]) -> Blob {
+        let total = key.len() + value.len();
+        if total > INLINE_BLOB_BYTES {
+            let mut blob = Vec::with_capacity(total);
+            blob.extend_from_slice(key);
+            blob.extend_from_slice(value);
+            return Blob::Heap(blob.into_boxed_slice());
+        }
+        let mut bytes = [0u8; INLINE_BLOB_BYTES];
+        bytes[..key.len()].copy_from_slice(key);
+        bytes[key.len()..total].copy_from_slice(value);
+        Blob::Inline {
+            len: total as u8,
+            bytes,
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Blob::Inline { len, bytes } => &bytes[..*len as usize],
+            Blob::Heap(bytes) => bytes,
+        }
+    }
+
+    /// Bytes allocated outside the entry.
+    fn heap_len(&self) -> usize {
+        match self {
+            Blob::Inline { .. } => 0,
+            Blob::Heap(bytes) => bytes.len(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Blob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(self.as_slice()))
+    }
+}
+
 /// A key with its value, expiry and version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
     /// The key, then (strings) the value.
-    blob: Bytes,
+    blob: Blob,
     /// A hash's or a set's contents; `None` for a string.
     aggregate: Option<Box<Aggregate>>,
     /// The log index of the last change (WATCH compares it).
@@ -59,18 +120,11 @@ pub struct Entry {
     key_len: u32,
 }
 
-fn joined(key: &[u8], value: &[u8]) -> Bytes {
-    let mut blob = Vec::with_capacity(key.len() + value.len());
-    blob.extend_from_slice(key);
-    blob.extend_from_slice(value);
-    blob.into_boxed_slice()
-}
-
 impl Entry {
     pub fn string(key: &[u8], value: &[u8], version: u64) -> Entry {
         assert!(key.len() <= u32::MAX as usize);
         Entry {
-            blob: joined(key, value),
+            blob: Blob::joined(key, value),
             aggregate: None,
             version,
             expire_at_ms: 0,
@@ -80,7 +134,7 @@ impl Entry {
 
     pub fn aggregate(key: &[u8], aggregate: Aggregate, version: u64) -> Entry {
         Entry {
-            blob: key.into(),
+            blob: Blob::joined(key, b""),
             aggregate: Some(Box::new(aggregate)),
             version,
             expire_at_ms: 0,
@@ -89,7 +143,7 @@ impl Entry {
     }
 
     pub fn key(&self) -> &[u8] {
-        &self.blob[..self.key_len as usize]
+        &self.blob.as_slice()[..self.key_len as usize]
     }
 
     pub fn value_type(&self) -> ValueType {
@@ -103,23 +157,28 @@ impl Entry {
     /// A string's value (`None` for other types).
     pub fn string_value(&self) -> Option<&[u8]> {
         match self.aggregate {
-            None => Some(&self.blob[self.key_len as usize..]),
+            None => Some(&self.blob.as_slice()[self.key_len as usize..]),
             Some(_) => None,
         }
     }
 
     /// Replaces the value with a string (the key keeps its place).
     pub fn set_string(&mut self, value: &[u8]) {
-        self.blob = joined(self.key(), value);
+        self.blob = Blob::joined(self.key(), value);
         self.aggregate = None;
     }
 
     /// Appends to a string's value.
     pub fn append(&mut self, tail: &[u8]) {
         assert!(self.aggregate.is_none());
-        let mut blob = std::mem::take(&mut self.blob).into_vec();
-        blob.extend_from_slice(tail);
-        self.blob = blob.into_boxed_slice();
+        self.blob = match std::mem::replace(&mut self.blob, Blob::joined(b"", b"")) {
+            Blob::Heap(heap) => {
+                let mut blob = heap.into_vec();
+                blob.extend_from_slice(tail);
+                Blob::Heap(blob.into_boxed_slice())
+            }
+            inline @ Blob::Inline { .. } => Blob::joined(inline.as_slice(), tail),
+        };
     }
 
     pub fn aggregate_ref(&self) -> Option<&Aggregate> {
@@ -142,7 +201,7 @@ impl Entry {
 
     /// Bytes this entry holds besides its table slot (accounting).
     pub fn heap_bytes(&self) -> usize {
-        self.blob.len() + self.aggregate.as_deref().map_or(0, Aggregate::heap_bytes)
+        self.blob.heap_len() + self.aggregate.as_deref().map_or(0, Aggregate::heap_bytes)
     }
 }
 
@@ -334,6 +393,38 @@ pub fn integer_member(member: &[u8]) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn small_strings_live_inside_the_entry_and_large_ones_on_the_heap() {
+        assert_eq!(std::mem::size_of::<Entry>(), 56);
+        let key = b"key:000000012345";
+        let fits = vec![b'v'; INLINE_BLOB_BYTES - key.len()];
+        let mut entry = Entry::string(key, &fits, 1);
+        assert_eq!(entry.heap_bytes(), 0);
+        assert_eq!(entry.key(), key);
+        assert_eq!(entry.string_value(), Some(&fits[..]));
+        // One byte more crosses to the heap, and shrinking comes back.
+        entry.append(b"!");
+        assert_eq!(entry.heap_bytes(), INLINE_BLOB_BYTES + 1);
+        assert_eq!(entry.key(), key);
+        assert_eq!(&entry.string_value().unwrap()[fits.len()..], b"!");
+        entry.append(b"?");
+        assert_eq!(entry.heap_bytes(), INLINE_BLOB_BYTES + 2);
+        entry.set_string(b"x");
+        assert_eq!(entry.heap_bytes(), 0);
+        assert_eq!(entry.string_value(), Some(&b"x"[..]));
+        // The same contents compare equal whichever way they were made.
+        let mut grown = Entry::string(key, b"", 1);
+        grown.append(b"x");
+        assert_eq!(grown, entry);
+        // An empty key and value, and a key alone past the inline room.
+        assert_eq!(Entry::string(b"", b"", 1).string_value(), Some(&b""[..]));
+        let long_key = vec![b'k'; INLINE_BLOB_BYTES + 10];
+        let long = Entry::string(&long_key, b"v", 1);
+        assert_eq!(long.key(), &long_key[..]);
+        assert_eq!(long.string_value(), Some(&b"v"[..]));
+        assert_eq!(long.heap_bytes(), long_key.len() + 1);
+    }
 
     #[test]
     fn a_string_entry_keeps_key_and_value_in_one_blob() {

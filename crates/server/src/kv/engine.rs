@@ -419,7 +419,8 @@ impl KvEngine {
     pub fn inspect<R>(&self, look: impl FnOnce(&mut View<'_>) -> R) -> R {
         let all: Vec<usize> = (0..self.shards.len()).collect();
         let mut lent = self.borrow_blocking(&all);
-        look(&mut lent.view())
+        let mut view = lent.view();
+        look(&mut view)
     }
 
     pub fn shard_of(&self, key: &[u8]) -> usize {
@@ -661,8 +662,7 @@ impl Lent {
         View::new(
             self.shards
                 .iter_mut()
-                .map(|(shard, _)| shard.as_mut().expect("lent"))
-                .collect(),
+                .map(|(shard, _)| shard.as_mut().expect("lent")),
         )
     }
 }
@@ -1325,7 +1325,7 @@ impl Home {
     fn read(&mut self, args: &Args, clocks: Clocks) -> Reply {
         let current = self.shard.as_mut().expect("the shard is home for a read");
         let clocks = Clocks::read(clocks.ctx.now_ms.max(self.clock_ms), clocks.display_ms);
-        keyspace::run(&mut View::new(vec![current]), args, clocks)
+        keyspace::run(&mut View::new([current]), args, clocks)
     }
 
     /// Handles one message; false on `Stop`. After a `Lend`, the shard
@@ -1349,7 +1349,7 @@ impl Home {
                 for item in items {
                     *clock_ms = (*clock_ms).max(item.ctx.now_ms);
                     let reply =
-                        keyspace::apply(&mut View::new(vec![&mut *current]), &item.op, item.ctx);
+                        keyspace::apply(&mut View::new([&mut *current]), &item.op, item.ctx);
                     if let (Some(reply), Some(to)) = (reply, item.to) {
                         run.push(to, reply);
                     }
