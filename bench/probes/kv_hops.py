@@ -8,6 +8,10 @@ the context switches per request of each server thread (from
 /proc/PID/task/TID/status) and the servers' CPU time per request (from
 /proc/PID/stat: steadier than throughput on a noisy machine). With PERF=FILE, `perf record -a` runs for 5 s
 during the load and writes FILE (with call graphs when PERF_CALLGRAPH=1).
+FILL=1 sets the keyspace's keys first (redis-benchmark SET -P 16,
+800,000 requests), so GETs find values: on an empty keyspace every GET
+answers nil and skips the value's cache misses. KEEL_BIN picks the keel
+binary.
 
     SYSTEM=keel-1 T=get python3 bench/probes/kv_hops.py
 """
@@ -58,11 +62,21 @@ def cpu_s(root, port):
     return total / os.sysconf("SC_CLK_TCK")
 
 
+# SET requests FILL=1 sends before the measured run: 8 per key of the
+# 100,000-key keyspace, so nearly every key is set.
+FILL_REQUESTS = 800_000
+
+
 def main():
     root = tempfile.mkdtemp(prefix="kv-hops-")
     port, stop = compare_kv.start_system(os.environ.get("SYSTEM", "keel-1"), root)
     try:
         requests = int(os.environ.get("N", "300000"))
+        if os.environ.get("FILL") == "1":
+            # Every key of the keyspace set first (-P 16), so a GET finds
+            # its key and answers its value (not nil), as in make compare-kv.
+            subprocess.run(["redis-benchmark", "-p", str(port), "-t", "set", "-n", str(FILL_REQUESTS), "-r", "100000",
+                            "-c", "50", "-P", "16", "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         before = switches(root, port)
         cpu_before = cpu_s(root, port)
         bench = subprocess.Popen(["redis-benchmark", "-p", str(port), "-t", os.environ.get("T", "get"), "-n",
