@@ -6,6 +6,8 @@
 //! index becomes the changed keys' version, its clock decides expiry);
 //! reads run at the log clock of the state they read and change nothing.
 
+use smallvec::SmallVec;
+
 use crate::command::{Command, Condition, ExpiryArg, Route, TtlForm};
 use crate::glob;
 use crate::reply::{Reply, OVERFLOW};
@@ -13,7 +15,6 @@ use crate::resp::parse_i64;
 use crate::shard::{Ctx, Shard, CURSOR_HASH_BITS};
 use crate::slot::{key_slot, SLOTS};
 use crate::value::{Aggregate, Entry, ValueType};
-use smallvec::SmallVec;
 
 /// Redis's proto-max-bulk-len default: the longest string APPEND may make.
 pub const STRING_BYTES_MAX: usize = 512 << 20;

@@ -1,11 +1,11 @@
 //! One key and its value, stored compactly: a string's key and value
 //! share one blob, kept inside the entry when they are small (no heap
 //! allocation, and a lookup reads the key from the table's own memory)
-//! and in one allocation otherwise; hashes and sets keep Redis 7.0's small encodings
-//! (a listpack-like vector in insertion order for small hashes, a sorted
-//! integer vector for small sets of integers) and turn into hash tables
-//! past the same thresholds, so their reply orders match Redis's where
-//! Redis's are defined by the encoding.
+//! and in one allocation otherwise; hashes and sets keep Redis 7.0's
+//! small encodings (a listpack-like vector in insertion order for small
+//! hashes, a sorted integer vector for small sets of integers) and turn
+//! into hash tables past the same thresholds, so their reply orders match
+//! Redis's where Redis's are defined by the encoding.
 
 use hashbrown::{HashMap, HashSet};
 
@@ -52,6 +52,8 @@ impl ValueType {
 /// it a small string's entry is 56 bytes and needs no allocation; a
 /// lookup compares the key without another cache miss.
 pub const INLINE_BLOB_BYTES: usize = 22;
+// An inline blob's length is a u8.
+const _: () = assert!(INLINE_BLOB_BYTES <= u8::MAX as usize);
 
 /// A key, then (strings) its value: inside the entry up to
 /// INLINE_BLOB_BYTES, on the heap past it. Always the inline form when it
