@@ -62,9 +62,11 @@ def cpu_s(root, port):
     return total / os.sysconf("SC_CLK_TCK")
 
 
+# Keys redis-benchmark picks from (-r), as make compare-kv's keyspace.
+KEYSPACE_KEYS = 100_000
 # SET requests FILL=1 sends before the measured run: 8 per key of the
-# 100,000-key keyspace, so nearly every key is set.
-FILL_REQUESTS = 800_000
+# keyspace, so nearly every key is set.
+FILL_REQUESTS = 8 * KEYSPACE_KEYS
 
 
 def main():
@@ -75,12 +77,12 @@ def main():
         if os.environ.get("FILL") == "1":
             # Every key of the keyspace set first (-P 16), so a GET finds
             # its key and answers its value (not nil), as in make compare-kv.
-            subprocess.run(["redis-benchmark", "-p", str(port), "-t", "set", "-n", str(FILL_REQUESTS), "-r", "100000",
+            subprocess.run(["redis-benchmark", "-p", str(port), "-t", "set", "-n", str(FILL_REQUESTS), "-r", str(KEYSPACE_KEYS),
                             "-c", "50", "-P", "16", "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         before = switches(root, port)
         cpu_before = cpu_s(root, port)
         bench = subprocess.Popen(["redis-benchmark", "-p", str(port), "-t", os.environ.get("T", "get"), "-n",
-                                  str(requests), "-r", "100000", "-c", os.environ.get("C", "50"), "-P", os.environ.get("P", "1"), "-q"],
+                                  str(requests), "-r", str(KEYSPACE_KEYS), "-c", os.environ.get("C", "50"), "-P", os.environ.get("P", "1"), "-q"],
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         if os.environ.get("PERF"):
             time.sleep(2)

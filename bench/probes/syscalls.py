@@ -3,8 +3,8 @@
 a fresh 3-node Keel cluster (`bench/tls_split.py`, plain), under keel bench
 or under ZooKeeper's Java client (bench/java/LoadGen.java, as `make
 compare-java` runs it). `perf stat` counts the servers' recvfrom, sendto,
-epoll_wait, write and futex calls and their context switches for
-COUNT_FOR_S seconds in the middle of the run (BENCHMARKS.md, "make
+epoll_wait, write and futex calls and their context switches for 3 s in
+the middle of the run (`zk_ab.count_syscalls`; BENCHMARKS.md, "make
 compare-java on this machine").
 
     python3 bench/probes/syscalls.py bench|java WORKLOAD CLIENTS
@@ -23,15 +23,13 @@ sys.path.insert(0, os.path.join(HERE, "..")); sys.path.insert(0, os.path.join(HE
 import compare  # noqa: E402
 import java_compare  # noqa: E402
 import tls_split  # noqa: E402
+import zk_ab  # noqa: E402
 from harness import servers  # noqa: E402
 
-EVENTS = ("syscalls:sys_enter_recvfrom", "syscalls:sys_enter_sendto", "syscalls:sys_enter_epoll_wait",
-          "syscalls:sys_enter_write", "syscalls:sys_enter_futex", "context-switches")
-# The run's length, when the count starts, and how long it lasts.
+# The run's length, its warm-up (LoadGen) and when the count starts.
 RUN_S = 12
 WARMUP_S = 3
 COUNT_AFTER_S = 8
-COUNT_FOR_S = 3
 
 
 def load_command(load, address, workload, clients):
@@ -57,12 +55,10 @@ def main():
     root = tempfile.mkdtemp(prefix="syscalls-")
     try:
         group, address, _ = tls_split.start("none", root)
-        pids = ",".join(str(node.proc.pid) for node in group.nodes)
         command = load_command(load, address, workload, clients)
         run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         time.sleep(COUNT_AFTER_S)
-        counted = subprocess.run(["perf", "stat", "-x,", "-e", ",".join(EVENTS), "-p", pids,
-                                  "--", "sleep", str(COUNT_FOR_S)], capture_output=True, text=True)
+        counts = zk_ab.count_syscalls([node.proc.pid for node in group.nodes], ("context-switches",))
         out = run.communicate()[0]
         if run.returncode != 0:
             sys.exit("the load failed (%d): %s" % (run.returncode, out[-500:]))
@@ -71,11 +67,8 @@ def main():
             sys.exit("the load printed no TPS line: %s" % out[-500:])
         tps = float(tps_lines[-1].split()[1])
         print("%s %s x%d: %.0f TPS" % (load, workload, clients, tps))
-        for line in counted.stderr.splitlines():
-            fields = line.split(",")
-            if len(fields) > 2 and fields[0].isdigit():
-                name = fields[2].rsplit("sys_enter_", 1)[-1]
-                print("  %-18s %6.2f per operation" % (name, int(fields[0]) / (tps * COUNT_FOR_S)))
+        for name, count in counts.items():
+            print("  %-18s %6.2f per operation" % (name, count / (tps * zk_ab.SYSCALLS_FOR_S)))
     finally:
         compare.stop_all()
 

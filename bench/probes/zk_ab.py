@@ -36,9 +36,11 @@ SYSCALLS_AFTER_S = 2.0
 SYSCALLS_FOR_S = 3
 
 
-def count_syscalls(processes):
-    """{syscall: calls} of `processes` over SYSCALLS_FOR_S seconds."""
-    events = ",".join("syscalls:sys_enter_" + name for name in SYSCALLS)
+def count_syscalls(processes, extra_events=()):
+    """{syscall: calls} of `processes` over SYSCALLS_FOR_S seconds; other
+    perf events (`extra_events`, such as context-switches) under their own
+    names."""
+    events = ",".join(["syscalls:sys_enter_" + name for name in SYSCALLS] + list(extra_events))
     out = subprocess.run(["perf", "stat", "-x,", "-e", events, "-p", ",".join(str(p) for p in processes),
                           "--", "sleep", str(SYSCALLS_FOR_S)], capture_output=True, text=True)
     counts = {}
