@@ -986,6 +986,15 @@ pub fn spec_named(name: &[u8]) -> Option<&'static Spec> {
         .copied()
 }
 
+/// The key of a read of exactly one key (GET, STRLEN, HGET, ...), for
+/// prefetching its lookup; `None` for anything else, a command that fails
+/// its checks included (a hint, not a check).
+pub fn single_read_key(args: &[Vec<u8>]) -> Option<&[u8]> {
+    let spec = spec_named(args.first()?)?;
+    let single = spec.kind == Kind::Read && spec.keys.first == 1 && spec.keys.last == 1;
+    (single && args.len() > 1).then(|| &args[1][..])
+}
+
 /// Redis's checks on arrival: the command (and subcommand) exists and its
 /// arity fits. The error is Redis's.
 pub fn lookup(args: &[Vec<u8>]) -> Result<&'static Spec, Reply> {
@@ -1545,6 +1554,25 @@ mod tests {
             Err(Reply::Error(text)) => text.into_owned(),
             other => panic!("{words:?}: {other:?}"),
         }
+    }
+
+    #[test]
+    fn single_read_keys_are_those_of_one_key_reads_only() {
+        let key = |words: &[&str]| single_read_key(&args(words)).map(|k| k.to_vec());
+        assert_eq!(key(&["get", "k"]), Some(b"k".to_vec()));
+        assert_eq!(key(&["HGET", "h", "f"]), Some(b"h".to_vec()));
+        assert_eq!(key(&["strlen", "s"]), Some(b"s".to_vec()));
+        assert_eq!(
+            key(&["GET"]),
+            None,
+            "no key: arity is the session's to refuse"
+        );
+        assert_eq!(key(&["SET", "k", "v"]), None, "a write");
+        assert_eq!(key(&["MGET", "a", "b"]), None, "several keys");
+        assert_eq!(key(&["DBSIZE"]), None, "no keys");
+        assert_eq!(key(&["PING", "x"]), None, "a connection command");
+        assert_eq!(key(&["NOSUCH", "k"]), None);
+        assert_eq!(single_read_key(&[]), None);
     }
 
     #[test]

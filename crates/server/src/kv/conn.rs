@@ -25,6 +25,7 @@ use keel_kv::keyspace;
 use keel_kv::op::Op;
 use keel_kv::resp::{Args, Decoder};
 use keel_kv::session::{Action, ReadRoute, Session};
+use keel_kv::shard::PREFETCH_KEYS_MAX;
 use keel_kv::slot::shard_of_slot;
 use keel_kv::{Protocol, Reply};
 use keel_tree::{Txn, TxnOp};
@@ -81,6 +82,8 @@ struct Connection {
     /// Requests read and not handed to the session yet (an empty one
     /// stands for the protocol error in `input_error`, answered in turn).
     incoming: VecDeque<Args>,
+    /// Requests at the head of `incoming` whose lookups are prefetched.
+    prefetched: usize,
     /// A protocol error ended the input: nothing more is read.
     input_error: Option<Reply>,
     /// The session's action for the head of `incoming`, held back by the
@@ -128,6 +131,7 @@ pub async fn serve(ctx: Arc<KvContext>, stream: TcpStream, peer: SocketAddr) {
         session: Session::new(id),
         info,
         incoming: VecDeque::new(),
+        prefetched: 0,
         input_error: None,
         held: None,
         slots: VecDeque::new(),
@@ -239,6 +243,17 @@ impl Connection {
         input.drain(..used);
     }
 
+    /// Prefetches the lookups of the single-key reads among the next
+    /// PREFETCH_KEYS_MAX requests (`KvEngine::prefetch_here`): a pipelined
+    /// batch's cache misses overlap instead of coming one per read.
+    fn prefetch_ahead(&mut self) {
+        let ahead = self.incoming.len().min(PREFETCH_KEYS_MAX);
+        self.ctx
+            .engine
+            .prefetch_here(self.incoming.iter().take(ahead));
+        self.prefetched = ahead;
+    }
+
     /// This turn's clock readings (see `turn_clock`).
     fn turn_clock(&mut self) -> (i64, Instant) {
         *self
@@ -338,9 +353,13 @@ impl Connection {
             let (seq, action) = match self.held.take() {
                 Some(held) => held,
                 None => {
+                    if self.prefetched == 0 {
+                        self.prefetch_ahead();
+                    }
                     let Some(args) = self.incoming.pop_front() else {
                         return;
                     };
+                    self.prefetched -= 1;
                     if args.is_empty() {
                         let error = self
                             .input_error

@@ -35,7 +35,7 @@ use keel_kv::exec::{Clocks, View};
 use keel_kv::keyspace;
 use keel_kv::op::{Op, Watch};
 use keel_kv::resp::Args;
-use keel_kv::shard::{Ctx, Shard};
+use keel_kv::shard::{Ctx, Shard, PREFETCH_KEYS_MAX};
 use keel_kv::slot::{key_slot, shard_of_slot};
 use keel_kv::snapshot::{self as kv_snapshot, Image};
 use keel_kv::Reply;
@@ -463,6 +463,18 @@ impl KvEngine {
             let reply = owned.home.read(args, clocks);
             owned.publish();
             Some(reply)
+        })
+    }
+
+    /// Prefetches the lookups of the single-key reads among `requests`
+    /// (`keyspace::prefetch_reads`) whose keys are in the calling thread's
+    /// shard, if it is home: the connection's next reads then find their
+    /// memory in the cache.
+    pub fn prefetch_here<'a>(&self, requests: impl IntoIterator<Item = &'a Args>) {
+        OWNED.with_borrow(|owned| {
+            if let Some(shard) = owned.as_ref().and_then(|owned| owned.home.shard.as_ref()) {
+                keyspace::prefetch_reads(shard, requests);
+            }
         })
     }
 
@@ -1269,6 +1281,13 @@ async fn shard_task(bell: Arc<Notify>) {
     }
 }
 
+/// A read on `shard`, whose last applied entry's clock is `clock_ms`: it
+/// runs at the later of that and the clock it was sent with.
+fn read(shard: &mut Shard, clock_ms: i64, args: &Args, clocks: Clocks) -> Reply {
+    let clocks = Clocks::read(clocks.ctx.now_ms.max(clock_ms), clocks.display_ms);
+    keyspace::run(&mut View::new([shard]), args, clocks)
+}
+
 fn publish(shard: &Shard, counters: &ShardCounters) {
     counters
         .keys
@@ -1324,8 +1343,7 @@ impl Home {
     /// this shard has seen it.
     fn read(&mut self, args: &Args, clocks: Clocks) -> Reply {
         let current = self.shard.as_mut().expect("the shard is home for a read");
-        let clocks = Clocks::read(clocks.ctx.now_ms.max(self.clock_ms), clocks.display_ms);
-        keyspace::run(&mut View::new([current]), args, clocks)
+        read(current, self.clock_ms, args, clocks)
     }
 
     /// Handles one message; false on `Stop`. After a `Lend`, the shard
@@ -1361,10 +1379,15 @@ impl Home {
                 clocks,
                 outlet,
             } => {
-                let replies = reads
-                    .into_iter()
-                    .map(|(seq, args)| (seq, self.read(&args, clocks)))
-                    .collect();
+                let mut replies = Vec::with_capacity(reads.len());
+                for batch in reads.chunks(PREFETCH_KEYS_MAX) {
+                    keyspace::prefetch_reads(&*current, batch.iter().map(|(_, args)| args));
+                    replies.extend(
+                        batch
+                            .iter()
+                            .map(|(seq, args)| (*seq, read(current, *clock_ms, args, clocks))),
+                    );
+                }
                 ReplyRun {
                     outlet: Some(outlet),
                     replies,
