@@ -986,12 +986,12 @@ pub fn spec_named(name: &[u8]) -> Option<&'static Spec> {
         .copied()
 }
 
-/// The key of a read of exactly one key (GET, STRLEN, HGET, ...), for
-/// prefetching its lookup; `None` for anything else, a command that fails
-/// its checks included (a hint, not a check).
-pub fn single_read_key(args: &[Vec<u8>]) -> Option<&[u8]> {
+/// The key of a command of `kind` with exactly one key (GET, HGET, SET,
+/// INCR, ...), for prefetching its lookup; `None` for anything else, a
+/// command that fails its checks included (a hint, not a check).
+pub fn single_key(args: &[Vec<u8>], kind: Kind) -> Option<&[u8]> {
     let spec = spec_named(args.first()?)?;
-    let single = spec.kind == Kind::Read && spec.keys.first == 1 && spec.keys.last == 1;
+    let single = spec.kind == kind && spec.keys.first == 1 && spec.keys.last == 1;
     (single && args.len() > 1).then(|| &args[1][..])
 }
 
@@ -1557,22 +1557,30 @@ mod tests {
     }
 
     #[test]
-    fn single_read_keys_are_those_of_one_key_reads_only() {
-        let key = |words: &[&str]| single_read_key(&args(words)).map(|k| k.to_vec());
-        assert_eq!(key(&["get", "k"]), Some(b"k".to_vec()));
-        assert_eq!(key(&["HGET", "h", "f"]), Some(b"h".to_vec()));
-        assert_eq!(key(&["strlen", "s"]), Some(b"s".to_vec()));
+    fn single_keys_are_those_of_one_key_commands_of_the_kind_asked() {
+        let key = |words: &[&str], kind| single_key(&args(words), kind).map(|k| k.to_vec());
+        assert_eq!(key(&["get", "k"], Kind::Read), Some(b"k".to_vec()));
+        assert_eq!(key(&["HGET", "h", "f"], Kind::Read), Some(b"h".to_vec()));
+        assert_eq!(key(&["strlen", "s"], Kind::Read), Some(b"s".to_vec()));
+        assert_eq!(key(&["SET", "k", "v"], Kind::Write), Some(b"k".to_vec()));
+        assert_eq!(key(&["incr", "n"], Kind::Write), Some(b"n".to_vec()));
+        assert_eq!(key(&["GET", "k"], Kind::Write), None, "a read");
+        assert_eq!(key(&["SET", "k", "v"], Kind::Read), None, "a write");
         assert_eq!(
-            key(&["GET"]),
+            key(&["GET"], Kind::Read),
             None,
             "no key: arity is the session's to refuse"
         );
-        assert_eq!(key(&["SET", "k", "v"]), None, "a write");
-        assert_eq!(key(&["MGET", "a", "b"]), None, "several keys");
-        assert_eq!(key(&["DBSIZE"]), None, "no keys");
-        assert_eq!(key(&["PING", "x"]), None, "a connection command");
-        assert_eq!(key(&["NOSUCH", "k"]), None);
-        assert_eq!(single_read_key(&[]), None);
+        assert_eq!(key(&["MGET", "a", "b"], Kind::Read), None, "several keys");
+        assert_eq!(
+            key(&["MSET", "a", "1"], Kind::Write),
+            None,
+            "keys to the end"
+        );
+        assert_eq!(key(&["DBSIZE"], Kind::Read), None, "no keys");
+        assert_eq!(key(&["PING", "x"], Kind::Connection), None, "no keys");
+        assert_eq!(key(&["NOSUCH", "k"], Kind::Read), None);
+        assert_eq!(single_key(&[], Kind::Read), None);
     }
 
     #[test]

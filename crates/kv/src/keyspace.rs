@@ -11,15 +11,15 @@ use crate::resp::Args;
 use crate::shard::{Ctx, Shard, PREFETCH_KEYS_MAX};
 use crate::slot::{key_slot, shard_of_slot, shard_slots};
 
-/// Prefetches (`Shard::prefetch`) the lookups of the single-key reads
-/// (`command::single_read_key`) among the first PREFETCH_KEYS_MAX of
-/// `requests` whose keys are `shard`'s, so that running them next finds
-/// their memory in the cache. A hint: changes nothing.
-pub fn prefetch_reads<'a>(shard: &Shard, requests: impl IntoIterator<Item = &'a Args>) {
+/// Prefetches (`Shard::prefetch`) the lookups of the commands of `kind`
+/// with one key (`command::single_key`) among the first PREFETCH_KEYS_MAX
+/// of `requests` whose keys are `shard`'s, so that running them next
+/// finds their memory in the cache. A hint: changes nothing.
+pub fn prefetch_keys<'a>(shard: &Shard, kind: Kind, requests: impl IntoIterator<Item = &'a Args>) {
     let mut keys = [(0u16, &[][..]); PREFETCH_KEYS_MAX];
     let mut count = 0;
     for args in requests.into_iter().take(PREFETCH_KEYS_MAX) {
-        let Some(key) = command::single_read_key(args) else {
+        let Some(key) = command::single_key(args, kind) else {
             continue;
         };
         let slot = key_slot(key);
@@ -32,6 +32,15 @@ pub fn prefetch_reads<'a>(shard: &Shard, requests: impl IntoIterator<Item = &'a 
     if count > 1 {
         shard.prefetch(&keys[..count]);
     }
+}
+
+/// `prefetch_keys` for applying `ops`: their one-key commands' lookups.
+pub fn prefetch_ops<'a>(shard: &Shard, ops: impl IntoIterator<Item = &'a Op>) {
+    let commands = ops.into_iter().filter_map(|op| match op {
+        Op::Command { args, .. } => Some(args),
+        _ => None,
+    });
+    prefetch_keys(shard, Kind::Write, commands);
 }
 
 /// The shards (indexes among `shard_count`) applying `op` touches.

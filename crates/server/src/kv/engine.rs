@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use keel_kv::command::Kind;
 use keel_kv::exec::{Clocks, View};
 use keel_kv::keyspace;
 use keel_kv::op::{Op, Watch};
@@ -467,13 +468,13 @@ impl KvEngine {
     }
 
     /// Prefetches the lookups of the single-key reads among `requests`
-    /// (`keyspace::prefetch_reads`) whose keys are in the calling thread's
+    /// (`keyspace::prefetch_keys`) whose keys are in the calling thread's
     /// shard, if it is home: the connection's next reads then find their
     /// memory in the cache.
     pub fn prefetch_here<'a>(&self, requests: impl IntoIterator<Item = &'a Args>) {
         OWNED.with_borrow(|owned| {
             if let Some(shard) = owned.as_ref().and_then(|owned| owned.home.shard.as_ref()) {
-                keyspace::prefetch_reads(shard, requests);
+                keyspace::prefetch_keys(shard, Kind::Read, requests);
             }
         })
     }
@@ -1362,14 +1363,17 @@ impl Home {
             .as_mut()
             .expect("the shard is home between messages");
         match message {
-            Message::Apply(items) => {
+            Message::Apply(mut items) => {
                 let mut run = ReplyRun::default();
-                for item in items {
-                    *clock_ms = (*clock_ms).max(item.ctx.now_ms);
-                    let reply =
-                        keyspace::apply(&mut View::new([&mut *current]), &item.op, item.ctx);
-                    if let (Some(reply), Some(to)) = (reply, item.to) {
-                        run.push(to, reply);
+                for batch in items.chunks_mut(PREFETCH_KEYS_MAX) {
+                    keyspace::prefetch_ops(&*current, batch.iter().map(|item| &item.op));
+                    for item in batch {
+                        *clock_ms = (*clock_ms).max(item.ctx.now_ms);
+                        let reply =
+                            keyspace::apply(&mut View::new([&mut *current]), &item.op, item.ctx);
+                        if let (Some(reply), Some(to)) = (reply, item.to.take()) {
+                            run.push(to, reply);
+                        }
                     }
                 }
                 run.flush();
@@ -1381,7 +1385,11 @@ impl Home {
             } => {
                 let mut replies = Vec::with_capacity(reads.len());
                 for batch in reads.chunks(PREFETCH_KEYS_MAX) {
-                    keyspace::prefetch_reads(&*current, batch.iter().map(|(_, args)| args));
+                    keyspace::prefetch_keys(
+                        &*current,
+                        Kind::Read,
+                        batch.iter().map(|(_, args)| args),
+                    );
                     replies.extend(
                         batch
                             .iter()
