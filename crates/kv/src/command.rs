@@ -12,6 +12,8 @@
 
 use std::sync::OnceLock;
 
+use smallvec::{smallvec, SmallVec};
+
 use crate::reply::Reply;
 use crate::resp::parse_i64;
 
@@ -1358,9 +1360,9 @@ impl<'a> Command<'a> {
             | Command::SIsMember(k, _)
             | Command::SMIsMember(k, _)
             | Command::SCard(k)
-            | Command::Type(k) => Route::Keys(vec![k]),
+            | Command::Type(k) => Route::Keys(smallvec![*k]),
             Command::MGet(keys) | Command::Del(keys) | Command::Exists(keys) => {
-                Route::Keys(keys.clone())
+                Route::Keys(SmallVec::from_slice(keys))
             }
             Command::MSet(pairs) | Command::MSetNx(pairs) => {
                 Route::Keys(pairs.iter().map(|p| p.0).collect())
@@ -1375,8 +1377,9 @@ impl<'a> Command<'a> {
 /// The part of the keyspace a command touches.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route<'a> {
-    /// The slots of these keys.
-    Keys(Vec<&'a [u8]>),
+    /// The slots of these keys (one, for most commands, without an
+    /// allocation: a read's route is found per request).
+    Keys(SmallVec<[&'a [u8]; 1]>),
     /// Every slot.
     All,
 }
