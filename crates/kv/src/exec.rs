@@ -12,7 +12,7 @@ use crate::command::{Command, Condition, ExpiryArg, Route, TtlForm};
 use crate::glob;
 use crate::reply::{Reply, OVERFLOW};
 use crate::resp::parse_i64;
-use crate::shard::{Ctx, Shard, CURSOR_HASH_BITS};
+use crate::shard::{Ctx, Shard, CURSOR_HASH_BITS, PREFETCH_KEYS_MAX};
 use crate::slot::{key_slot, SLOTS};
 use crate::value::{Aggregate, Entry, ValueType};
 
@@ -54,6 +54,24 @@ impl<'s> View<'s> {
 
     pub fn shards(&mut self) -> impl Iterator<Item = &mut Shard> + use<'_, 's> {
         self.shards.iter_mut().map(|s| &mut **s)
+    }
+
+    /// Prefetches the lookups of `keys` (`Shard::prefetch`), each on its
+    /// shard, PREFETCH_KEYS_MAX at a time: the first ones only, for a
+    /// command with more (the rest would leave the cache before their turn).
+    fn prefetch(&self, keys: &[&[u8]]) {
+        for shard in &self.shards {
+            let mut mine = [(0u16, &[][..]); PREFETCH_KEYS_MAX];
+            let mut count = 0;
+            for &key in keys.iter().take(PREFETCH_KEYS_MAX) {
+                let slot = key_slot(key);
+                if shard.owns(slot) {
+                    mine[count] = (slot, key);
+                    count += 1;
+                }
+            }
+            shard.prefetch(&mine[..count]);
+        }
     }
 
     /// A read's lookup: hides expired keys, counts hits and misses.
@@ -114,6 +132,12 @@ fn cursor(slot: u16, position: u64) -> u64 {
 /// Runs `command` on `view`. Writes must come from the log (their
 /// `Clocks::write`).
 pub fn execute(view: &mut View<'_>, command: &Command<'_>, clocks: Clocks) -> Reply {
+    if let Route::Keys(keys) = command.route() {
+        // MGET, MSET, DEL, ...: their lookups' cache misses overlap.
+        if keys.len() > 1 {
+            view.prefetch(&keys);
+        }
+    }
     if command.is_write() {
         write(view, command, clocks.ctx)
     } else {
