@@ -60,17 +60,19 @@ impl<'s> View<'s> {
     /// shard, PREFETCH_KEYS_MAX at a time: the first ones only, for a
     /// command with more (the rest would leave the cache before their turn).
     fn prefetch(&self, keys: &[&[u8]]) {
+        let mut all = [(0u16, &[][..]); PREFETCH_KEYS_MAX];
+        let count = keys.len().min(PREFETCH_KEYS_MAX);
+        for (at, &key) in all.iter_mut().zip(keys) {
+            *at = (key_slot(key), key);
+        }
         for shard in &self.shards {
             let mut mine = [(0u16, &[][..]); PREFETCH_KEYS_MAX];
-            let mut count = 0;
-            for &key in keys.iter().take(PREFETCH_KEYS_MAX) {
-                let slot = key_slot(key);
-                if shard.owns(slot) {
-                    mine[count] = (slot, key);
-                    count += 1;
-                }
+            let mut owned = 0;
+            for &(slot, key) in all[..count].iter().filter(|(slot, _)| shard.owns(*slot)) {
+                mine[owned] = (slot, key);
+                owned += 1;
             }
-            shard.prefetch(&mine[..count]);
+            shard.prefetch(&mine[..owned]);
         }
     }
 
