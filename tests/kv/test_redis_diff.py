@@ -699,6 +699,45 @@ def test_pipelined_commands_answer_in_order(reference, kv):
     assert replies[0] == replies[1]
 
 
+def test_pipelined_batches_of_many_keys_match_redis(reference, kv):
+    """Batches long enough to be prefetched (`Shard::prefetch`: up to 32
+    one-key commands at a time, on both shards, the reads handed to the
+    other shard's thread and the applied writes too), and multi-key
+    commands over more keys than one prefetch takes, against redis-server."""
+    keys = ["pk:%03d" % i for i in range(300)] + ["{tag}pk:%d" % i for i in range(40)]
+    # Values small enough to sit inside an entry with their key, and not.
+    value = lambda i: "v" * (i % 37)  # noqa: E731
+    writes = b"".join(RespConnection.encode(["SET", k, value(i)]) for i, k in enumerate(keys))
+    writes += b"".join(RespConnection.encode(["INCR", "ctr:%d" % (i % 50)]) for i in range(200))
+    writes += RespConnection.encode(["HSET", "hash", "f", "1"])
+    reads = []
+    for i, k in enumerate(keys):
+        reads.append(["GET", k])
+        if i % 5 == 0:
+            reads.append(["STRLEN", k])
+            reads.append(["GET", "absent:%d" % i])
+        if i % 9 == 0:
+            reads.append(["TYPE", k])
+            reads.append(["HGET", "hash", "f"])
+    reads.append(["MGET"] + keys[:100] + ["absent"])
+    reads.append(["EXISTS"] + keys[100:160])
+    reads.append(["MSET"] + [x for i, k in enumerate(keys[:80]) for x in (k, "m%d" % i)])
+    reads.append(["DEL"] + keys[200:245])
+    reads += [["GET", k] for k in keys]
+    reads.append(["MGET"] + ["{tag}pk:%d" % i for i in range(40)])
+    frames = b"".join(RespConnection.encode(r) for r in reads)
+    replies = []
+    for port in (reference.port, kv.port):
+        with RespConnection(port) as c:
+            c.call("FLUSHDB")
+            c.send(writes)
+            [c.reply() for _ in range(len(keys) + 201)]
+            c.send(frames)
+            replies.append([c.reply()[0] for _ in range(len(reads))])
+    assert len(replies[0]) == len(reads)
+    assert replies[0] == replies[1]
+
+
 # ---------------------------------------------------------------- redis-py
 
 def redis_py_script(client):
