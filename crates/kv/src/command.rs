@@ -1630,6 +1630,31 @@ mod tests {
                 }
             }
         }
+        // Every name of up to 12 bytes over a small alphabet, in both
+        // cases: found exactly when it names a command.
+        let mut names: Vec<Vec<u8>> = TABLE.iter().map(|s| s.name.as_bytes().to_vec()).collect();
+        let alphabet = b"geTSlcxX\0\xff";
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..20_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let len = (state % 13) as usize;
+            names.push(
+                (0..len)
+                    .map(|i| alphabet[((state >> (4 + 3 * i)) % 10) as usize])
+                    .collect(),
+            );
+        }
+        for name in &names {
+            let by_scan = TABLE
+                .iter()
+                .find(|spec| spec.name.as_bytes().eq_ignore_ascii_case(name));
+            let found = spec_named(name);
+            assert_eq!(found.map(|s| s.name), by_scan.map(|s| s.name), "{name:?}");
+            let upper = name.to_ascii_uppercase();
+            assert_eq!(spec_named(&upper).map(|s| s.name), by_scan.map(|s| s.name));
+        }
         let too_long = vec![b'a'; NAME_BYTES_MAX + 1];
         for name in [
             &b""[..],
