@@ -63,6 +63,8 @@ pub enum ProtocolError {
     BulkLength,
     #[error("Protocol error: command frame larger than {0} bytes")]
     CommandTooBig(usize),
+    #[error("Protocol error: NUL byte in inline request")]
+    InlineNul,
 }
 
 impl ProtocolError {
@@ -236,7 +238,15 @@ pub fn parse_i64(bytes: &[u8]) -> Option<i64> {
 /// split as Redis's sdssplitargs splits it.
 fn inline(buffer: &[u8]) -> Result<Option<(Args, usize)>, ProtocolError> {
     let window = &buffer[..buffer.len().min(INLINE_BYTES_MAX + 1)];
-    let Some(newline) = window.iter().position(|&b| b == b'\n') else {
+    // Redis finds the line's end with strchr, which stops at a NUL byte:
+    // a line with one never ends for it, and the connection waits until
+    // the buffer passes 64 KB ("too big inline request"). Here it is
+    // refused as soon as the NUL is seen, with its own error.
+    let end = window.iter().position(|&b| b == b'\n' || b == 0);
+    if end.is_some_and(|at| window[at] == 0) {
+        return Err(ProtocolError::InlineNul);
+    }
+    let Some(newline) = end else {
         if buffer.len() > INLINE_BYTES_MAX {
             return Err(ProtocolError::InlineTooBig);
         }
@@ -446,6 +456,34 @@ mod tests {
             Err(ProtocolError::UnbalancedQuotes)
         );
         assert_eq!(decoder.decode(b"\n"), Ok(Some((Vec::new(), 1))));
+        // A NUL byte before the line's end: refused whether or not the
+        // end has come, never split into words.
+        for line in [
+            &b"ECHO a\0b\r\n"[..],
+            b"ECHO a\0",
+            b"\0PING\r\n",
+            b"ECHO \"x\0y\"\n",
+        ] {
+            assert_eq!(
+                decoder.decode(line),
+                Err(ProtocolError::InlineNul),
+                "{line:?}"
+            );
+        }
+        // After the line's end it belongs to the next line.
+        assert_eq!(
+            decoder.decode(b"PING\r\n\0"),
+            Ok(Some((words(&["PING"]), 6)))
+        );
+        // Words of an inline line are bounded by its length, not by
+        // args_max (Redis has no count for them either).
+        let mut small = Decoder::new(Limits {
+            bulk_bytes_max: 8,
+            args_max: 2,
+            command_bytes_max: 64,
+        });
+        let (args, _) = small.decode(b"a b c d e\r\n").unwrap().unwrap();
+        assert_eq!(args.len(), 5);
     }
 
     #[test]
