@@ -674,6 +674,22 @@ def test_protocol_errors_are_answered_then_closed_like_redis(reference, kv, fram
     assert outcomes[1] and outcomes[1][-1].startswith(b"-ERR Protocol error"), outcomes[1]
 
 
+def test_a_nul_byte_in_an_inline_request_is_refused_at_once(kv):
+    """Not compared with redis-server: its strchr never finds the end of
+    such a line, so it waits until 64 KB have come and then answers "too
+    big inline request". Keel KV answers the requests before it, then
+    the protocol error, then closes, without waiting."""
+    with RespConnection(kv.port) as c:
+        c.send(b"PING\r\nECHO a\x00b\r\nPING\r\n")
+        replies = []
+        while True:
+            try:
+                replies.append(c.reply()[0])
+            except Closed:
+                break
+    assert replies == [b"+PONG\r\n", b"-ERR Protocol error: NUL byte in inline request\r\n"], replies
+
+
 def test_a_frame_split_byte_by_byte_is_one_command(kv):
     frame = RespConnection.encode(["SET", "split", "v" * 50]) + RespConnection.encode(["GET", "split"])
     with RespConnection(kv.port) as c:
