@@ -363,3 +363,31 @@ fn a_format_2_snapshot_loads() {
     body[24] ^= 1;
     assert!(snapshot::decode(&seal_v2(&body)).is_err());
 }
+
+/// `tree_batch_decode` (2026-11-27): a Keel KV operation in a batch. The
+/// tree refuses it without taking a zxid (the server gives these to the
+/// keyspace, never to the tree); the harness expected every transaction
+/// but a sync to take one.
+#[test]
+fn tree_batch_decode_takes_a_kv_operation_without_a_zxid() {
+    let txns = [
+        txn(NOW, TxnOp::CreateSession { timeout_ms: 4000 }),
+        create("/a", b"v"),
+        txn(
+            NOW,
+            TxnOp::Kv {
+                body: b"/c".to_vec(),
+            },
+        ),
+        create("/b", b"v"),
+        txn(NOW, TxnOp::CloseSession),
+    ];
+    fuzzing::tree_batch_decode(&fuzzing::encode_txns(&txns));
+    let mut tree = DataTree::new();
+    tree.apply(TERM, &txns[0]);
+    let before = tree.last_zxid();
+    let applied = tree.apply(TERM, &txns[2]);
+    assert_eq!(applied.zxid, before);
+    assert_eq!(tree.last_zxid(), before);
+    assert_eq!(applied.result, Err(keel_jute::ErrorCode::Unimplemented));
+}
