@@ -127,6 +127,15 @@ class RespConnection:
         self.buffer = self.buffer[end:]
         return raw, parsed
 
+    def replies_until_closed(self):
+        """The raw bytes of every reply until the server closes."""
+        replies = []
+        while True:
+            try:
+                replies.append(self.reply()[0])
+            except Closed:
+                return replies
+
     def closed(self, timeout=2.0):
         """True if the server closes the connection within `timeout` (what it
         sends before is dropped)."""

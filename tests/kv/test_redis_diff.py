@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from harness.redis import Closed, RespConnection
+from harness.redis import RespConnection
 
 
 @pytest.fixture(scope="module")
@@ -663,13 +663,7 @@ def test_protocol_errors_are_answered_then_closed_like_redis(reference, kv, fram
     for port in (reference.port, kv.port):
         with RespConnection(port) as c:
             c.send(frame)
-            replies = []
-            while True:
-                try:
-                    replies.append(c.reply()[0])
-                except Closed:
-                    break
-            outcomes.append(replies)
+            outcomes.append(c.replies_until_closed())
     assert outcomes[0] == outcomes[1]
     assert outcomes[1] and outcomes[1][-1].startswith(b"-ERR Protocol error"), outcomes[1]
 
@@ -681,12 +675,7 @@ def test_a_nul_byte_in_an_inline_request_is_refused_at_once(kv):
     the protocol error, then closes, without waiting."""
     with RespConnection(kv.port) as c:
         c.send(b"PING\r\nECHO a\x00b\r\nPING\r\n")
-        replies = []
-        while True:
-            try:
-                replies.append(c.reply()[0])
-            except Closed:
-                break
+        replies = c.replies_until_closed()
     assert replies == [b"+PONG\r\n", b"-ERR Protocol error: NUL byte in inline request\r\n"], replies
 
 
