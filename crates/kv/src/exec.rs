@@ -66,13 +66,7 @@ impl<'s> View<'s> {
             *at = (key_slot(key), key);
         }
         for shard in &self.shards {
-            let mut mine = [(0u16, &[][..]); PREFETCH_KEYS_MAX];
-            let mut owned = 0;
-            for &(slot, key) in all[..count].iter().filter(|(slot, _)| shard.owns(*slot)) {
-                mine[owned] = (slot, key);
-                owned += 1;
-            }
-            shard.prefetch(&mine[..owned]);
+            shard.prefetch_owned(all[..count].iter().copied());
         }
     }
 

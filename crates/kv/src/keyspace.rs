@@ -11,27 +11,17 @@ use crate::resp::Args;
 use crate::shard::{Ctx, Shard, PREFETCH_KEYS_MAX};
 use crate::slot::{key_slot, shard_of_slot, shard_slots};
 
-/// Prefetches (`Shard::prefetch`) the lookups of the commands of `kind`
+/// Prefetches (`Shard::prefetch_owned`) the lookups of the commands of `kind`
 /// with one key (`command::single_key`) among the first PREFETCH_KEYS_MAX
 /// of `requests` whose keys are `shard`'s, so that running them next
 /// finds their memory in the cache. A hint: changes nothing.
 pub fn prefetch_keys<'a>(shard: &Shard, kind: Kind, requests: impl IntoIterator<Item = &'a Args>) {
-    let mut keys = [(0u16, &[][..]); PREFETCH_KEYS_MAX];
-    let mut count = 0;
-    for args in requests.into_iter().take(PREFETCH_KEYS_MAX) {
-        let Some(key) = command::single_key(args, kind) else {
-            continue;
-        };
-        let slot = key_slot(key);
-        if shard.owns(slot) {
-            keys[count] = (slot, key);
-            count += 1;
-        }
-    }
-    // One lookup alone has nothing to overlap with.
-    if count > 1 {
-        shard.prefetch(&keys[..count]);
-    }
+    let keys = requests
+        .into_iter()
+        .take(PREFETCH_KEYS_MAX)
+        .filter_map(|args| command::single_key(args, kind))
+        .map(|key| (key_slot(key), key));
+    shard.prefetch_owned(keys);
 }
 
 /// `prefetch_keys` for applying `ops`: their one-key commands' lookups.

@@ -170,6 +170,25 @@ impl Shard {
         }
     }
 
+    /// `prefetch` for those of `keys` (slot, key; at most
+    /// PREFETCH_KEYS_MAX are taken) whose slots are this shard's, when
+    /// there are two or more: one lookup alone has nothing to overlap with.
+    pub fn prefetch_owned<'k>(&self, keys: impl IntoIterator<Item = (u16, &'k [u8])>) {
+        let mut mine = [(0u16, &[][..]); PREFETCH_KEYS_MAX];
+        let mut count = 0;
+        for key in keys
+            .into_iter()
+            .filter(|(slot, _)| self.owns(*slot))
+            .take(PREFETCH_KEYS_MAX)
+        {
+            mine[count] = key;
+            count += 1;
+        }
+        if count > 1 {
+            self.prefetch(&mine[..count]);
+        }
+    }
+
     /// The entry of `key` whatever its expiry.
     pub fn peek(&self, key: &[u8]) -> Option<&Entry> {
         self.peek_in(key_slot(key), key)
@@ -429,6 +448,22 @@ mod tests {
         assert!(shard.peek(b"absent").is_none());
         assert_eq!(shard.stats.keyspace_hits.get(), 0, "a prefetch is no read");
         assert_eq!(shard.stats.keyspace_misses.get(), 0);
+    }
+
+    #[test]
+    fn prefetch_owned_takes_this_shards_keys_only() {
+        let mut shard = Shard::new(0..8192);
+        shard.insert(Entry::string(b"bar", b"v", 1)); // slot 5061
+        let keys: Vec<(u16, &[u8])> = [&b"bar"[..], b"foo", b"bar", b"foo"]
+            .into_iter()
+            .cycle()
+            .take(PREFETCH_KEYS_MAX * 3)
+            .map(|key| (key_slot(key), key))
+            .collect();
+        shard.prefetch_owned(keys.iter().copied()); // "foo" is slot 12182
+        shard.prefetch_owned([(key_slot(b"foo"), &b"foo"[..])]);
+        assert_eq!(shard.key_count(), 1);
+        assert_eq!(shard.stats.keyspace_hits.get(), 0);
     }
 
     #[test]
