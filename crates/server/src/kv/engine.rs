@@ -1036,21 +1036,12 @@ pub struct KvApplier {
     engine: Arc<KvEngine>,
     /// Per shard: the entry's writes not yet queued.
     pending: Vec<Vec<Item>>,
-    /// The mailbox of the connection whose operation came last in this
-    /// entry (a pipelining connection's writes come one after another):
-    /// looked up once, not under the outlets' lock per operation.
-    /// Forgotten at the entry's end (`flush`).
-    recent: Option<(u64, Outlet)>,
 }
 
 impl KvApplier {
     pub fn new(engine: Arc<KvEngine>) -> KvApplier {
         let pending = (0..engine.shard_count()).map(|_| Vec::new()).collect();
-        KvApplier {
-            engine,
-            pending,
-            recent: None,
-        }
+        KvApplier { engine, pending }
     }
 
     pub fn engine(&self) -> &Arc<KvEngine> {
@@ -1089,7 +1080,7 @@ impl KvApplier {
             engine.expiry_applied();
         }
         let to = match (asked_here, op.seq()) {
-            (true, Some(seq)) => self
+            (true, Some(seq)) => engine
                 .outlet(connection as u64)
                 .map(|outlet| Responder { outlet, seq }),
             _ => None,
@@ -1125,22 +1116,9 @@ impl KvApplier {
         }
     }
 
-    /// The mailbox of `connection`, through `recent`.
-    fn outlet(&mut self, connection: u64) -> Option<Outlet> {
-        match &self.recent {
-            Some((id, outlet)) if *id == connection => Some(outlet.clone()),
-            _ => {
-                let outlet = self.engine.outlet(connection)?;
-                self.recent = Some((connection, outlet.clone()));
-                Some(outlet)
-            }
-        }
-    }
-
     /// Queues the entry's writes to their shards (together, in the global
     /// order); the shards apply them in parallel.
     pub fn flush(&mut self) {
-        self.recent = None;
         if self.pending.iter().all(Vec::is_empty) {
             return;
         }
