@@ -704,6 +704,36 @@ def test_pipelined_commands_answer_in_order(reference, kv):
     assert replies[0] == replies[1]
 
 
+def client_fields(line, names=("name", "cmd", "multi", "flags", "resp")):
+    """The fields of one CLIENT LIST / CLIENT INFO line named in `names`."""
+    fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+    return {name: fields.get(name) for name in names}
+
+
+def test_client_records_follow_pipelined_commands_like_redis(reference, kv):
+    """A connection updates its CLIENT LIST record once a turn: within one
+    pipelined batch its own CLIENT INFO and CLIENT LIST must still show
+    the name set and the command running, and another connection must see
+    the batch's last command once its replies came."""
+    seen = []
+    for port in (reference.port, kv.port):
+        with RespConnection(port) as first, RespConnection(port) as second:
+            name = "rec%d" % first.call("CLIENT", "ID")[1]
+            first.send(b"".join(RespConnection.encode(args) for args in [
+                ["CLIENT", "SETNAME", name], ["SET", "rk", "1"], ["GET", "rk"],
+                ["CLIENT", "INFO"], ["INCR", "rk"], ["CLIENT", "LIST"], ["GET", "rk"]]))
+            replies = [first.reply()[1] for _ in range(7)]
+            own_info = client_fields(replies[3].decode())
+            own_list = [client_fields(line) for line in replies[5].decode().splitlines()
+                        if "name=%s " % name in line]
+            other = [client_fields(line) for line in second.call("CLIENT", "LIST")[1].decode().splitlines()
+                     if "name=%s " % name in line]
+            for fields in [own_info] + own_list + other:
+                fields["name"] = fields["name"] == name
+            seen.append((own_info, own_list, other, replies[6]))
+    assert seen[0] == seen[1]
+
+
 def test_pipelined_batches_of_many_keys_match_redis(reference, kv):
     """Batches long enough to be prefetched (`Shard::prefetch`: up to 32
     one-key commands at a time, on both shards, the reads handed to the

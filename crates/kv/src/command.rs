@@ -75,7 +75,24 @@ pub struct Spec {
     pub subcommands: &'static [Spec],
 }
 
+/// A spec is one entry of the static command table: two are the same
+/// command when they are the same entry.
+impl PartialEq for Spec {
+    fn eq(&self, other: &Spec) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl Eq for Spec {}
+
 impl Spec {
+    /// The key of `args` if this command has exactly one (GET, HGET, SET,
+    /// INCR, ...); `None` otherwise. A hint for prefetching, not a check.
+    pub fn single_key<'a>(&self, args: &'a [Vec<u8>]) -> Option<&'a [u8]> {
+        let single = self.keys.first == 1 && self.keys.last == 1;
+        (single && args.len() > 1).then(|| &args[1][..])
+    }
+
     /// The keys of `args` (a command of this spec that passed `lookup`).
     pub fn keys<'a>(&self, args: &'a [Vec<u8>]) -> Vec<&'a [u8]> {
         let Keys { first, last, step } = self.keys;
@@ -993,8 +1010,10 @@ pub fn spec_named(name: &[u8]) -> Option<&'static Spec> {
 /// command that fails its checks included (a hint, not a check).
 pub fn single_key(args: &[Vec<u8>], kind: Kind) -> Option<&[u8]> {
     let spec = spec_named(args.first()?)?;
-    let single = spec.kind == kind && spec.keys.first == 1 && spec.keys.last == 1;
-    (single && args.len() > 1).then(|| &args[1][..])
+    if spec.kind != kind {
+        return None;
+    }
+    spec.single_key(args)
 }
 
 /// Redis's checks on arrival: the command (and subcommand) exists and its

@@ -24,6 +24,10 @@ pub struct View<'s> {
     /// Inline up to VIEW_SHARDS_INLINE: a read or an applied write on one
     /// shard (nearly all of them) allocates nothing for its view.
     shards: SmallVec<[&'s mut Shard; VIEW_SHARDS_INLINE]>,
+    /// The slot of every key the one command run on this view names, when
+    /// the caller knows it (`View::in_slot`): its keys are not hashed
+    /// again.
+    slot: Option<u16>,
 }
 
 /// Shards a `View` holds without a heap allocation.
@@ -33,7 +37,28 @@ impl<'s> View<'s> {
     pub fn new(shards: impl IntoIterator<Item = &'s mut Shard>) -> View<'s> {
         let shards: SmallVec<_> = shards.into_iter().collect();
         assert!(!shards.is_empty());
-        View { shards }
+        View { shards, slot: None }
+    }
+
+    /// A view for running one command whose every key is in `slot` (a
+    /// read whose `ReadRoute` has a slot). The slot must be one of the
+    /// shards'.
+    pub fn in_slot(shards: impl IntoIterator<Item = &'s mut Shard>, slot: u16) -> View<'s> {
+        let mut view = View::new(shards);
+        view.index_of_slot(slot);
+        view.slot = Some(slot);
+        view
+    }
+
+    /// The slot of `key`: the view's, if it has one.
+    fn slot_of(&self, key: &[u8]) -> u16 {
+        match self.slot {
+            Some(slot) => {
+                debug_assert_eq!(slot, key_slot(key), "a key outside the view's slot");
+                slot
+            }
+            None => key_slot(key),
+        }
     }
 
     fn index_of_slot(&self, slot: u16) -> usize {
@@ -44,12 +69,12 @@ impl<'s> View<'s> {
     }
 
     pub fn shard(&mut self, key: &[u8]) -> &mut Shard {
-        let at = self.index_of_slot(key_slot(key));
+        let at = self.index_of_slot(self.slot_of(key));
         self.shards[at]
     }
 
     fn shard_ref(&self, key: &[u8]) -> &Shard {
-        self.shards[self.index_of_slot(key_slot(key))]
+        self.shards[self.index_of_slot(self.slot_of(key))]
     }
 
     pub fn shards(&mut self) -> impl Iterator<Item = &mut Shard> + use<'_, 's> {
@@ -63,7 +88,7 @@ impl<'s> View<'s> {
         let mut all = [(0u16, &[][..]); PREFETCH_KEYS_MAX];
         let count = keys.len().min(PREFETCH_KEYS_MAX);
         for (at, &key) in all.iter_mut().zip(keys) {
-            *at = (key_slot(key), key);
+            *at = (self.slot_of(key), key);
         }
         for shard in &self.shards {
             shard.prefetch_owned(all[..count].iter().copied());
@@ -72,7 +97,7 @@ impl<'s> View<'s> {
 
     /// A read's lookup: hides expired keys, counts hits and misses.
     fn read(&self, key: &[u8], now_ms: i64) -> Option<&Entry> {
-        let slot = key_slot(key);
+        let slot = self.slot_of(key);
         let shard = &*self.shards[self.index_of_slot(slot)];
         let found = shard.get_in(slot, key, now_ms);
         let counter = match found {

@@ -24,7 +24,7 @@ impl Server for NoServer {
     fn info(&self, _: &[Vec<u8>], _: &Session) -> String {
         String::new()
     }
-    fn client_list(&self) -> String {
+    fn client_list(&self, _: &Session) -> String {
         String::new()
     }
     fn client_info(&self, _: &Session) -> String {
@@ -61,11 +61,24 @@ pub fn resp_session(bytes: &[u8]) {
                 let spec = command::lookup(&args).expect("the session checked it");
                 let command = Command::parse(spec, &args).expect("the session checked it");
                 assert!(!command.is_write());
-                assert_eq!(route, ReadRoute::of(&command), "the route of what was read");
-                if let (ReadRoute::Slot(slot), Route::Keys(keys)) = (route, command.route()) {
+                assert_eq!(
+                    route,
+                    ReadRoute::of(spec, &command),
+                    "the route of what was read"
+                );
+                assert_eq!(ReadRoute::checked(&args), Some(route));
+                if let (Some(slot), Route::Keys(keys)) = (route.slot, command.route()) {
                     assert!(keys.iter().all(|key| key_slot(key) == slot));
                 }
-                keyspace.read(&args, now_ms)
+                // As a server runs it (its spec and slot taken from the
+                // route), and from the arguments alone: the same reply.
+                let routed = keyspace.read_routed(&args, route, now_ms);
+                assert_eq!(
+                    routed,
+                    keyspace.read(&args, now_ms),
+                    "a routed read differs"
+                );
+                routed
             }
             Action::Write(args) => {
                 index += 1;

@@ -3,11 +3,12 @@
 //! snapshot loader, tools). The server runs the same functions with each
 //! shard owned by its own thread.
 
-use crate::command::{self, Command, Kind};
+use crate::command::{self, Command, Kind, Spec};
 use crate::exec::{self, route_shards, Clocks, View};
 use crate::op::{Op, Watch};
 use crate::reply::Reply;
 use crate::resp::Args;
+use crate::session::ReadRoute;
 use crate::shard::{Ctx, Shard, PREFETCH_KEYS_MAX};
 use crate::slot::{key_slot, shard_of_slot, shard_slots};
 
@@ -21,6 +22,16 @@ pub fn prefetch_keys<'a>(shard: &Shard, kind: Kind, requests: impl IntoIterator<
         .take(PREFETCH_KEYS_MAX)
         .filter_map(|args| command::single_key(args, kind))
         .map(|key| (key_slot(key), key));
+    shard.prefetch_owned(keys);
+}
+
+/// `prefetch_keys` for reads the session checked: their routes give
+/// their specs and slots, so nothing is looked up or hashed again.
+pub fn prefetch_reads<'a>(shard: &Shard, reads: impl IntoIterator<Item = (&'a Args, ReadRoute)>) {
+    let keys = reads
+        .into_iter()
+        .take(PREFETCH_KEYS_MAX)
+        .filter_map(|(args, route)| Some((route.slot?, route.spec.single_key(args)?)));
     shard.prefetch_owned(keys);
 }
 
@@ -98,10 +109,20 @@ fn parsed_shards(args: &[Vec<u8>], shard_count: usize) -> Vec<usize> {
 /// One keyspace command (already checked to exist, with its arity) run
 /// at `clocks`.
 pub fn run(view: &mut View<'_>, args: &[Vec<u8>], clocks: Clocks) -> Reply {
-    let spec = match command::lookup(args) {
-        Ok(spec) => spec,
-        Err(error) => return error,
-    };
+    match command::lookup(args) {
+        Ok(spec) => run_spec(view, spec, args, clocks),
+        Err(error) => error,
+    }
+}
+
+/// `run` for a command whose spec the caller looked up already
+/// (`command::lookup(args)`, as a `ReadRoute` carries it).
+pub fn run_spec(
+    view: &mut View<'_>,
+    spec: &'static Spec,
+    args: &[Vec<u8>],
+    clocks: Clocks,
+) -> Reply {
     if spec.kind == Kind::Connection {
         // The connection answers these itself; a transaction's reply
         // holds their place.
@@ -222,6 +243,17 @@ impl Keyspace {
         let clocks = Clocks::read(self.clock_ms, wall_ms);
         let mut view = self.view();
         run(&mut view, args, clocks)
+    }
+
+    /// `read` of a read the session checked, as a server runs it: on the
+    /// view of its route's slot when it has one, else on every shard.
+    pub fn read_routed(&mut self, args: &[Vec<u8>], route: ReadRoute, wall_ms: i64) -> Reply {
+        let clocks = Clocks::read(self.clock_ms, wall_ms);
+        let mut view = match route.slot {
+            Some(slot) => View::in_slot(self.shards.iter_mut(), slot),
+            None => self.view(),
+        };
+        run_spec(&mut view, route.spec, args, clocks)
     }
 
     /// WATCH's token for `key`: what its shard has applied, and the clock.

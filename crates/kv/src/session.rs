@@ -26,8 +26,8 @@ pub const WATCHED_KEYS_MAX: usize = 10_000;
 pub trait Server {
     /// INFO's text for the sections asked for (empty: the default ones).
     fn info(&self, sections: &[Vec<u8>], session: &Session) -> String;
-    /// CLIENT LIST's text.
-    fn client_list(&self) -> String;
+    /// CLIENT LIST's text, asked by `session`'s connection.
+    fn client_list(&self, session: &Session) -> String;
     /// CLIENT INFO's line for this connection (without the newline).
     fn client_info(&self, session: &Session) -> String;
     /// This node's clock: (seconds, microseconds).
@@ -61,31 +61,42 @@ pub enum Action {
     },
 }
 
-/// Where a read runs, found while the session checked the command, so
-/// the shell need not look the command up and parse it again.
+/// What a read is and where it runs, found while the session checked the
+/// command, so the shell need not look the command up again nor hash its
+/// keys again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReadRoute {
-    /// Every key in this slot: one shard.
-    Slot(u16),
-    /// Keys in several slots, no key, or every slot: the shell works out
-    /// the shards from the command.
-    Spread,
+pub struct ReadRoute {
+    /// The command's spec (`command::lookup` of its arguments).
+    pub spec: &'static Spec,
+    /// Every key in this slot: one shard. `None`: keys in several slots,
+    /// no key, or every slot: the shell works out the shards from the
+    /// command.
+    pub slot: Option<u16>,
 }
 
 impl ReadRoute {
-    pub fn of(command: &Command<'_>) -> ReadRoute {
-        let Route::Keys(keys) = command.route() else {
-            return ReadRoute::Spread;
-        };
-        let Some((first, rest)) = keys.split_first() else {
-            return ReadRoute::Spread;
-        };
-        let slot = key_slot(first);
-        if rest.iter().all(|key| key_slot(key) == slot) {
-            ReadRoute::Slot(slot)
-        } else {
-            ReadRoute::Spread
+    pub fn of(spec: &'static Spec, command: &Command<'_>) -> ReadRoute {
+        ReadRoute {
+            spec,
+            slot: Self::one_slot(command),
         }
+    }
+
+    /// A read's route from its arguments alone (tests, tools): `None`
+    /// for a command that fails its checks or is not a keyspace read.
+    pub fn checked(args: &[Vec<u8>]) -> Option<ReadRoute> {
+        let spec = command::lookup(args).ok()?;
+        let command = Command::parse(spec, args).ok()?;
+        (spec.kind != Kind::Connection && !command.is_write()).then(|| Self::of(spec, &command))
+    }
+
+    fn one_slot(command: &Command<'_>) -> Option<u16> {
+        let Route::Keys(keys) = command.route() else {
+            return None;
+        };
+        let (first, rest) = keys.split_first()?;
+        let slot = key_slot(first);
+        rest.iter().all(|key| key_slot(key) == slot).then_some(slot)
     }
 }
 
@@ -207,7 +218,7 @@ impl Session {
                 Err(error) => Action::Reply(error),
                 Ok(command) if command.is_write() => Action::Write(args),
                 Ok(command) => {
-                    let route = ReadRoute::of(&command);
+                    let route = ReadRoute::of(spec, &command);
                     Action::Read(args, route)
                 }
             },
@@ -380,7 +391,7 @@ impl Session {
             "client|info" => {
                 Reply::Verbatim(format!("{}\n", server.client_info(self)).into_bytes())
             }
-            "client|list" => Reply::Verbatim(server.client_list().into_bytes()),
+            "client|list" => Reply::Verbatim(server.client_list(self).into_bytes()),
             "client|help" => help("CLIENT", CLIENT_HELP),
             "command" => Reply::Array(TABLE.iter().map(command_info).collect()),
             "command|count" => Reply::Integer(TABLE.len() as i64),
@@ -602,7 +613,7 @@ mod tests {
         fn info(&self, _: &[Vec<u8>], _: &Session) -> String {
             "# Server\r\n".into()
         }
-        fn client_list(&self) -> String {
+        fn client_list(&self, _: &Session) -> String {
             String::new()
         }
         fn client_info(&self, _: &Session) -> String {
@@ -716,27 +727,39 @@ mod tests {
             run(&mut s, &["GET", "k"]),
             Action::Read(
                 vec![b"GET".to_vec(), b"k".to_vec()],
-                ReadRoute::Slot(key_slot(b"k"))
+                ReadRoute {
+                    spec: command::spec_named(b"get").unwrap(),
+                    slot: Some(key_slot(b"k"))
+                }
             )
         );
         let slots = ["a", "b", "c"].map(|k| key_slot(k.as_bytes()));
         assert!(slots[0] != slots[1] || slots[1] != slots[2]);
         assert_eq!(
             run(&mut s, &["MGET", "a", "b", "c"]),
-            Action::Read(args(&["MGET", "a", "b", "c"]), ReadRoute::Spread),
+            Action::Read(
+                args(&["MGET", "a", "b", "c"]),
+                ReadRoute {
+                    spec: command::spec_named(b"mget").unwrap(),
+                    slot: None
+                }
+            ),
             "keys in several slots"
         );
         assert_eq!(
             run(&mut s, &["MGET", "{t}a", "{t}b"]),
             Action::Read(
                 args(&["MGET", "{t}a", "{t}b"]),
-                ReadRoute::Slot(key_slot(b"t"))
+                ReadRoute {
+                    spec: command::spec_named(b"mget").unwrap(),
+                    slot: Some(key_slot(b"t"))
+                }
             ),
             "one hash tag: one slot"
         );
         assert!(matches!(
             run(&mut s, &["DBSIZE"]),
-            Action::Read(_, ReadRoute::Spread)
+            Action::Read(_, ReadRoute { slot: None, .. })
         ));
         assert!(matches!(run(&mut s, &["SET", "k", "v"]), Action::Write(_)));
         assert!(

@@ -1761,7 +1761,9 @@ impl World {
         };
         let clocks = keel_kv::exec::Clocks::read(engine.clock_ms(), now_ms);
         let shard = engine.shard_of(&args[1]);
-        engine.read(shard, args, clocks, Responder { outlet, seq });
+        let route = keel_kv::session::ReadRoute::checked(&args)
+            .expect("a client's read is a keyspace read that passes its checks");
+        engine.read(shard, args, route, clocks, Responder { outlet, seq });
         self.kv_take_replies(client);
     }
 

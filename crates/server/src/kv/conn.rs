@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use keel_kv::command::{self, Command};
+use keel_kv::command::Command;
 use keel_kv::exec::{route_shards, Clocks};
 use keel_kv::keyspace;
 use keel_kv::op::Op;
@@ -105,7 +105,7 @@ struct Connection {
     /// Reads of this turn for other shards' threads (shard, request
     /// number, command): sent at the end of the turn, one message per
     /// shard (`forward`).
-    forwarded: Vec<(usize, u64, Args)>,
+    forwarded: Vec<(usize, u64, Args, ReadRoute)>,
     closing: bool,
     /// The wall clock (ms) and the monotonic instant, read once per turn
     /// of `run` (a pipelined batch of requests), not once per command:
@@ -343,12 +343,23 @@ impl Connection {
         Ok(())
     }
 
-    /// Hands requests to the session and carries out their actions, as
-    /// far as the ordering rules allow.
+    /// Handles the decoded requests (`dispatch_requests`), then brings
+    /// CLIENT LIST's record of this connection up to date: once a turn,
+    /// before the turn's replies go out.
     async fn dispatch(&mut self) {
+        if self.dispatch_requests().await {
+            let (_, now) = self.turn_clock();
+            self.info.update(&self.session, now);
+        }
+    }
+
+    /// Hands requests to the session and carries out their actions, as
+    /// far as the ordering rules allow; whether it handed any.
+    async fn dispatch_requests(&mut self) -> bool {
+        let mut handled = false;
         loop {
             if self.watch_parts > 0 || self.closing {
-                return;
+                return handled;
             }
             let (seq, action) = match self.held.take() {
                 Some(held) => held,
@@ -357,7 +368,7 @@ impl Connection {
                         self.prefetch_ahead();
                     }
                     let Some(args) = self.incoming.pop_front() else {
-                        return;
+                        return handled;
                     };
                     self.prefetched -= 1;
                     if args.is_empty() {
@@ -376,16 +387,14 @@ impl Connection {
                             ctx: &self.ctx,
                             connection: self.id,
                         };
-                        let action = self.session.handle(args, &server);
-                        let (_, now) = self.turn_clock();
-                        self.info.update(&self.session, now);
-                        (0, action)
+                        handled = true;
+                        (0, self.session.handle(args, &server))
                     }
                 }
             };
             if let Err(action) = self.act(seq, action).await {
                 self.held = Some(action);
-                return;
+                return handled;
             }
         }
     }
@@ -555,11 +564,10 @@ impl Connection {
         let (wall_ms, _) = self.turn_clock();
         let engine = &self.ctx.engine;
         // One shard, or the several to borrow.
-        let one_or_many = match route {
-            ReadRoute::Slot(slot) => Ok(shard_of_slot(slot, engine.shard_count())),
-            ReadRoute::Spread => {
-                let spec = command::lookup(&args).expect("checked by the session");
-                let command = Command::parse(spec, &args).expect("checked by the session");
+        let one_or_many = match route.slot {
+            Some(slot) => Ok(shard_of_slot(slot, engine.shard_count())),
+            None => {
+                let command = Command::parse(route.spec, &args).expect("checked by the session");
                 let shards = route_shards(&command.route(), engine.shard_count());
                 match shards[..] {
                     [shard] => Ok(shard),
@@ -571,14 +579,14 @@ impl Connection {
         let shards = match one_or_many {
             Ok(shard) => {
                 // Served on the shard's own thread: no hand-off.
-                if let Some(reply) = engine.read_here(shard, &args, clocks) {
+                if let Some(reply) = engine.read_here(shard, &args, route, clocks) {
                     self.fill(seq, reply);
                     return;
                 }
                 // Another thread's shard: sent with the turn's other
                 // reads for it.
                 assert!(self.forwarded.len() < PIPELINE_REQUESTS_MAX);
-                self.forwarded.push((shard, seq, args));
+                self.forwarded.push((shard, seq, args, route));
                 return;
             }
             Err(shards) => shards,
@@ -587,7 +595,7 @@ impl Connection {
         // whatever runs first; this keeps the shards' order too).
         self.forward();
         let mut lent = self.ctx.engine.borrow(&shards).await;
-        let reply = keyspace::run(&mut lent.view(), &args, clocks);
+        let reply = keyspace::run_spec(&mut lent.view(), route.spec, &args, clocks);
         drop(lent);
         self.fill(seq, reply);
     }
@@ -605,7 +613,7 @@ impl Connection {
         self.forwarded.sort_by_key(|read| read.0);
         let mut reads = Vec::new();
         let mut at = None;
-        for (shard, seq, args) in self.forwarded.drain(..) {
+        for (shard, seq, args, route) in self.forwarded.drain(..) {
             if let Some(previous) = at.filter(|&previous| previous != shard) {
                 engine.reads(
                     previous,
@@ -615,7 +623,7 @@ impl Connection {
                 );
             }
             at = Some(shard);
-            reads.push((seq, args));
+            reads.push((seq, args, route));
         }
         let shard = at.expect("a read was forwarded");
         engine.reads(shard, reads, clocks, self.outlet.clone());

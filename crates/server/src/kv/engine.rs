@@ -36,6 +36,7 @@ use keel_kv::exec::{Clocks, View};
 use keel_kv::keyspace;
 use keel_kv::op::{Op, Watch};
 use keel_kv::resp::Args;
+use keel_kv::session::ReadRoute;
 use keel_kv::shard::{Ctx, Shard, PREFETCH_KEYS_MAX};
 use keel_kv::slot::{key_slot, shard_of_slot};
 use keel_kv::snapshot::{self as kv_snapshot, Image};
@@ -133,9 +134,10 @@ struct Item {
 enum Message {
     /// Writes of one entry, in log order.
     Apply(Vec<Item>),
-    /// Reads of one connection (request number, command), in its order.
+    /// Reads of one connection (request number, command, its route), in
+    /// its order.
     Reads {
-        reads: Vec<(u64, Args)>,
+        reads: Vec<(u64, Args, ReadRoute)>,
         clocks: Clocks,
         outlet: Outlet,
     },
@@ -452,7 +454,13 @@ impl KvEngine {
     /// thread, the shard is home and every message queued to it before is
     /// handled (this handles them first): the reply, as the shard thread
     /// would give it. `None`: send it with `read`.
-    pub fn read_here(&self, shard: usize, args: &Args, clocks: Clocks) -> Option<Reply> {
+    pub fn read_here(
+        &self,
+        shard: usize,
+        args: &Args,
+        route: ReadRoute,
+        clocks: Clocks,
+    ) -> Option<Reply> {
         let handle = &self.shards[shard];
         // Only a shard thread owns a shard (never so for an engine
         // without threads): the counters tell which shard it is.
@@ -461,7 +469,7 @@ impl KvEngine {
             if !Arc::ptr_eq(&owned.counters, &handle.counters) || !owned.settle() {
                 return None;
             }
-            let reply = owned.home.read(args, clocks);
+            let reply = owned.home.read(args, route, clocks);
             owned.publish();
             Some(reply)
         })
@@ -480,13 +488,19 @@ impl KvEngine {
     }
 
     /// Runs a read on one shard; the reply goes to `to`.
-    pub fn read(&self, shard: usize, args: Args, clocks: Clocks, to: Responder) {
-        self.reads(shard, vec![(to.seq, args)], clocks, to.outlet);
+    pub fn read(&self, shard: usize, args: Args, route: ReadRoute, clocks: Clocks, to: Responder) {
+        self.reads(shard, vec![(to.seq, args, route)], clocks, to.outlet);
     }
 
     /// Runs a connection's reads (request number, command) on one shard,
     /// in order; their replies go to `outlet` together.
-    pub fn reads(&self, shard: usize, reads: Vec<(u64, Args)>, clocks: Clocks, outlet: Outlet) {
+    pub fn reads(
+        &self,
+        shard: usize,
+        reads: Vec<(u64, Args, ReadRoute)>,
+        clocks: Clocks,
+        outlet: Outlet,
+    ) {
         assert!(!reads.is_empty() && reads.len() <= super::conn::PIPELINE_REQUESTS_MAX);
         self.send(
             shard,
@@ -773,6 +787,7 @@ mod tests {
         engine.read(
             engine.shard_of(b"k3"),
             args(&["GET", "k3"]),
+            route(&args(&["GET", "k3"])),
             Clocks::read(engine.clock_ms(), 1_002),
             Responder { outlet, seq: 3 },
         );
@@ -791,6 +806,11 @@ mod tests {
             engine.inspect(|view| view.shards().map(|s| s.key_count()).sum::<usize>()),
             0
         );
+    }
+
+    /// The route a session finds for `args`, a keyspace read.
+    fn route(args: &Args) -> ReadRoute {
+        ReadRoute::checked(args).expect("a keyspace read")
     }
 
     /// Runs `look` on shard `shard`'s thread; its result.
@@ -830,23 +850,29 @@ mod tests {
         let clocks = Clocks::read(1_000, 1_000);
         // Its shard's thread: the writes queued before are applied first.
         let (args, theirs) = (get(&key), get(&key));
-        let here = on_shard(&engine, shard, move |e| e.read_here(shard, &args, clocks));
+        let here = on_shard(&engine, shard, move |e| {
+            e.read_here(shard, &args, route(&args), clocks)
+        });
         assert_eq!(here, Some(Reply::Bulk(b"three".to_vec())));
         // Another shard's thread, or no shard thread: not here.
         let there = on_shard(&engine, 1 - shard, move |e| {
-            e.read_here(shard, &theirs, clocks)
+            e.read_here(shard, &theirs, route(&theirs), clocks)
         });
         assert_eq!(there, None);
-        assert_eq!(engine.read_here(shard, &get(&key), clocks), None);
+        let ours = get(&key);
+        assert_eq!(engine.read_here(shard, &ours, route(&ours), clocks), None);
         // A lent shard is not read in place; a queued read waits for it.
         let outlet = engine.outlet_of(id).unwrap();
         engine.inspect(|_| {
             let args = get(&key);
-            let lent = on_shard(&engine, shard, move |e| e.read_here(shard, &args, clocks));
+            let lent = on_shard(&engine, shard, move |e| {
+                e.read_here(shard, &args, route(&args), clocks)
+            });
             assert_eq!(lent, None, "lent: not read in place");
             engine.read(
                 shard,
                 get(&key),
+                route(&get(&key)),
                 clocks,
                 Responder {
                     outlet: outlet.clone(),
@@ -864,7 +890,9 @@ mod tests {
         }
         assert!(answered.contains(&(9, Reply::Bulk(b"three".to_vec()))));
         let args = get(&key);
-        let back = on_shard(&engine, shard, move |e| e.read_here(shard, &args, clocks));
+        let back = on_shard(&engine, shard, move |e| {
+            e.read_here(shard, &args, route(&args), clocks)
+        });
         assert_eq!(back, Some(Reply::Bulk(b"three".to_vec())), "home again");
         engine.stop();
     }
@@ -892,6 +920,7 @@ mod tests {
         engine.read(
             shard,
             get.clone(),
+            route(&get),
             Clocks::read(1_000, 1_000),
             Responder { outlet, seq: 1 },
         );
@@ -909,7 +938,7 @@ mod tests {
         applier.apply(writes + 1, 1_000, 1, &incr.to_bytes(), false);
         applier.flush();
         let here = on_shard(&engine, shard, move |e| {
-            e.read_here(shard, &get, Clocks::read(1_000, 1_000))
+            e.read_here(shard, &get, route(&get), Clocks::read(1_000, 1_000))
         });
         assert_eq!(
             here,
@@ -953,11 +982,13 @@ mod tests {
             Some(Outbound::Reply(5, Reply::Integer(5)))
         ));
         // Reads of one connection on one shard: one message, in order.
-        let reads = vec![
+        let reads = [
             (6, vec![b"GET".to_vec(), key.clone()]),
             (7, vec![b"EXISTS".to_vec(), key.clone()]),
             (8, vec![b"GET".to_vec(), key.clone()]),
-        ];
+        ]
+        .map(|(seq, args)| (seq, args.clone(), route(&args)))
+        .to_vec();
         let outlet = engine.outlet_of(first).unwrap();
         engine.reads(shard, reads, Clocks::read(1_000, 1_000), outlet);
         match first_replies.blocking_recv() {
@@ -1284,9 +1315,13 @@ async fn shard_task(bell: Arc<Notify>) {
 
 /// A read on `shard`, whose last applied entry's clock is `clock_ms`: it
 /// runs at the later of that and the clock it was sent with.
-fn read(shard: &mut Shard, clock_ms: i64, args: &Args, clocks: Clocks) -> Reply {
+fn read(shard: &mut Shard, clock_ms: i64, args: &Args, route: ReadRoute, clocks: Clocks) -> Reply {
     let clocks = Clocks::read(clocks.ctx.now_ms.max(clock_ms), clocks.display_ms);
-    keyspace::run(&mut View::new([shard]), args, clocks)
+    let mut view = match route.slot {
+        Some(slot) => View::in_slot([shard], slot),
+        None => View::new([shard]),
+    };
+    keyspace::run_spec(&mut view, route.spec, args, clocks)
 }
 
 fn publish(shard: &Shard, counters: &ShardCounters) {
@@ -1342,9 +1377,9 @@ impl Home {
 
     /// A read on the shard at its state and the log's clock as far as
     /// this shard has seen it.
-    fn read(&mut self, args: &Args, clocks: Clocks) -> Reply {
+    fn read(&mut self, args: &Args, route: ReadRoute, clocks: Clocks) -> Reply {
         let current = self.shard.as_mut().expect("the shard is home for a read");
-        read(current, self.clock_ms, args, clocks)
+        read(current, self.clock_ms, args, route, clocks)
     }
 
     /// Handles one message; false on `Stop`. After a `Lend`, the shard
@@ -1385,16 +1420,13 @@ impl Home {
             } => {
                 let mut replies = Vec::with_capacity(reads.len());
                 for batch in reads.chunks(PREFETCH_KEYS_MAX) {
-                    keyspace::prefetch_keys(
+                    keyspace::prefetch_reads(
                         &*current,
-                        Kind::Read,
-                        batch.iter().map(|(_, args)| args),
+                        batch.iter().map(|(_, args, route)| (args, *route)),
                     );
-                    replies.extend(
-                        batch
-                            .iter()
-                            .map(|(seq, args)| (*seq, read(current, *clock_ms, args, clocks))),
-                    );
+                    replies.extend(batch.iter().map(|(seq, args, route)| {
+                        (*seq, read(current, *clock_ms, args, *route, clocks))
+                    }));
                 }
                 ReplyRun {
                     outlet: Some(outlet),

@@ -185,18 +185,30 @@ pub struct ServerView<'a> {
     connection: u64,
 }
 
+impl ServerView<'_> {
+    /// Brings this connection's record up to date with its session before
+    /// a command reads the records (a connection updates its own once a
+    /// turn, so it may lag within one); the record.
+    fn update_own_record(&self, session: &Session) -> Option<Arc<ClientRecord>> {
+        let record = self.ctx.clients.lock().get(&self.connection).cloned()?;
+        record.update(session, Instant::now());
+        Some(record)
+    }
+}
+
 impl Server for ServerView<'_> {
     fn info(&self, sections: &[Vec<u8>], _session: &Session) -> String {
         info(self.ctx, sections)
     }
 
-    fn client_list(&self) -> String {
+    fn client_list(&self, session: &Session) -> String {
+        self.update_own_record(session);
         let clients: Vec<Arc<ClientRecord>> = self.ctx.clients.lock().values().cloned().collect();
         clients.iter().map(|c| c.line() + "\n").collect()
     }
 
-    fn client_info(&self, _session: &Session) -> String {
-        let record = self.ctx.clients.lock().get(&self.connection).cloned();
+    fn client_info(&self, session: &Session) -> String {
+        let record = self.update_own_record(session);
         record.map(|c| c.line()).unwrap_or_default()
     }
 
