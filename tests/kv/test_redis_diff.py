@@ -10,6 +10,7 @@ compared as a multiset; TTLs counted down by a clock within 1 s (PTTL:
 250 ms); a few values that name the server (CLIENT ID, INFO, COMMAND's
 table) by their RESP type only."""
 
+import re
 import time
 
 import pytest
@@ -732,6 +733,31 @@ def test_client_records_follow_pipelined_commands_like_redis(reference, kv):
                 fields["name"] = fields["name"] == name
             seen.append((own_info, own_list, other, replies[6]))
     assert seen[0] == seen[1]
+
+
+def test_total_commands_processed_counts_every_connections_commands_like_redis(reference, kv):
+    """INFO's total_commands_processed adds the commands of connections
+    served on every shard thread (each counts its own)."""
+    counted = []
+    for port in (reference.port, kv.port):
+        conns = [RespConnection(port) for _ in range(4)]
+        try:
+            def total():
+                info = conns[0].call("INFO", "stats")[1].decode()
+                return int(re.search(r"^total_commands_processed:(\d+)\r?$", info, re.M).group(1))
+            before = total()
+            sent = 0
+            for i, conn in enumerate(conns):
+                frames = b"".join(RespConnection.encode(["INCR", "tc%d" % j]) for j in range(10 + i))
+                conn.send(frames)
+                for _ in range(10 + i):
+                    conn.reply()
+                sent += 10 + i
+            counted.append((sent, total() - before))
+        finally:
+            for conn in conns:
+                conn.close()
+    assert counted[0] == counted[1]
 
 
 def test_pipelined_batches_of_many_keys_match_redis(reference, kv):
