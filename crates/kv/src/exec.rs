@@ -45,7 +45,10 @@ impl<'s> View<'s> {
     /// shards'.
     pub fn in_slot(shards: impl IntoIterator<Item = &'s mut Shard>, slot: u16) -> View<'s> {
         let mut view = View::new(shards);
-        view.index_of_slot(slot);
+        assert!(
+            view.shards.iter().any(|s| s.owns(slot)),
+            "slot {slot} is not in this view"
+        );
         view.slot = Some(slot);
         view
     }
