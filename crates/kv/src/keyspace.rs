@@ -15,10 +15,15 @@ use crate::slot::{key_slot, shard_of_slot, shard_slots};
 /// Prefetches (`Shard::prefetch_owned`) the lookups of the commands of `kind`
 /// with one key (`command::single_key`) among the first PREFETCH_KEYS_MAX
 /// of `requests` whose keys are `shard`'s, so that running them next
-/// finds their memory in the cache. A hint: changes nothing.
+/// finds their memory in the cache. A hint: changes nothing. One lookup
+/// alone has nothing to overlap with, so a lone request (an unpipelined
+/// one, an entry of one write) is not even looked up.
 pub fn prefetch_keys<'a>(shard: &Shard, kind: Kind, requests: impl IntoIterator<Item = &'a Args>) {
+    let requests = requests.into_iter();
+    if requests.size_hint().1.is_some_and(|most| most < 2) {
+        return;
+    }
     let keys = requests
-        .into_iter()
         .take(PREFETCH_KEYS_MAX)
         .filter_map(|args| command::single_key(args, kind))
         .map(|key| (key_slot(key), key));
@@ -113,6 +118,22 @@ pub fn run(view: &mut View<'_>, args: &[Vec<u8>], clocks: Clocks) -> Reply {
         Ok(spec) => run_spec(view, spec, args, clocks),
         Err(error) => error,
     }
+}
+
+/// A read the session checked (`ReadRoute`), run on `shards` as a server
+/// runs it: with the route's spec, on a view that knows the route's slot
+/// when it has one.
+pub fn run_routed<'s>(
+    shards: impl IntoIterator<Item = &'s mut Shard>,
+    args: &[Vec<u8>],
+    route: ReadRoute,
+    clocks: Clocks,
+) -> Reply {
+    let mut view = match route.slot {
+        Some(slot) => View::in_slot(shards, slot),
+        None => View::new(shards),
+    };
+    run_spec(&mut view, route.spec, args, clocks)
 }
 
 /// `run` for a command whose spec the caller looked up already
@@ -249,11 +270,7 @@ impl Keyspace {
     /// view of its route's slot when it has one, else on every shard.
     pub fn read_routed(&mut self, args: &[Vec<u8>], route: ReadRoute, wall_ms: i64) -> Reply {
         let clocks = Clocks::read(self.clock_ms, wall_ms);
-        let mut view = match route.slot {
-            Some(slot) => View::in_slot(self.shards.iter_mut(), slot),
-            None => self.view(),
-        };
-        run_spec(&mut view, route.spec, args, clocks)
+        run_routed(self.shards.iter_mut(), args, route, clocks)
     }
 
     /// WATCH's token for `key`: what its shard has applied, and the clock.

@@ -248,14 +248,9 @@ impl Connection {
     /// batch's cache misses overlap instead of coming one per read.
     fn prefetch_ahead(&mut self) {
         let ahead = self.incoming.len().min(PREFETCH_KEYS_MAX);
-        // One lookup alone has nothing to overlap with (`prefetch_owned`
-        // would skip it after looking the command up and hashing its key):
-        // an unpipelined request is not prefetched.
-        if ahead > 1 {
-            self.ctx
-                .engine
-                .prefetch_here(self.incoming.iter().take(ahead));
-        }
+        self.ctx
+            .engine
+            .prefetch_here(self.incoming.iter().take(ahead));
         self.prefetched = ahead;
     }
 

@@ -1317,11 +1317,7 @@ async fn shard_task(bell: Arc<Notify>) {
 /// runs at the later of that and the clock it was sent with.
 fn read(shard: &mut Shard, clock_ms: i64, args: &Args, route: ReadRoute, clocks: Clocks) -> Reply {
     let clocks = Clocks::read(clocks.ctx.now_ms.max(clock_ms), clocks.display_ms);
-    let mut view = match route.slot {
-        Some(slot) => View::in_slot([shard], slot),
-        None => View::new([shard]),
-    };
-    keyspace::run_spec(&mut view, route.spec, args, clocks)
+    keyspace::run_routed([shard], args, route, clocks)
 }
 
 fn publish(shard: &Shard, counters: &ShardCounters) {
