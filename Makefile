@@ -15,6 +15,8 @@
 #                       COMPARE_ROUNDS=N rounds with medians, COMPARE_SYSTEMS=zookeeper,keel: no TLS)
 #   make compare-java   the same clusters under ZooKeeper's own Java client (bench/java/LoadGen.java,
 #                       bench/java_compare.py: COMPARE_DURATION, COMPARE_WARMUP, COMPARE_CLIENTS)
+#   make compare-go     the same under Go's client github.com/go-zookeeper/zk (bench/go/loadgen,
+#                       bench/go_compare.py: the same variables)
 #   make compare-kv     Keel KV (1 and 3 nodes) vs redis-server 7.0 (appendfsync always/everysec)
 #                       under redis-benchmark, ratios printed (bench/compare_kv.py)
 #   make scale          Keel vs ZooKeeper 3.8 holding SCALE_ZNODES znodes (default 10,000,000):
@@ -66,7 +68,7 @@ define run_python_suites
 	exit $$status
 endef
 
-.PHONY: all build run run-kv cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare compare-java compare-kv scale replay sim fuzz nemesis rolling-restart
+.PHONY: all build run run-kv cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare compare-java compare-go compare-kv scale replay sim fuzz nemesis rolling-restart
 
 all: build
 
@@ -132,6 +134,11 @@ compare: test-deps build
 # COMPARE_CLIENTS sessions (default 10,100,400), COMPARE_DURATION=S per run (default 10).
 compare-java: test-deps build
 	python3 bench/java_compare.py
+
+# The same with the load from Go's client github.com/go-zookeeper/zk
+# (bench/go/loadgen, built into bench/work): same variables as compare-java.
+compare-go: test-deps build
+	python3 bench/go_compare.py
 
 # Single-node Keel, then single-node ZooKeeper 3.8, each filled with SCALE_ZNODES znodes
 # (bench/scale.py; results in bench/work/scale.json). Long: run it on a quiet machine.

@@ -12,6 +12,11 @@
 #     redis-benchmark), openjdk-17-jdk-headless (javac: the Java-client tests
 #     and `make compare-java` compile their Java sources). Runs `apt-get
 #     update` only when a package is missing.
+#   * Go: the machine's own Go SDK (`go` on PATH or /usr/local/go/bin/go),
+#     else Debian's golang-go; then the modules of the Go programs the tests
+#     and `make compare-go` build (bench/go, tests/compat/go: Go's ZooKeeper
+#     client github.com/go-zookeeper/zk, pinned by their go.sum) are
+#     downloaded into Go's module cache (no network once they are there).
 #   * A Python venv at ./.venv (repo root) with kazoo, pytest, pytest-timeout,
 #     pytest-xdist (`make test` runs the suites that neither load the machine
 #     nor measure time on two processes), prometheus-client (its text-format parser), pure-sasl (kazoo's SASL
@@ -74,6 +79,31 @@ done
 if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet redis-server 2>/dev/null; then
     as_root systemctl disable --now redis-server || log "could not stop the redis-server service"
 fi
+
+# ---------------------------------------------------------------- Go
+go_bin() {
+    if command -v go >/dev/null 2>&1; then command -v go; return; fi
+    for g in /usr/local/go/bin/go /usr/lib/go/bin/go; do
+        if [ -x "$g" ]; then echo "$g"; return; fi
+    done
+}
+GO="$(go_bin)"
+if [ -z "$GO" ]; then
+    log "no Go on this machine: installing Debian's golang-go"
+    export DEBIAN_FRONTEND=noninteractive
+    as_root apt-get install -y --no-install-recommends golang-go \
+        || { as_root apt-get update && as_root apt-get install -y --no-install-recommends golang-go; }
+    GO="$(go_bin)"
+    [ -n "$GO" ] || { log "missing go after installing golang-go"; exit 1; }
+fi
+for module in bench/go tests/compat/go; do
+    [ -f "$module/go.mod" ] || continue
+    if ! (cd "$module" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly "$GO" mod download); then
+        log "go mod download failed in $module"
+        exit 1
+    fi
+done
+log "Go modules ready ($("$GO" version))"
 
 # ---------------------------------------------------------------- Python venv
 if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then

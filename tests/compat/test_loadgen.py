@@ -1,9 +1,12 @@
-"""Smoke test of bench/java/LoadGen.java (the Java-client load generator of
-`make compare-java`): compiled with javac, run for 2 s with 4 sessions of the
-create and the mix workload against one ZooKeeper 3.8 server and one Keel
-server. Its numbers must add up against the server: the tree is kept
-(--keep), and the znode count (mntr) and the nodes found under the run's
-root (kazoo) must match the creates and deletes it reports, op for op."""
+"""Smoke test of the load generators on other client libraries:
+bench/java/LoadGen.java (Apache ZooKeeper's Java client, `make compare-java`,
+compiled with javac) and bench/go/loadgen (Go's client
+github.com/go-zookeeper/zk, `make compare-go`, built with `go build`). Each
+runs for 2 s with 4 sessions of the create and the mix workload against one
+ZooKeeper 3.8 server and one Keel server. Its numbers must add up against the
+server: the tree is kept (--keep), and the znode count (mntr) and the nodes
+found under the run's root (kazoo) must match the creates and deletes it
+reports, op for op. Both take the same arguments and print the same summary."""
 
 import os
 import shutil
@@ -14,8 +17,11 @@ from kazoo.client import KazooClient
 
 from conftest import candidate_kind, require_keel
 from harness import ZK_CLIENT_CLASSPATH, make_workdir, mntr
+from harness.golang import build_go
 
-LOADGEN_SRC = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "java", "LoadGen.java")
+BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench")
+LOADGEN_SRC = os.path.join(BENCH, "java", "LoadGen.java")
+GO_MODULE = os.path.join(BENCH, "go")
 SESSIONS = 4
 DURATION_S = 2
 # crates/bench: DATA_NODES, LIST_CHILDREN, DELETE_POOL_PER_LANE (8 while
@@ -26,23 +32,27 @@ DELETE_POOL_PER_LANE = 8
 MIX_SHARES = {"create": 0.01, "set": 0.08, "get": 0.45, "list": 0.45, "delete": 0.01}
 
 
-@pytest.fixture(scope="module")
-def loadgen_classpath():
-    if not shutil.which("javac"):
-        pytest.skip("javac not installed")
-    out = make_workdir("javac-loadgen")
-    subprocess.run(["javac", "-nowarn", "-d", out, "-cp", ZK_CLIENT_CLASSPATH, LOADGEN_SRC],
-                   check=True, capture_output=True, timeout=180)
-    yield ZK_CLIENT_CLASSPATH + ":" + out
+@pytest.fixture(scope="module", params=["java", "go"])
+def loadgen(request):
+    """The command that starts one load generator, arguments to follow."""
+    out = make_workdir("loadgen-" + request.param)
+    if request.param == "java":
+        if not shutil.which("javac"):
+            pytest.skip("javac not installed")
+        subprocess.run(["javac", "-nowarn", "-d", out, "-cp", ZK_CLIENT_CLASSPATH, LOADGEN_SRC],
+                       check=True, capture_output=True, timeout=180)
+        yield ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-Dzookeeper.sasl.client=false",
+               "-cp", ZK_CLIENT_CLASSPATH + ":" + out, "LoadGen"]
+    else:
+        yield [build_go(GO_MODULE, "loadgen", os.path.join(out, "loadgen"))]
     shutil.rmtree(out, ignore_errors=True)
 
 
-def run_loadgen(classpath, server, workload, *extra):
-    p = subprocess.run(["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-Dzookeeper.sasl.client=false",
-                        "-cp", classpath, "LoadGen", "--servers", server.address, "--workload", workload,
-                        "--sessions", str(SESSIONS), "--duration", str(DURATION_S)] + list(extra),
+def run_loadgen(command, server, workload, *extra):
+    p = subprocess.run(command + ["--servers", server.address, "--workload", workload,
+                                  "--sessions", str(SESSIONS), "--duration", str(DURATION_S)] + list(extra),
                        capture_output=True, text=True, timeout=60, start_new_session=True)
-    assert p.returncode == 0, "LoadGen exited %d:\n%s" % (p.returncode, p.stderr[-3000:])
+    assert p.returncode == 0, "%s exited %d:\n%s" % (command[-1], p.returncode, p.stderr[-3000:])
     summary = {}
     for line in p.stdout.splitlines():
         key, _, value = line.partition(" ")
@@ -69,9 +79,9 @@ def count_buckets(client, root):
     return sum(len(client.get_children("%s/%s" % (writes, c))) for c in client.get_children(writes))
 
 
-def check_workload(classpath, server, workload):
+def check_workload(command, server, workload):
     before = int(mntr(server.port)["zk_znode_count"])
-    s, stderr = run_loadgen(classpath, server, workload, "--keep", "--warmup", "0")
+    s, stderr = run_loadgen(command, server, workload, "--keep", "--warmup", "0")
     after = int(mntr(server.port)["zk_znode_count"])
     n = lambda key: int(s[key])  # noqa: E731
     tps, ok = float(s["TPS"]), n("successes")
@@ -121,24 +131,29 @@ def check_workload(classpath, server, workload):
 
 
 @pytest.mark.parametrize("kind", ["zookeeper", "candidate"])
-def test_loadgen_numbers_match_the_server(servers, loadgen_classpath, kind):
+def test_loadgen_numbers_match_the_server(servers, loadgen, kind):
     if kind == "candidate":
         kind = candidate_kind()
         if kind == "keel":
             require_keel()
     server = servers(kind)
     for workload in ("create", "mix"):
-        check_workload(loadgen_classpath, server, workload)
+        check_workload(loadgen, server, workload)
 
 
-def test_loadgen_refuses_bad_arguments(loadgen_classpath):
+def test_loadgen_refuses_bad_arguments(loadgen):
     for args, needle in ((["--workload", "mix", "--sessions", "1", "--duration", "1"], "no server"),
                          (["--servers", "127.0.0.1:1", "--workload", "get", "--sessions", "1", "--duration", "1"],
                           "unknown workload"),
                          (["--servers", "127.0.0.1:1", "--workload", "mix", "--sessions", "0", "--duration", "1"],
                           "--sessions must be"),
                          (["--servers", "127.0.0.1", "--workload", "mix", "--sessions", "1", "--duration", "1"],
-                          "bad server address")):
-        p = subprocess.run(["java", "-XX:TieredStopAtLevel=1", "-cp", loadgen_classpath, "LoadGen"] + args,
-                           capture_output=True, text=True, timeout=60)
+                          "bad server address"),
+                         (["--servers", "127.0.0.1:1", "--workload", "mix", "--sessions", "1", "--duration", "x"],
+                          "--duration wants a whole number"),
+                         (["--servers", "127.0.0.1:1", "--workload", "mix", "--sessions", "1", "--duration", "1",
+                           "--value-size", "2000000"], "--value-size must be"),
+                         (["--servers", "127.0.0.1:1", "--workload", "mix", "--sessions", "1"],
+                          "--duration is required")):
+        p = subprocess.run(loadgen + args, capture_output=True, text=True, timeout=60)
         assert p.returncode == 2 and needle in p.stderr, (args, p.returncode, p.stderr)

@@ -1,0 +1,5 @@
+module keel/bench/go
+
+go 1.19
+
+require github.com/go-zookeeper/zk v1.0.4
