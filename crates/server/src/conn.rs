@@ -10,7 +10,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -33,7 +33,8 @@ use crate::profile;
 use crate::readonly::{local_session_password, refused_when_read_only, LOCAL_SESSIONS_MAX};
 use crate::sasl::{DigestMd5Server, DigestMd5Step, SaslUsers};
 use crate::shared::{
-    wall_clock_ms, ConnectionInfo, ConnectionOutlet, Overflow, Shared, CONNECTION_OUTBOUND_MAX,
+    monotonic_us, wall_clock_ms, ConnectionInfo, ConnectionOutlet, LastOp, Overflow, ResponseStats,
+    Shared, CONNECTION_OUTBOUND_MAX,
 };
 
 /// How long a new connection may take to send its first packet.
@@ -129,6 +130,10 @@ struct Connection<S> {
     fifo: RequestFifo<(RequestHeader, Vec<u8>)>,
     /// The clock of `fifo`'s timestamps (latency of writes).
     opened: Instant,
+    /// `opened` on `monotonic_us`'s clock (`cons`'s response times).
+    opened_us: u64,
+    /// When the connection was accepted, ms since the epoch (`cons`'s est).
+    established_ms: i64,
     out: Vec<u8>,
     closing: Option<Closed>,
     /// This connection's row in `cons` (set once the session is open).
@@ -210,6 +215,7 @@ async fn serve<S>(port: &ClientPort, mut stream: S, peer: SocketAddr)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    let established_ms = wall_clock_ms();
     let mut buf = Vec::with_capacity(READ_CHUNK_BYTES);
     let first = tokio::time::timeout(
         Duration::from_millis(HANDSHAKE_TIMEOUT_MS),
@@ -220,7 +226,7 @@ where
     let first = match first {
         Ok(Ok(First::Frame(total))) => total,
         Ok(Ok(First::FourLetterWord(word))) => {
-            let answer = crate::fourlw::answer(&port.config, serving.as_deref(), &word);
+            let answer = crate::fourlw::answer(&port.config, serving.as_deref(), &word, peer);
             let _ = stream.write_all(answer.as_bytes()).await;
             let _ = stream.shutdown().await;
             return;
@@ -246,6 +252,7 @@ where
     let id = shared
         .next_connection_id
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let opened = Instant::now();
     let mut conn = Connection {
         shared: shared.clone(),
         id,
@@ -262,7 +269,9 @@ where
         overflow: Arc::new(Overflow::default()),
         stash: Stash::default(),
         fifo: RequestFifo::new(PENDING_REQUESTS_MAX),
-        opened: Instant::now(),
+        opened,
+        opened_us: monotonic_us(opened),
+        established_ms,
         out: Vec::with_capacity(READ_CHUNK_BYTES),
         closing: None,
         info: None,
@@ -331,10 +340,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             config.min_session_timeout(),
             config.max_session_timeout(),
         );
+        // The zxid of a session this handshake created: its reply counts
+        // as the connection's first response (`cons`: lop=SESS, lcxid 0),
+        // as ZooKeeper's createSession goes through FinalRequestProcessor;
+        // a resumed session's connection has answered nothing yet.
+        let mut created_zxid = None;
         let valid = if shared.is_read_only() {
-            self.open_read_only(&request, timeout_ms, sender)?
+            let valid = self.open_read_only(&request, timeout_ms, sender)?;
+            if valid && request.session_id == 0 {
+                created_zxid = Some(last_zxid);
+            }
+            valid
         } else if request.session_id == 0 {
-            self.create_session(timeout_ms, sender).await?
+            created_zxid = Some(self.create_session(timeout_ms, sender).await?);
+            true
         } else {
             self.resume_session(&request, sender)
         };
@@ -362,21 +381,29 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             peer: self.peer,
             session_id: self.session_id,
             timeout_ms,
+            established_ms: self.established_ms,
+            // The ConnectRequest and the ConnectResponse.
             received: AtomicU64::new(1),
-            sent: AtomicU64::new(0),
-            last_zxid: AtomicI64::new(last_zxid),
+            sent: AtomicU64::new(1),
             outstanding: AtomicU64::new(0),
+            responses: ResponseStats::default(),
         });
-        self.shared.connections().insert(self.id, info.clone());
-        self.info = Some(info);
+        self.info = Some(info.clone());
+        if let Some(zxid) = created_zxid {
+            // The ConnectRequest came when the connection opened.
+            let now_us = self.now_us();
+            self.answered(0, zxid, LastOp::Sess, 0, now_us);
+        }
+        self.shared.connections().insert(self.id, info);
         self.flush().await
     }
 
+    /// A new session through the log; its createSession txn's zxid.
     async fn create_session(
         &mut self,
         timeout_ms: u32,
         sender: mpsc::Sender<Outbound>,
-    ) -> Result<bool, Closed> {
+    ) -> Result<i64, Closed> {
         let shared = self.shared.clone();
         self.session_id = shared
             .next_session_id
@@ -407,8 +434,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             Ok(Some(Outbound::Reply {
                 op_code: opcode::CREATE_SESSION,
                 result: Ok(_),
+                zxid,
                 ..
-            })) => Ok(true),
+            })) => Ok(zxid),
             Ok(Some(Outbound::Close { reason })) => Err(Closed::Server(reason)),
             Ok(_) => Err(Closed::UnexpectedDuringCreate),
             Err(_) => Err(Closed::SessionCreateTimeout),
@@ -590,6 +618,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             .stats
             .packets_received
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(info) = &self.info {
+            bump(&info.received);
+        }
         if self.read_only {
             let now_ms = self.shared.now_ms();
             self.shared.local_sessions().touch(self.session_id, now_ms);
@@ -631,6 +662,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         if header.op_type == opcode::PING {
             let zxid = self.last_zxid();
             self.reply(xid::PING, zxid, Ok(Response::Empty));
+            self.answered_now(xid::PING, zxid, LastOp::Ping);
             return Ok(());
         }
         if self.read_only {
@@ -656,11 +688,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             }
             Err(error) => {
                 tracing::info!(peer = %self.peer, op = header.op_type, %error, "malformed request body");
-                self.reply(
-                    header.xid,
-                    self.last_zxid(),
-                    Err(ErrorCode::MarshallingError),
-                );
+                let zxid = self.last_zxid();
+                self.reply(header.xid, zxid, Err(ErrorCode::MarshallingError));
+                // A write's body fails in ZooKeeper's prep: an error txn.
+                let write = is_write_op(header.op_type) || header.op_type == opcode::RECONFIG;
+                self.answered_now(header.xid, zxid, LastOp::of(header.op_type, write));
                 return Ok(());
             }
         };
@@ -708,6 +740,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         self.shared.local_sessions().close(self.session_id);
         let zxid = self.last_zxid();
         self.reply(request_xid, zxid, Ok(Response::Empty));
+        self.answered_now(request_xid, zxid, LastOp::Clos);
         self.closing = Some(Closed::SessionClosedByClient);
     }
 
@@ -762,6 +795,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         };
         if let Some(code) = refusal {
             self.reply(xid, zxid, Err(code));
+            self.answered_now(xid, zxid, LastOp::Na);
             return Ok(());
         }
         let change = match crate::reconfig::parse_request(request) {
@@ -769,6 +803,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             Err(reason) => {
                 tracing::info!(peer = %self.peer, %reason, "reconfig: bad arguments");
                 self.reply(xid, zxid, Err(ErrorCode::BadArguments));
+                self.answered_now(xid, zxid, LastOp::Na);
                 return Ok(());
             }
         };
@@ -799,7 +834,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     /// A read, served from this node's tree with this connection's
     /// identities; events queued up to the zxid it read at go out first.
     fn read(&mut self, request_xid: i32, op_code: i32, request: Request) {
-        let started = Instant::now();
+        let started_us = self.now_us();
         let (result, zxid) = match &request {
             Request::WhoAmI => (
                 Ok(Response::WhoAmI(crate::fourlw::client_infos(&self.auth))),
@@ -836,9 +871,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             }
             (_, result) => self.reply(request_xid, zxid, result),
         }
+        let now_us = self.now_us();
         self.shared
             .stats
-            .record_request(op_code, started.elapsed().as_micros() as u64);
+            .record_request(op_code, now_us.saturating_sub(started_us));
+        // A read names itself whatever its outcome (FinalRequestProcessor
+        // sets lastOp before it reads the request).
+        let op = LastOp::of(op_code, false);
+        self.answered(request_xid, zxid, op, started_us, now_us);
     }
 
     /// addauth (`node::add_auth`): a failure answers AuthFailed and closes.
@@ -931,10 +971,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 let answer = match self.fifo.complete(reply_xid, op_code) {
                     Ok(Completed::Done { since_us, answer }) => {
                         // A write's latency: proposal to applied reply.
-                        let now_us = self.opened.elapsed().as_micros() as u64;
+                        let now_us = self.now_us();
                         self.shared
                             .stats
                             .record_request(op_code, now_us.saturating_sub(since_us));
+                        // A write failed as a whole was an error txn: NA.
+                        let op = LastOp::of(op_code, result.is_err());
+                        self.answered(reply_xid, zxid, op, since_us, now_us);
                         answer
                     }
                     Ok(Completed::Foreign) => {
@@ -1026,10 +1069,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             }
         });
         self.count_sent();
-        if let Some(info) = &self.info {
-            info.received.fetch_add(1, Ordering::Relaxed);
-            info.last_zxid.store(zxid, Ordering::Relaxed);
-        }
     }
 
     fn count_sent(&mut self) {
@@ -1038,8 +1077,31 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             .packets_sent
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if let Some(info) = &self.info {
-            info.sent.fetch_add(1, Ordering::Relaxed);
+            bump(&info.sent);
         }
+    }
+
+    /// µs since the connection opened (the clock of `fifo`'s timestamps).
+    fn now_us(&self) -> u64 {
+        self.opened.elapsed().as_micros() as u64
+    }
+
+    /// ServerCnxn.updateStatsForResponse for `cons`: request `cxid`, which
+    /// came `since_us` after the connection opened, answered `now_us`
+    /// after it with `zxid`.
+    #[inline]
+    fn answered(&self, cxid: i32, zxid: i64, op: LastOp, since_us: u64, now_us: u64) {
+        if let Some(info) = &self.info {
+            let request_ms = (self.opened_us + since_us) / 1000;
+            let now_ms = (self.opened_us + now_us) / 1000;
+            info.responses.update(cxid, zxid, op, request_ms, now_ms);
+        }
+    }
+
+    /// `answered` for a request answered as soon as it is taken.
+    fn answered_now(&self, cxid: i32, zxid: i64, op: LastOp) {
+        let now_us = self.now_us();
+        self.answered(cxid, zxid, op, now_us, now_us);
     }
 
     fn last_zxid(&self) -> i64 {
@@ -1088,4 +1150,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         }
         shared.node.disconnect(self.session_id, self.id);
     }
+}
+
+/// One more on a counter only this connection's task writes (`crst` may
+/// store 0 meanwhile): a relaxed load and store, no locked instruction.
+#[inline]
+fn bump(counter: &AtomicU64) {
+    counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
 }

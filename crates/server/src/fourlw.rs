@@ -2,12 +2,13 @@
 //! (monitoring tools and client test harnesses parse them).
 
 use std::fmt::Write;
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
 use keel_jute::{ClientInfo, Id};
 
 use crate::config::ServerConfig;
-use crate::shared::Shared;
+use crate::shared::{ConnectionInfo, Shared};
 
 /// Every word Keel knows (FourLetterCommands.java's set, Keel's `lcks`
 /// and ClickHouse Keeper's `ftfl`).
@@ -17,14 +18,25 @@ pub const COMMANDS: [&str; 19] = [
 ];
 /// The ZooKeeper version Keel reports: kazoo and the Go harness parse it.
 pub const ZOOKEEPER_VERSION: &str = "3.8.0-keel-0.1.0";
+/// Deliberately ZooKeeper 3.4's `MM/dd/yyyy HH:mm z` form, not 3.8's
+/// `yyyy-MM-dd HH:mm z`: kazoo and Go's client (go-zookeeper/zk FLWSrvr,
+/// whose pattern wants `\d\d/\d\d/\d\d\d\d`) parse this line, and the
+/// Go client fails on ZooKeeper 3.8's (tests/compat/test_go_compat.py
+/// excuses that one difference).
 const BUILT_ON: &str = "11/22/2026 00:00 GMT";
 
 /// AbstractFourLetterCommand.ZK_NOT_SERVING: what most words answer while
 /// the server is not running (loading its data).
 pub const NOT_SERVING: &str = "This ZooKeeper instance is not currently serving requests";
 
-/// The answer to `word`; `shared` is None while the node loads its data.
-pub fn answer(config: &ServerConfig, shared: Option<&Shared>, word: &str) -> String {
+/// The answer to `word` asked by a connection from `asker`; `shared` is
+/// None while the node loads its data.
+pub fn answer(
+    config: &ServerConfig,
+    shared: Option<&Shared>,
+    word: &str,
+    asker: SocketAddr,
+) -> String {
     let _op = crate::profile::enter(crate::profile::Op::FOURLW);
     if !config.four_letter_word_enabled(word) {
         return format!("{word} is not executed because it is not in the whitelist.\n");
@@ -41,21 +53,21 @@ pub fn answer(config: &ServerConfig, shared: Option<&Shared>, word: &str) -> Str
         // IsroCommand prints "null" for a server that is not running.
         ("isro", None) => "null".into(),
         (_, None) if COMMANDS.contains(&word) => format!("{NOT_SERVING}\n"),
-        (_, Some(shared)) => answer_serving(shared, word),
+        (_, Some(shared)) => answer_serving(shared, word, asker),
         _ => format!("{word} is not executed because it is not in the whitelist.\n"),
     }
 }
 
-fn answer_serving(shared: &Shared, word: &str) -> String {
+fn answer_serving(shared: &Shared, word: &str, asker: SocketAddr) -> String {
     match word {
         // IsroCommand: "ro" for a ReadOnlyZooKeeperServer, else "rw".
         "isro" if shared.is_read_only() => "ro".into(),
         "isro" => "rw".into(),
-        "srvr" => srvr(shared, false),
-        "stat" => srvr(shared, true),
+        "srvr" => srvr(shared, None),
+        "stat" => srvr(shared, Some(asker)),
         "mntr" => mntr(shared),
         "conf" => conf(shared),
-        "cons" => cons(shared) + "\n",
+        "cons" => cons(shared, asker, false) + "\n",
         "wchs" => wchs(shared),
         "wchc" => wchc(shared),
         "wchp" => wchp(shared),
@@ -67,8 +79,12 @@ fn answer_serving(shared: &Shared, word: &str) -> String {
             shared.stats.reset();
             "Server stats reset.\n".into()
         }
+        // CnxnStatResetCommand: every connection's counters and response
+        // statistics (ServerCnxn.resetStats); the server's stay (srst's).
         "crst" => {
-            shared.stats.reset();
+            for connection in shared.connections().values() {
+                connection.reset();
+            }
             "Connection stats reset.\n".into()
         }
         _ => format!("{word} is not executed because it is not in the whitelist.\n"),
@@ -91,19 +107,22 @@ fn mode(shared: &Shared) -> &'static str {
     }
 }
 
-fn srvr(shared: &Shared, with_clients: bool) -> String {
+/// srvr, or stat (`clients_asked_by`: the asking connection's address):
+/// StatCommand, its client lines brief (ServerCnxn.dumpConnectionInfo with
+/// brief = true).
+fn srvr(shared: &Shared, clients_asked_by: Option<SocketAddr>) -> String {
     let gauges = shared.gauges();
     let mut text = format!("Zookeeper version: {ZOOKEEPER_VERSION}, built on {BUILT_ON}\n");
-    if with_clients {
+    if let Some(asker) = clients_asked_by {
         text.push_str("Clients:\n");
-        text.push_str(&cons(shared));
+        text.push_str(&cons(shared, asker, true));
         text.push('\n');
     }
     let _ = write!(
         text,
-        "Latency min/avg/max: {}/{:.4}/{}\nReceived: {}\nSent: {}\nConnections: {}\nOutstanding: {}\nZxid: 0x{:x}\nMode: {}\nNode count: {}\n",
+        "Latency min/avg/max: {}/{}/{}\nReceived: {}\nSent: {}\nConnections: {}\nOutstanding: {}\nZxid: 0x{:x}\nMode: {}\nNode count: {}\n",
         gauges.min_latency_ms,
-        gauges.avg_latency_ms,
+        average_latency(gauges.avg_latency_ms),
         gauges.max_latency_ms,
         gauges.packets_received,
         gauges.packets_sent,
@@ -116,23 +135,134 @@ fn srvr(shared: &Shared, with_clients: bool) -> String {
     text
 }
 
-fn cons(shared: &Shared) -> String {
-    let mut text = String::new();
-    let mut connections: Vec<_> = shared.connections().values().cloned().collect();
+/// One line per connection, ServerCnxn.dumpConnectionInfo's, each ending
+/// in a newline: first the connection asking (ZooKeeper lists it too: no
+/// session, its one packet read, nothing sent yet, interest ops 0), then
+/// the sessions' connections by session id (ZooKeeper's order is its hash
+/// set's). `brief` (stat's): the counts only.
+fn cons(shared: &Shared, asker: SocketAddr, brief: bool) -> String {
+    let connections: Vec<_> = shared.connections().values().cloned().collect();
+    connection_lines(asker, connections, brief)
+}
+
+fn connection_lines(
+    asker: SocketAddr,
+    mut connections: Vec<std::sync::Arc<ConnectionInfo>>,
+    brief: bool,
+) -> String {
+    let mut text = format!(" /{asker}[0](queued=0,recved=1,sent=0)\n");
     connections.sort_by_key(|c| c.session_id);
     for c in connections {
-        let _ = writeln!(
-            text,
-            " /{}[1](queued=0,recved={},sent={},sid=0x{:x},lop=NA,est=0,to={},lzxid=0x{:x})",
-            c.peer,
-            c.received.load(Ordering::Relaxed),
-            c.sent.load(Ordering::Relaxed),
-            c.session_id,
-            c.timeout_ms,
-            c.last_zxid.load(Ordering::Relaxed)
-        );
+        connection_line(&mut text, &c, brief);
     }
     text
+}
+
+/// ServerCnxn.dumpConnectionInfo for a connection with a session
+/// (interest ops 1: reading), plus the newline ConsCommand prints.
+fn connection_line(text: &mut String, c: &ConnectionInfo, brief: bool) {
+    let _ = write!(
+        text,
+        " /{}[1](queued={},recved={},sent={}",
+        c.peer,
+        c.outstanding.load(Ordering::Relaxed),
+        c.received.load(Ordering::Relaxed),
+        c.sent.load(Ordering::Relaxed),
+    );
+    if !brief && c.session_id != 0 {
+        let r = c.responses.view();
+        let _ = write!(
+            text,
+            ",sid=0x{:x},lop={},est={},to={}",
+            c.session_id,
+            r.last_op.name(),
+            c.established_ms,
+            c.timeout_ms
+        );
+        if r.last_cxid >= 0 {
+            let _ = write!(text, ",lcxid=0x{:x}", r.last_cxid);
+        }
+        let _ = write!(
+            text,
+            ",lzxid=0x{:x},lresp={},llat={},minlat={},avglat={},maxlat={}",
+            r.last_zxid,
+            r.last_response_ms,
+            r.last_latency_ms,
+            r.min_latency_ms,
+            r.avg_latency_ms,
+            r.max_latency_ms
+        );
+    }
+    text.push_str(")\n");
+}
+
+/// srvr/stat/mntr's average latency as ZooKeeper 3.8 prints it:
+/// AvgMinMaxCounter.getAvg rounds the double average to 4 decimals
+/// (BigDecimal.setScale(4, HALF_UP) of its exact value), and the text is
+/// Java's Double.toString of that (`0.0`, `0.009`, `2.0282`, `5.0E-4`).
+pub fn average_latency(avg_ms: f64) -> String {
+    java_double_to_string(round_half_up_4(avg_ms))
+}
+
+/// BigDecimal(value).setScale(4, HALF_UP).doubleValue() for a finite
+/// value >= 0. `{:.4}` rounds the exact binary value correctly, ties to
+/// even; a tie is a value that is an odd multiple of 1/32 (x·10⁴ ends in
+/// exactly .5 only then), which HALF_UP rounds up instead.
+fn round_half_up_4(value: f64) -> f64 {
+    if !value.is_finite() || value <= 0.0 {
+        return 0.0;
+    }
+    let thirty_seconds = value * 32.0; // exact: a power of two
+    let tie = thirty_seconds.fract() == 0.0
+        && thirty_seconds < 2f64.powi(53)
+        && thirty_seconds % 2.0 == 1.0;
+    if tie {
+        // value = j/32, j odd: value·10⁴ = j·312.5, rounded up (j·625+1)/2.
+        let units = (thirty_seconds as u64 * 625).div_ceil(2);
+        return format!("{}.{:04}", units / 10_000, units % 10_000)
+            .parse()
+            .unwrap_or(value);
+    }
+    format!("{value:.4}").parse().unwrap_or(value)
+}
+
+/// Java's Double.toString for a finite value: the shortest digits that
+/// read back as the same double (Rust's `{}`/`{:e}` produce those too),
+/// plain with at least one decimal for 10⁻³ <= |x| < 10⁷, else
+/// `d.dddE±n` with at least one decimal.
+pub fn java_double_to_string(value: f64) -> String {
+    if value == 0.0 {
+        return if value.is_sign_negative() {
+            "-0.0"
+        } else {
+            "0.0"
+        }
+        .into();
+    }
+    if !value.is_finite() {
+        return if value.is_nan() {
+            "NaN".into()
+        } else if value > 0.0 {
+            "Infinity".into()
+        } else {
+            "-Infinity".into()
+        };
+    }
+    if (1e-3..1e7).contains(&value.abs()) {
+        let text = format!("{value}");
+        return if text.contains('.') {
+            text
+        } else {
+            text + ".0"
+        };
+    }
+    let text = format!("{value:e}");
+    let (mantissa, exponent) = text.split_once('e').unwrap_or((&text, "0"));
+    if mantissa.contains('.') {
+        format!("{mantissa}E{exponent}")
+    } else {
+        format!("{mantissa}.0E{exponent}")
+    }
 }
 
 fn mntr(shared: &Shared) -> String {
@@ -147,7 +277,7 @@ fn mntr(shared: &Shared) -> String {
         ),
         ("zk_uptime", g.uptime_ms.to_string()),
         ("zk_server_state", mode(shared).into()),
-        ("zk_avg_latency", format!("{:.4}", g.avg_latency_ms)),
+        ("zk_avg_latency", average_latency(g.avg_latency_ms)),
         ("zk_max_latency", g.max_latency_ms.to_string()),
         ("zk_min_latency", g.min_latency_ms.to_string()),
         ("zk_packets_received", g.packets_received.to_string()),
@@ -390,4 +520,120 @@ pub fn client_infos(auth: &[Id]) -> Vec<ClientInfo> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU64;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::shared::{LastOp, ResponseStats};
+
+    fn connection(port: u16, session_id: i64) -> Arc<ConnectionInfo> {
+        Arc::new(ConnectionInfo {
+            peer: format!("127.0.0.1:{port}").parse().unwrap(),
+            session_id,
+            timeout_ms: 10000,
+            established_ms: 1795808461030,
+            received: AtomicU64::new(1),
+            sent: AtomicU64::new(1),
+            outstanding: AtomicU64::new(0),
+            responses: ResponseStats::default(),
+        })
+    }
+
+    /// ZooKeeper 3.8's cons, seen on the wire: the asking connection
+    /// first (in ZooKeeper's hash order it may come anywhere), brief;
+    /// then each session's connection with every field, lcxid left out
+    /// after crst, zxids in Long.toHexString's two's complement.
+    #[test]
+    fn cons_prints_zookeepers_fields_and_the_asking_connection() {
+        let asker: SocketAddr = "127.0.0.1:53630".parse().unwrap();
+        let a = connection(53628, 0x10001b82cac0003);
+        a.responses.update(0, 0x37, LastOp::Sess, 1000, 1027);
+        a.received.store(2, Ordering::Relaxed);
+        a.sent.store(2, Ordering::Relaxed);
+        a.responses
+            .update(1, 0x37, LastOp::of(3, false), 29092371, 29092373);
+        let b = connection(53640, 0x10001b82cac0002);
+        let text = connection_lines(asker, vec![a.clone(), b.clone()], false);
+        assert_eq!(
+            text,
+            concat!(
+                " /127.0.0.1:53630[0](queued=0,recved=1,sent=0)\n",
+                " /127.0.0.1:53640[1](queued=0,recved=1,sent=1,sid=0x10001b82cac0002,lop=null,",
+                "est=1795808461030,to=10000,lcxid=0x0,lzxid=0x0,lresp=0,llat=0,minlat=0,avglat=0,maxlat=0)\n",
+                " /127.0.0.1:53628[1](queued=0,recved=2,sent=2,sid=0x10001b82cac0003,lop=EXIS,",
+                "est=1795808461030,to=10000,lcxid=0x1,lzxid=0x37,lresp=29092373,llat=2,minlat=0,avglat=14,maxlat=27)\n",
+            )
+        );
+        // crst: ServerCnxn.resetStats.
+        a.reset();
+        let text = connection_lines(asker, vec![a.clone()], false);
+        assert!(
+            text.ends_with(concat!(
+                " /127.0.0.1:53628[1](queued=0,recved=0,sent=0,sid=0x10001b82cac0003,lop=NA,",
+                "est=1795808461030,to=10000,lzxid=0xffffffffffffffff,lresp=0,llat=0,minlat=0,avglat=0,maxlat=0)\n",
+            )),
+            "{text}"
+        );
+        // stat's lines are brief.
+        assert_eq!(
+            connection_lines(asker, vec![b], true),
+            " /127.0.0.1:53630[0](queued=0,recved=1,sent=0)\n /127.0.0.1:53640[1](queued=0,recved=1,sent=1)\n"
+        );
+    }
+
+    /// Go's client (go-zookeeper/zk v1.0.4 FLWCons) parses a session's
+    /// line only when it has every field ZooKeeper prints.
+    #[test]
+    fn a_session_line_has_every_field_go_zookeepers_flwcons_wants() {
+        let c = connection(53628, 0x1a2b);
+        c.responses.update(7, 0x100000034, LastOp::Getd, 5, 9);
+        let mut line = String::new();
+        connection_line(&mut line, &c, false);
+        let fields: Vec<&str> = line
+            .trim_end()
+            .trim_end_matches(')')
+            .split_once('(')
+            .unwrap()
+            .1
+            .split(',')
+            .map(|f| f.split_once('=').unwrap().0)
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "queued", "recved", "sent", "sid", "lop", "est", "to", "lcxid", "lzxid", "lresp",
+                "llat", "minlat", "avglat", "maxlat"
+            ]
+        );
+    }
+
+    /// ZooKeeper 3.8 prints the average latency as Double.toString of
+    /// AvgMinMaxCounter.getAvg (4 decimals, HALF_UP): `0/0.0/0` on a fresh
+    /// server, `2.0282` once busy; Keel printed `{:.4}`: `0.0000`, `0.0090`.
+    #[test]
+    fn the_average_latency_prints_as_javas_double_to_string() {
+        for (avg, text) in [
+            (0.0, "0.0"),
+            (0.009, "0.009"),
+            (0.00904, "0.009"),
+            (2.02817, "2.0282"),
+            (1.0, "1.0"),
+            (12.5, "12.5"),
+            (0.00049, "5.0E-4"),
+            (0.00004, "0.0"),
+            (0.03125, "0.0313"),  // a tie: HALF_UP, where {:.4} gives 0.0312
+            (0.09375, "0.0938"),  // a tie: {:.4} gives 0.0938 (to even)
+            (0.015625, "0.0156"), // 1/64: no tie at 4 decimals
+            (12345678.9, "1.23456789E7"),
+        ] {
+            assert_eq!(average_latency(avg), text, "{avg}");
+        }
+        assert_eq!(java_double_to_string(0.001), "0.001");
+        assert_eq!(java_double_to_string(1e7), "1.0E7");
+        assert_eq!(java_double_to_string(9999999.0), "9999999.0");
+    }
 }

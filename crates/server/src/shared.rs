@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
 use std::time::Instant;
 
 use keel_consensus::RaftHandle;
@@ -100,12 +100,302 @@ pub struct ConnectionInfo {
     pub peer: SocketAddr,
     pub session_id: i64,
     pub timeout_ms: u32,
+    /// When the connection was accepted, ms since the epoch (`cons`'s
+    /// `est`: ServerCnxn.established).
+    pub established_ms: i64,
+    /// Packets read from the client, the ConnectRequest included
+    /// (ServerCnxn.packetsReceived).
     pub received: AtomicU64,
+    /// Packets written to the client: replies, the ConnectResponse and
+    /// watch events (ServerCnxn.packetsSent).
     pub sent: AtomicU64,
-    pub last_zxid: AtomicI64,
     /// Requests of this connection read and not yet answered (ZooKeeper's
     /// outstanding requests, summed over connections).
     pub outstanding: AtomicU64,
+    /// What the connection's last answered request was and how long the
+    /// requests took (ServerCnxn.updateStatsForResponse).
+    pub responses: ResponseStats,
+}
+
+impl ConnectionInfo {
+    /// ServerCnxn.resetStats (`crst`): the packet counts and the response
+    /// statistics start again. Another thread may be answering a request
+    /// of this connection meanwhile: a counter it stores just after the
+    /// reset keeps that one response (no lock is taken on either side).
+    pub fn reset(&self) {
+        self.received.store(0, Ordering::Relaxed);
+        self.sent.store(0, Ordering::Relaxed);
+        self.responses.reset();
+    }
+}
+
+/// A request's name in `cons`'s `lop` (FinalRequestProcessor's `lastOp`
+/// strings, not Request.op2String's long names). `Null` is what a
+/// connection shows before its first answered request (ServerCnxn's
+/// fields start null/0: a resumed session's connection prints `lop=null`);
+/// `Na` is what `crst` leaves and what a request gets whose write failed
+/// as a whole (FinalRequestProcessor throws the error txn's code before it
+/// names the request).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum LastOp {
+    Null,
+    Na,
+    Sess,
+    Clos,
+    Crea,
+    Dele,
+    Exis,
+    Getd,
+    Setd,
+    Geta,
+    Seta,
+    Getc,
+    Sync,
+    Ping,
+    Chec,
+    Mult,
+    Reco,
+    Chkw,
+    Remw,
+    Mltr,
+    Setw,
+    Stw2,
+    Addw,
+    Homi,
+    Gete,
+    Getacn,
+}
+
+impl LastOp {
+    const ALL: [LastOp; 26] = [
+        LastOp::Null,
+        LastOp::Na,
+        LastOp::Sess,
+        LastOp::Clos,
+        LastOp::Crea,
+        LastOp::Dele,
+        LastOp::Exis,
+        LastOp::Getd,
+        LastOp::Setd,
+        LastOp::Geta,
+        LastOp::Seta,
+        LastOp::Getc,
+        LastOp::Sync,
+        LastOp::Ping,
+        LastOp::Chec,
+        LastOp::Mult,
+        LastOp::Reco,
+        LastOp::Chkw,
+        LastOp::Remw,
+        LastOp::Mltr,
+        LastOp::Setw,
+        LastOp::Stw2,
+        LastOp::Addw,
+        LastOp::Homi,
+        LastOp::Gete,
+        LastOp::Getacn,
+    ];
+
+    /// The request `op_code` answered; `failed_write`: it was a write (a
+    /// txn in ZooKeeper: create*, delete*, setData, setACL, check, multi,
+    /// reconfig, sync) and failed as a whole, so ZooKeeper logged an error
+    /// txn and names it NA (a multi whose ops failed one by one is MULT).
+    /// Ops ZooKeeper has no case for (ClickHouse Keeper's) are NA too.
+    pub fn of(op_code: i32, failed_write: bool) -> LastOp {
+        use keel_jute::opcode;
+        if failed_write {
+            return LastOp::Na;
+        }
+        match op_code {
+            opcode::CREATE_SESSION => LastOp::Sess,
+            opcode::CLOSE_SESSION => LastOp::Clos,
+            opcode::CREATE | opcode::CREATE2 | opcode::CREATE_CONTAINER | opcode::CREATE_TTL => {
+                LastOp::Crea
+            }
+            opcode::DELETE | opcode::DELETE_CONTAINER => LastOp::Dele,
+            opcode::EXISTS => LastOp::Exis,
+            opcode::GET_DATA => LastOp::Getd,
+            opcode::SET_DATA => LastOp::Setd,
+            opcode::GET_ACL => LastOp::Geta,
+            opcode::SET_ACL => LastOp::Seta,
+            opcode::GET_CHILDREN | opcode::GET_CHILDREN2 => LastOp::Getc,
+            opcode::SYNC => LastOp::Sync,
+            opcode::PING => LastOp::Ping,
+            opcode::CHECK => LastOp::Chec,
+            opcode::MULTI => LastOp::Mult,
+            opcode::RECONFIG => LastOp::Reco,
+            opcode::CHECK_WATCHES => LastOp::Chkw,
+            opcode::REMOVE_WATCHES => LastOp::Remw,
+            opcode::MULTI_READ => LastOp::Mltr,
+            opcode::SET_WATCHES => LastOp::Setw,
+            opcode::SET_WATCHES2 => LastOp::Stw2,
+            opcode::ADD_WATCH => LastOp::Addw,
+            opcode::WHO_AM_I => LastOp::Homi,
+            opcode::GET_EPHEMERALS => LastOp::Gete,
+            opcode::GET_ALL_CHILDREN_NUMBER => LastOp::Getacn,
+            _ => LastOp::Na,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LastOp::Null => "null",
+            LastOp::Na => "NA",
+            LastOp::Sess => "SESS",
+            LastOp::Clos => "CLOS",
+            LastOp::Crea => "CREA",
+            LastOp::Dele => "DELE",
+            LastOp::Exis => "EXIS",
+            LastOp::Getd => "GETD",
+            LastOp::Setd => "SETD",
+            LastOp::Geta => "GETA",
+            LastOp::Seta => "SETA",
+            LastOp::Getc => "GETC",
+            LastOp::Sync => "SYNC",
+            LastOp::Ping => "PING",
+            LastOp::Chec => "CHEC",
+            LastOp::Mult => "MULT",
+            LastOp::Reco => "RECO",
+            LastOp::Chkw => "CHKW",
+            LastOp::Remw => "REMW",
+            LastOp::Mltr => "MLTR",
+            LastOp::Setw => "SETW",
+            LastOp::Stw2 => "STW2",
+            LastOp::Addw => "ADDW",
+            LastOp::Homi => "HOMI",
+            LastOp::Gete => "GETE",
+            LastOp::Getacn => "GETACN",
+        }
+    }
+
+    fn from_u8(value: u8) -> LastOp {
+        Self::ALL.get(value as usize).copied().unwrap_or(LastOp::Na)
+    }
+}
+
+/// One connection's response statistics, ServerCnxn's fields of the same
+/// names. Only the connection's own task writes them (`update`: relaxed
+/// loads and stores, no read-modify-write, no lock: plain moves on x86);
+/// `cons` reads them from another thread, and `crst` stores the reset
+/// values. Times are ms of `monotonic_us`'s clock, latencies ms as
+/// ZooKeeper counts them (the difference of the two ms timestamps).
+#[derive(Debug)]
+pub struct ResponseStats {
+    last_op: AtomicU8,
+    last_cxid: AtomicI64,
+    last_zxid: AtomicI64,
+    last_response_ms: AtomicU64,
+    last_latency_ms: AtomicU64,
+    /// u64::MAX: none since a reset (printed 0).
+    min_latency_ms: AtomicU64,
+    max_latency_ms: AtomicU64,
+    count: AtomicU64,
+    total_latency_ms: AtomicU64,
+}
+
+/// What `cons` prints of a `ResponseStats`, read at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResponseView {
+    pub last_op: LastOp,
+    /// Negative: none (after a reset): `cons` leaves `lcxid` out.
+    pub last_cxid: i64,
+    pub last_zxid: i64,
+    pub last_response_ms: u64,
+    pub last_latency_ms: u64,
+    pub min_latency_ms: u64,
+    /// The integer average, as ServerCnxn.getAvgLatency (0 without any).
+    pub avg_latency_ms: u64,
+    pub max_latency_ms: u64,
+}
+
+impl Default for ResponseStats {
+    /// A new connection's: Java's field defaults (ServerCnxn's constructor
+    /// does not reset them), so `lop=null`, `lcxid=0x0`, `lzxid=0x0`, and
+    /// a minimum of 0 that stays 0 until the first `crst`.
+    fn default() -> Self {
+        ResponseStats {
+            last_op: AtomicU8::new(LastOp::Null as u8),
+            last_cxid: AtomicI64::new(0),
+            last_zxid: AtomicI64::new(0),
+            last_response_ms: AtomicU64::new(0),
+            last_latency_ms: AtomicU64::new(0),
+            min_latency_ms: AtomicU64::new(0),
+            max_latency_ms: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+            total_latency_ms: AtomicU64::new(0),
+        }
+    }
+}
+
+impl ResponseStats {
+    /// A request (`cxid`; a negative one, ping's or setWatches', is not
+    /// kept) was answered at `now_ms` with `zxid`; it arrived at
+    /// `request_ms` (ServerCnxn.updateStatsForResponse).
+    #[inline]
+    pub fn update(&self, cxid: i32, zxid: i64, op: LastOp, request_ms: u64, now_ms: u64) {
+        let relaxed = Ordering::Relaxed;
+        if cxid >= 0 {
+            self.last_cxid.store(cxid as i64, relaxed);
+        }
+        self.last_zxid.store(zxid, relaxed);
+        self.last_op.store(op as u8, relaxed);
+        self.last_response_ms.store(now_ms, relaxed);
+        let latency = now_ms.saturating_sub(request_ms);
+        self.last_latency_ms.store(latency, relaxed);
+        if latency < self.min_latency_ms.load(relaxed) {
+            self.min_latency_ms.store(latency, relaxed);
+        }
+        if latency > self.max_latency_ms.load(relaxed) {
+            self.max_latency_ms.store(latency, relaxed);
+        }
+        self.count.store(self.count.load(relaxed) + 1, relaxed);
+        let total = self.total_latency_ms.load(relaxed);
+        self.total_latency_ms.store(total + latency, relaxed);
+    }
+
+    /// ServerCnxn.resetStats' values: lop NA, no cxid, zxid -1.
+    pub fn reset(&self) {
+        let relaxed = Ordering::Relaxed;
+        self.last_op.store(LastOp::Na as u8, relaxed);
+        self.last_cxid.store(-1, relaxed);
+        self.last_zxid.store(-1, relaxed);
+        self.last_response_ms.store(0, relaxed);
+        self.last_latency_ms.store(0, relaxed);
+        self.min_latency_ms.store(u64::MAX, relaxed);
+        self.max_latency_ms.store(0, relaxed);
+        self.count.store(0, relaxed);
+        self.total_latency_ms.store(0, relaxed);
+    }
+
+    pub fn view(&self) -> ResponseView {
+        let relaxed = Ordering::Relaxed;
+        let count = self.count.load(relaxed);
+        let min = self.min_latency_ms.load(relaxed);
+        ResponseView {
+            last_op: LastOp::from_u8(self.last_op.load(relaxed)),
+            last_cxid: self.last_cxid.load(relaxed),
+            last_zxid: self.last_zxid.load(relaxed),
+            last_response_ms: self.last_response_ms.load(relaxed),
+            last_latency_ms: self.last_latency_ms.load(relaxed),
+            min_latency_ms: if min == u64::MAX { 0 } else { min },
+            avg_latency_ms: match count {
+                0 => 0,
+                n => self.total_latency_ms.load(relaxed) / n,
+            },
+            max_latency_ms: self.max_latency_ms.load(relaxed),
+        }
+    }
+}
+
+/// µs since `at` on the process's monotonic clock, whose origin is fixed
+/// and arbitrary (its first use), as Java's System.nanoTime's is: `cons`
+/// prints its ms as `lresp` where ZooKeeper prints
+/// Time.currentElapsedTime().
+pub fn monotonic_us(at: Instant) -> u64 {
+    static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let origin = *ORIGIN.get_or_init(Instant::now);
+    at.saturating_duration_since(origin).as_micros() as u64
 }
 
 /// What the server counts and times itself (the Raft side's measurements
@@ -222,8 +512,9 @@ impl Stats {
         )
     }
 
-    /// `srst`/`crst`: the counters srvr and mntr show start again (the
-    /// Prometheus histograms are cumulative and stay).
+    /// `srst`: the counters srvr and mntr show start again (the
+    /// Prometheus histograms are cumulative and stay). `crst` resets the
+    /// connections' counters instead (`ConnectionInfo::reset`).
     pub fn reset(&self) {
         for counter in [
             &self.packets_received,
@@ -468,4 +759,120 @@ pub fn wall_clock_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use keel_jute::opcode;
+
+    use super::*;
+
+    /// FinalRequestProcessor's lastOp strings, seen in ZooKeeper 3.8.0's
+    /// cons after each request: a failed create or delete shows NA, a
+    /// failed getData GETD, a multi with a failed op MULT, a multi failed
+    /// whole (MarshallingError) NA.
+    #[test]
+    fn requests_are_named_as_zookeepers_final_request_processor_names_them() {
+        for (op_code, name) in [
+            (opcode::CREATE_SESSION, "SESS"),
+            (opcode::CLOSE_SESSION, "CLOS"),
+            (opcode::CREATE, "CREA"),
+            (opcode::CREATE2, "CREA"),
+            (opcode::CREATE_CONTAINER, "CREA"),
+            (opcode::CREATE_TTL, "CREA"),
+            (opcode::DELETE, "DELE"),
+            (opcode::DELETE_CONTAINER, "DELE"),
+            (opcode::EXISTS, "EXIS"),
+            (opcode::GET_DATA, "GETD"),
+            (opcode::SET_DATA, "SETD"),
+            (opcode::GET_ACL, "GETA"),
+            (opcode::SET_ACL, "SETA"),
+            (opcode::GET_CHILDREN, "GETC"),
+            (opcode::GET_CHILDREN2, "GETC"),
+            (opcode::SYNC, "SYNC"),
+            (opcode::PING, "PING"),
+            (opcode::CHECK, "CHEC"),
+            (opcode::MULTI, "MULT"),
+            (opcode::RECONFIG, "RECO"),
+            (opcode::CHECK_WATCHES, "CHKW"),
+            (opcode::REMOVE_WATCHES, "REMW"),
+            (opcode::MULTI_READ, "MLTR"),
+            (opcode::SET_WATCHES, "SETW"),
+            (opcode::SET_WATCHES2, "STW2"),
+            (opcode::ADD_WATCH, "ADDW"),
+            (opcode::WHO_AM_I, "HOMI"),
+            (opcode::GET_EPHEMERALS, "GETE"),
+            (opcode::GET_ALL_CHILDREN_NUMBER, "GETACN"),
+            (opcode::CREATE_IF_NOT_EXISTS, "NA"),
+        ] {
+            assert_eq!(LastOp::of(op_code, false).name(), name, "{op_code}");
+            assert_eq!(LastOp::of(op_code, true), LastOp::Na, "{op_code}");
+        }
+        for op in LastOp::ALL {
+            assert_eq!(LastOp::from_u8(op as u8), op);
+        }
+    }
+
+    /// ServerCnxn's statistics: Java's defaults on a new connection (the
+    /// constructor does not reset them: lop=null, a minimum stuck at 0),
+    /// resetStats' values after crst (lop=NA, lcxid -1: not printed, lzxid
+    /// -1, no minimum yet), the integer average, negative cxids not kept.
+    #[test]
+    fn response_stats_start_update_and_reset_as_zookeepers() {
+        let stats = ResponseStats::default();
+        let view = stats.view();
+        assert_eq!(
+            (
+                view.last_op,
+                view.last_cxid,
+                view.last_zxid,
+                view.min_latency_ms
+            ),
+            (LastOp::Null, 0, 0, 0)
+        );
+        stats.update(0, 0x37, LastOp::Sess, 100, 107);
+        stats.update(1, 0x38, LastOp::Crea, 200, 202);
+        stats.update(-2, 0x38, LastOp::Ping, 300, 300);
+        let view = stats.view();
+        assert_eq!(
+            view,
+            ResponseView {
+                last_op: LastOp::Ping,
+                last_cxid: 1,
+                last_zxid: 0x38,
+                last_response_ms: 300,
+                last_latency_ms: 0,
+                min_latency_ms: 0,
+                avg_latency_ms: 3,
+                max_latency_ms: 7,
+            }
+        );
+        stats.reset();
+        let view = stats.view();
+        assert_eq!(
+            view,
+            ResponseView {
+                last_op: LastOp::Na,
+                last_cxid: -1,
+                last_zxid: -1,
+                last_response_ms: 0,
+                last_latency_ms: 0,
+                min_latency_ms: 0,
+                avg_latency_ms: 0,
+                max_latency_ms: 0,
+            }
+        );
+        stats.update(4, 0x40, LastOp::Getd, 10, 13);
+        stats.update(5, 0x40, LastOp::Getd, 20, 25);
+        let view = stats.view();
+        assert_eq!(
+            (
+                view.min_latency_ms,
+                view.avg_latency_ms,
+                view.max_latency_ms
+            ),
+            (3, 4, 5),
+            "after a reset the minimum is a real one"
+        );
+    }
 }

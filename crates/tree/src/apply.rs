@@ -198,7 +198,7 @@ impl DataTree {
         events: &mut Vec<Event>,
     ) -> Result<Response, ErrorCode> {
         if let Request::Multi(ops) = request {
-            return Ok(Response::Multi(self.multi(ops, ctx, events)));
+            return self.multi(ops, ctx, events).map(Response::Multi);
         }
         self.check_session(ctx)?;
         match request {
@@ -249,17 +249,25 @@ impl DataTree {
 
     /// All or nothing: ops run in order with an undo journal; the first
     /// failure undoes them and reports ZooKeeper's per-op results (0 before
-    /// the failing op, its code, RuntimeInconsistency after).
+    /// the failing op, its code, RuntimeInconsistency after). A TTL mode in
+    /// a create op without a ttl (`multi_create_args`), reached while every
+    /// op before it succeeded, undoes them too and fails the whole multi
+    /// with MarshallingError: no results, and the zxid is taken as by any
+    /// failed write (ZooKeeper logs an error txn).
     fn multi(
         &mut self,
         ops: &[MultiOp],
         ctx: &Context<'_>,
         events: &mut Vec<Event>,
-    ) -> Vec<MultiResult> {
+    ) -> Result<Vec<MultiResult>, ErrorCode> {
         let mut multi_events = Vec::new();
         let mut results = Vec::with_capacity(ops.len());
         self.begin_journal();
         for (index, op) in ops.iter().enumerate() {
+            if let Some(Err(code)) = multi_create_args(op) {
+                self.rollback_journal();
+                return Err(code);
+            }
             match self.multi_op(op, ctx, &mut multi_events) {
                 Ok(result) => results.push(result),
                 Err(code) => {
@@ -271,13 +279,13 @@ impl DataTree {
                         *slot = MultiResult::Error(0);
                     }
                     failed[index] = MultiResult::Error(code.code());
-                    return failed;
+                    return Ok(failed);
                 }
             }
         }
         self.commit_journal();
         events.extend(multi_events);
-        results
+        Ok(results)
     }
 
     fn multi_op(
@@ -288,18 +296,21 @@ impl DataTree {
     ) -> Result<MultiResult, ErrorCode> {
         self.check_session(ctx)?;
         match op {
-            MultiOp::Create(r) => self
-                .create(&create_args(CreateOp::Create, r), ctx, events)
-                .map(|(p, _)| MultiResult::Create(p)),
-            MultiOp::Create2(r) => self
-                .create(&create_args(CreateOp::Create2, r), ctx, events)
-                .map(|(p, s)| MultiResult::Create2(p, s)),
-            MultiOp::CreateContainer(r) => self
-                .create(&create_args(CreateOp::Container, r), ctx, events)
-                .map(|(p, s)| MultiResult::Create2(p, s)),
-            MultiOp::CreateTtl(r) => self
-                .create(&ttl_args(r), ctx, events)
-                .map(|(p, s)| MultiResult::Create2(p, s)),
+            MultiOp::Create(_)
+            | MultiOp::Create2(_)
+            | MultiOp::CreateContainer(_)
+            | MultiOp::CreateTtl(_) => {
+                let Some(Ok(args)) = multi_create_args(op) else {
+                    unreachable!("multi() fails the whole multi first")
+                };
+                let (path, stat) = self.create(&args, ctx, events)?;
+                // FinalRequestProcessor: CreateResult(path) for create,
+                // CreateResult(path, stat) (type 15) for the others.
+                Ok(match args.op {
+                    CreateOp::Create => MultiResult::Create(path),
+                    _ => MultiResult::Create2(path, stat),
+                })
+            }
             MultiOp::Delete(r) => self
                 .delete(&r.path, r.version, ctx, events)
                 .map(|()| MultiResult::Delete),
@@ -816,6 +827,37 @@ fn create_args(op: CreateOp, r: &keel_jute::CreateRequest) -> CreateArgs<'_> {
         flags: r.flags,
         ttl_ms: -1,
     }
+}
+
+/// A create op of a multi as ZooKeeper 3.8 runs it (None: not a create).
+/// MultiOperationRecord reads every create-family op (1, 15 and 19 carry a
+/// CreateRequest, 21 a CreateTTLRequest) into Op.create(path, data, acl,
+/// flags[, ttl]), whose opcode Op.Create.getOpcode takes from the flags
+/// alone: createTTL for a TTL mode, createContainer for the container mode,
+/// create for anything else (unknown flags included, which
+/// pRequest2TxnCreate then refuses: BadArguments). So an op 15 answers as
+/// create (a path, no Stat), an op 1 with the container flag makes a
+/// container answered as createContainer is (type 15, path and Stat), an op
+/// 21 without a TTL mode drops its ttl; and a TTL mode in a CreateRequest
+/// reaches pRequest2TxnCreate's cast to CreateTTLRequest, whose
+/// ClassCastException fails the whole multi (`Err(MarshallingError)`,
+/// pRequest's catch-all; before the op's other checks).
+fn multi_create_args(op: &MultiOp) -> Option<Result<CreateArgs<'_>, ErrorCode>> {
+    let (args, has_ttl) = match op {
+        MultiOp::Create(r) | MultiOp::Create2(r) | MultiOp::CreateContainer(r) => {
+            (create_args(CreateOp::Create, r), false)
+        }
+        MultiOp::CreateTtl(r) => (ttl_args(r), true),
+        _ => return None,
+    };
+    let op = match CreateMode::from_flags(args.flags) {
+        Some(mode) if mode.is_ttl() && !has_ttl => return Some(Err(ErrorCode::MarshallingError)),
+        Some(mode) if mode.is_ttl() => CreateOp::Ttl,
+        Some(mode) if mode.is_container() => CreateOp::Container,
+        _ => CreateOp::Create,
+    };
+    let ttl_ms = if op == CreateOp::Ttl { args.ttl_ms } else { -1 };
+    Some(Ok(CreateArgs { op, ttl_ms, ..args }))
 }
 
 /// EphemeralType.validateTTL: a TTL mode needs 0 < ttl <= max; any other

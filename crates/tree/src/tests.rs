@@ -376,6 +376,167 @@ fn multi_is_all_or_nothing_with_zookeepers_per_op_results() {
     assert_eq!(results[2], MultiResult::Check);
 }
 
+/// A create op of a multi whose flags are a TTL mode but whose body has no
+/// ttl (ops 1, 15, 19): ZooKeeper 3.8 fails the whole multi with
+/// MarshallingError (pRequest2TxnCreate's cast to CreateTTLRequest) and no
+/// results, undoing the ops before it, and the zxid is taken (an error
+/// txn: the next create's czxid is one further). Seen on the wire: reply
+/// header err -5, zxid N, empty body; the next create gets N + 1.
+#[test]
+fn a_multi_create_with_a_ttl_mode_and_no_ttl_fails_whole_with_marshalling_error() {
+    let mut h = Harness::new();
+    for flags in [5, 6] {
+        for op in [MultiOp::Create, MultiOp::Create2, MultiOp::CreateContainer] {
+            let before = (h.tree.digest(), h.tree.last_zxid());
+            let ops = vec![
+                MultiOp::Create(create_request("/k", 0)),
+                op(create_request("/l", flags)),
+                MultiOp::Check(CheckVersionRequest {
+                    path: "/nope".into(),
+                    version: 0,
+                }),
+            ];
+            let applied = h.request(Request::Multi(ops));
+            assert_eq!(applied.result, Err(ErrorCode::MarshallingError));
+            assert_eq!(applied.zxid, before.1 + 1, "the zxid is taken");
+            assert!(applied.events.is_empty());
+            assert_eq!(h.tree.digest(), before.0, "the create before it is undone");
+            assert!(h.tree.node("/k").is_none() && h.tree.node("/l").is_none());
+            h.create("/after", 0).unwrap();
+            assert_eq!(h.stat("/after").czxid, before.1 + 2);
+            h.delete("/after").unwrap();
+        }
+    }
+    // Before the op's own checks: an invalid path fails the same way.
+    let applied = h.request(Request::Multi(vec![MultiOp::Create(create_request(
+        "nopath", 5,
+    ))]));
+    assert_eq!(applied.result, Err(ErrorCode::MarshallingError));
+    // An op that failed before it: that op's error, the usual results.
+    let applied = h.request(Request::Multi(vec![
+        MultiOp::Check(CheckVersionRequest {
+            path: "/nope".into(),
+            version: 0,
+        }),
+        MultiOp::Create(create_request("/l", 5)),
+    ]));
+    assert_eq!(
+        applied.result,
+        Ok(Response::Multi(vec![
+            MultiResult::Error(-101),
+            MultiResult::Error(-2)
+        ]))
+    );
+}
+
+/// ZooKeeper 3.8 gives a multi's create op the opcode its flags make
+/// (Op.Create.getOpcode), whatever opcode the client sent: the container
+/// flag makes a container answered as type 15 (path and Stat), any other
+/// non-TTL flags a plain create answered as type 1 (path only), op 21
+/// without a TTL mode drops its ttl. Bytes seen from ZooKeeper 3.8.0:
+/// op 1 flags 4 -> result type 15 with a Stat (the node is reaped once
+/// emptied), op 15 flags 0 -> type 1, op 19 flags 0 -> type 1 (not a
+/// container), op 21 flags 4 ttl 1000 -> type 15, op 21 flags 7 -> error
+/// -8.
+#[test]
+fn a_multi_create_op_takes_its_opcode_from_its_flags() {
+    let mut h = Harness::new();
+    let ttl_request = |path: &str, flags: i32, ttl: i64| CreateTtlRequest {
+        path: path.into(),
+        data: None,
+        acl: open_acl_unsafe(),
+        flags,
+        ttl,
+    };
+    let ops = vec![
+        MultiOp::Create(create_request("/c1", 4)),
+        MultiOp::Create2(create_request("/p15", 0)),
+        MultiOp::CreateContainer(create_request("/p19", 0)),
+        MultiOp::CreateContainer(create_request("/e19", 1)),
+        MultiOp::CreateTtl(ttl_request("/p21", 0, 1000)),
+        MultiOp::CreateTtl(ttl_request("/c21", 4, 1000)),
+        MultiOp::Create2(create_request("/c15", 4)),
+        MultiOp::CreateTtl(ttl_request("/t21", 5, 1000)),
+    ];
+    let applied = h.request(Request::Multi(ops));
+    let Ok(Response::Multi(results)) = applied.result else {
+        panic!("{applied:?}")
+    };
+    let zxid = applied.zxid;
+    let stat = |h: &Harness, path: &str| h.stat(path);
+    assert_eq!(
+        results,
+        vec![
+            MultiResult::Create2("/c1".into(), stat(&h, "/c1")),
+            MultiResult::Create("/p15".into()),
+            MultiResult::Create("/p19".into()),
+            MultiResult::Create("/e19".into()),
+            MultiResult::Create("/p21".into()),
+            MultiResult::Create2("/c21".into(), stat(&h, "/c21")),
+            MultiResult::Create2("/c15".into(), stat(&h, "/c15")),
+            MultiResult::Create2("/t21".into(), stat(&h, "/t21")),
+        ]
+    );
+    let owner = |path: &str| h.tree.node(path).unwrap().stat.ephemeral_owner;
+    for container in ["/c1", "/c21", "/c15"] {
+        assert_eq!(owner(container), i64::MIN, "{container} is a container");
+        assert_eq!(h.stat(container).czxid, zxid);
+    }
+    for plain in ["/p15", "/p19", "/p21"] {
+        assert_eq!(owner(plain), 0, "{plain} is a plain persistent node");
+    }
+    assert_eq!(owner("/e19"), SESSION, "flags 1 in op 19: ephemeral");
+    assert_eq!(owner("/t21"), (0xffu64 << 56) as i64 | 1000);
+    // A container made so is reaped like one once emptied.
+    h.create("/c1/x", 0).unwrap();
+    h.delete("/c1/x").unwrap();
+    assert!(h
+        .tree
+        .reap_candidates(h.time_ms)
+        .contains(&"/c1".to_string()));
+    // Unknown flags in op 21 are refused per op (op 21 keeps its int
+    // flags, which pRequest2TxnCreate's CreateMode.fromFlag refuses).
+    let applied = h.request(Request::Multi(vec![MultiOp::CreateTtl(ttl_request(
+        "/bad", 7, 1000,
+    ))]));
+    assert_eq!(
+        applied.result,
+        Ok(Response::Multi(vec![MultiResult::Error(-8)]))
+    );
+}
+
+/// Outside a multi the opcode decides: create and create2 (ops 1 and 15)
+/// with the container flag make a plain persistent node (ZooKeeper 3.8
+/// writes a CreateTxn: the node is never reaped), with a TTL mode they
+/// fail BadArguments (validateTTL of ttl -1), taking a zxid.
+#[test]
+fn a_plain_create_with_container_or_ttl_flags_is_no_container_or_ttl_node() {
+    let mut h = Harness::new();
+    assert_eq!(h.create("/p1", 4), Ok("/p1".into()));
+    let Ok(Response::Create2(_, _)) = h
+        .request(Request::Create2(create_request("/p15", 4)))
+        .result
+    else {
+        panic!()
+    };
+    for path in ["/p1", "/p15"] {
+        assert_eq!(h.tree.node(path).unwrap().stat.ephemeral_owner, 0);
+        h.create(&format!("{path}/x"), 0).unwrap();
+        h.delete(&format!("{path}/x")).unwrap();
+        assert!(!h
+            .tree
+            .reap_candidates(h.time_ms)
+            .contains(&path.to_string()));
+    }
+    for flags in [5, 6] {
+        let before = h.tree.last_zxid();
+        assert_eq!(h.create("/t1", flags), Err(ErrorCode::BadArguments));
+        let applied = h.request(Request::Create2(create_request("/t15", flags)));
+        assert_eq!(applied.result, Err(ErrorCode::BadArguments));
+        assert_eq!(h.tree.last_zxid(), before + 2);
+    }
+}
+
 #[test]
 fn acls_gate_reads_and_writes() {
     let mut h = Harness::new();
