@@ -2721,6 +2721,10 @@ impl World {
         ));
         let generation = self.clients[client].generation;
         let c = &mut self.clients[client];
+        // The setWatches reply's header carries the node's zxid, which the
+        // client library takes as its last seen (ZooKeeper's ClientCnxn
+        // does for every reply): a later move must find a node as far.
+        c.last_zxid = c.last_zxid.max(zxid);
         c.watches = kept
             .into_iter()
             .map(|(path, kind)| WatchRecord { path, kind, zxid })
