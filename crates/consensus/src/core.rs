@@ -1091,11 +1091,24 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     /// Runs steps 1–7 of the module doc, again while handling a Ready left
     /// more to do (bounded: the rest waits for the next call).
     pub fn advance(&mut self) -> Result<(), ConsensusError> {
-        self.sync_if_due()?;
         self.decide_reads();
         self.release_held_reads();
         self.start_lingering();
         self.flush_proposals();
+        self.ready_rounds()?;
+        // The leader's lazy sync, when due, after this turn's appends went
+        // out: its fdatasync overlaps the followers' work on them.
+        if self.sync_if_due()? {
+            self.ready_rounds()?;
+        }
+        self.publish_lease();
+        self.maybe_snapshot();
+        Ok(())
+    }
+
+    /// Handles Readys until none is left (bounded: the rest waits for the
+    /// next call).
+    fn ready_rounds(&mut self) -> Result<(), ConsensusError> {
         for _ in 0..READY_ROUNDS_MAX {
             self.tell_commit();
             self.on_ready()?;
@@ -1106,8 +1119,6 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
                 break;
             }
         }
-        self.publish_lease();
-        self.maybe_snapshot();
         Ok(())
     }
 
@@ -1486,12 +1497,13 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     /// Syncs the leader's unsynced writes when due (`sync_due_us`): one
     /// fsync (with the HardState raft-rs has, its term and vote already
     /// durable), then raft-rs counts them persisted, which may commit.
-    fn sync_if_due(&mut self) -> Result<(), ConsensusError> {
+    /// True if it synced.
+    fn sync_if_due(&mut self) -> Result<bool, ConsensusError> {
         let Some(due_us) = self.sync_due_us() else {
-            return Ok(());
+            return Ok(false);
         };
         if self.now_us < due_us {
-            return Ok(());
+            return Ok(false);
         }
         let (number, _) = *self.unsynced.back().expect("due only when unsynced");
         let state = self.raw.store().rl().hard_state().clone();
@@ -1500,7 +1512,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         self.status.leader_syncs.fetch_add(1, Ordering::Relaxed);
         self.unsynced.clear();
         self.raw.on_persist_ready(number);
-        Ok(())
+        Ok(true)
     }
 
     /// A follower behind the leader's compacted log receives the tree:
