@@ -13,6 +13,9 @@ What ZooKeeper 3.8 does (recorded by these probes):
     so is a multi holding an op it cannot carry (exists, an unknown op
     code) or a multiRead of writes (which also carries the empty multi
     response ZooKeeper had made); the session goes on;
+  * a create op whose flags are no CreateMode in a multi: the multi is
+    read and that op fails (BADARGUMENTS, a zxid taken), not the whole
+    multi (probe_create_flags_that_are_no_create_mode);
   * invalid paths in create: BADARGUMENTS(-8) or NONODE(-101) depending on
     whether the parent exists (parent lookup happens before validation);
   * a four-letter word not in the whitelist: "<cmd> is not executed because it
@@ -27,7 +30,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from conftest import candidate_kind, require_keel
-from harness import make_server, four_letter_word
+from harness import make_server, four_letter_word, mntr
 from harness import zkproto as P
 
 MAX = 1048575  # jute.maxbuffer default
@@ -374,6 +377,77 @@ def probe_multi_read_of_writes(port):
         return res
 
 
+def multi_results(r):
+    """A multi reply's body: [(type, err or path)], up to the done header."""
+    out = []
+    while True:
+        op, done, _ = r.i32(), r.boolean(), r.i32()
+        if done:
+            return out
+        if op == P.MULTI_ERROR:
+            out.append(("error", P.error_name(r.i32())))
+        elif op == P.CREATE:
+            out.append(("create", r.ustr()))
+        elif op in (P.CREATE2, P.CREATE_CONTAINER, P.CREATE_TTL):
+            out.append(("create2", r.ustr(), r.stat()["dataLength"]))
+        elif op == P.DELETE or op == P.CHECK:
+            out.append((op,))
+        else:
+            out.append(("op %d" % op, r.remaining()))
+            return out
+
+
+def probe_create_flags_that_are_no_create_mode(port):
+    """Create ops whose flags are no CreateMode (7, -1, 100, ...) in a multi,
+    in each create opcode (1, 15, 19, 21), between two other ops: ZooKeeper
+    3.8 reads them (MultiOperationRecord keeps the flags) and fails that op
+    at prep, BADARGUMENTS, the others answered OK before it and
+    RUNTIMEINCONSISTENCY after, a zxid taken; the same flags outside a
+    multi, and TTL modes with a ttl out of range, in a multi and out."""
+    out = {}
+    with P.RawConnection(port) as c:
+        c.handshake()
+
+        def zxid_now():
+            return c.request(P.EXISTS, P.path_watch_body("/"))[0]["zxid"]
+
+        def outcome(opcode, body):
+            before = zxid_now()
+            hdr, r = c.request(opcode, body)
+            got = {"err": P.error_name(hdr["err"]), "zxids taken": hdr["zxid"] - before}
+            if opcode == P.MULTI and hdr["err"] == 0:
+                got["results"] = multi_results(r)
+            got["left"] = r.remaining()
+            return got
+
+        def create_op(opcode, path, flags, ttl=1000):
+            if opcode == P.CREATE_TTL:
+                return P.create_ttl_body(path, flags=flags, ttl=ttl)
+            return P.create_body(path, flags=flags)
+
+        cases = [(op, flags, 1000) for op in (P.CREATE, P.CREATE2, P.CREATE_CONTAINER, P.CREATE_TTL)
+                 for flags in (7, -1, 100, -2**31)]
+        cases += [(P.CREATE_TTL, flags, ttl) for flags in (P.PERSISTENT_WITH_TTL, P.PERSISTENT_SEQUENTIAL_WITH_TTL)
+                  for ttl in (0, -1, 2**40, 2**63 - 1)]
+        # op 21 whose flags are no TTL mode: its ttl is dropped, in range or not
+        cases += [(P.CREATE_TTL, P.PERSISTENT, ttl) for ttl in (0, 2**40)]
+        for n, (op, flags, ttl) in enumerate(cases):
+            name = "op %d flags %d ttl %d" % (op, flags, ttl)
+            bad = create_op(op, "/badinput-flags-%d" % n, flags, ttl)
+            out[name + " in a multi"] = outcome(P.MULTI, P.multi_body([
+                (P.CREATE, P.create_body("/badinput-flags-ok")),
+                (op, bad),
+                (P.DELETE, P.delete_body("/badinput-flags-missing")),
+            ]))
+            out[name + " alone in a multi"] = outcome(P.MULTI, P.multi_body([(op, bad)]))
+            out[name + " outside a multi"] = outcome(op, bad)
+            hdr, _ = c.request(P.EXISTS, P.path_watch_body("/badinput-flags-ok"))
+            out[name + ": the create before it"] = P.error_name(hdr["err"])
+            c.request(P.DELETE, P.delete_body("/badinput-flags-%d" % n))
+        out["open_after"] = still_open(c)
+    return out
+
+
 def probe_non_ascii_4lw(port):
     return {"answer": four_letter_word(port, b"\xff\xfe\xfd\xfc").decode("latin-1")}
 
@@ -389,7 +463,7 @@ PROBES = [
     probe_invalid_paths_in_create, probe_pipelined_requests, probe_request_in_one_byte_writes,
     probe_close_session_twice, probe_request_after_close_session, probe_connect_twice,
     probe_check_outside_multi, probe_multi_read_mixed_with_write, probe_multi_with_unknown_ops,
-    probe_multi_read_of_writes, probe_non_ascii_4lw,
+    probe_multi_read_of_writes, probe_create_flags_that_are_no_create_mode, probe_non_ascii_4lw,
 ]
 
 
@@ -452,3 +526,48 @@ def test_four_letter_word_not_in_whitelist(servers):
         assert got == want, "4lw %r with whitelist ruok,srvr: zookeeper %r, %s %r" % (word, want, kind, got)
     assert four_letter_word(other.port, b"srvr").startswith(b"Zookeeper version:")
     assert serves_fresh_client(other)
+
+
+def connection_counts(port):
+    """What srvr, stat and mntr say of the connections, asked one at a time
+    (each on its own connection, which is one of those counted)."""
+    def line(word):
+        text = four_letter_word(port, word).decode("utf-8", "replace")
+        return next((x.split(":", 1)[1].strip() for x in text.splitlines() if x.startswith("Connections:")), None)
+    return {"srvr": line("srvr"), "stat": line("stat"), "mntr": mntr(port).get("zk_num_alive_connections")}
+
+
+def settled_counts(port, expected, timeout=5.0):
+    """connection_counts once all three say `expected` (a connection closed
+    just before may still be on its way out), or as last seen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        counts = connection_counts(port)
+        if set(counts.values()) == {str(expected)} or time.monotonic() >= deadline:
+            return counts
+        time.sleep(0.05)
+
+
+def test_connection_counts_include_every_connection_the_asking_one_too(servers):
+    """ZooKeeper 3.8's srvr/stat `Connections:` and mntr's
+    zk_num_alive_connections count every connection it holds
+    (ServerCnxnFactory.getNumAliveConnections), the one asking the word
+    included: a bare srvr on an idle server says `Connections: 1`; a TCP
+    connection that has sent nothing yet counts, and so does a session's."""
+    kind = candidate_kind()
+    seen = {}
+    for k, name in (("zookeeper", "zk-conns"), (kind, kind + "-conns")):
+        server = servers(k, name=name)
+        steps = [("idle", settled_counts(server.port, 1))]
+        silent = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        try:
+            steps.append(("a connection that sent nothing", settled_counts(server.port, 2)))
+            with P.RawConnection(server.port) as session:
+                session.handshake()
+                steps.append(("and a session", settled_counts(server.port, 3)))
+                session.close_session()
+        finally:
+            silent.close()
+        steps.append(("both closed", settled_counts(server.port, 1)))
+        seen["zookeeper" if name.startswith("zk-") else "other"] = steps
+    assert seen["other"] == seen["zookeeper"], "zookeeper: %r\n%s: %r" % (seen["zookeeper"], kind, seen["other"])

@@ -654,6 +654,31 @@ def run_scenario(make_client, trace):
     rec("raw create flags=7 (invalid mode)", P.error_name(hdr["err"]))
     hdr, _ = raw.request(P.CREATE, P.create_body(B + "/rp/ttl", flags=P.PERSISTENT_WITH_TTL))
     rec("raw create (opcode 1) with TTL flag", P.error_name(hdr["err"]))
+    # a multi whose create op carries flags that are no CreateMode (any
+    # create opcode; op 21 also with a TTL mode and a ttl out of range):
+    # ZooKeeper reads it and fails that op, BadArguments, the ops before it
+    # OK and those after RuntimeInconsistency, the reply's err 0 and a zxid
+    # taken (an error txn)
+    for op, flags, ttl in [(P.CREATE, 7, None), (P.CREATE2, -1, None), (P.CREATE_CONTAINER, 100, None),
+                           (P.CREATE_TTL, 7, 1000), (P.CREATE_TTL, P.PERSISTENT_WITH_TTL, 0)]:
+        if ttl is None:
+            bad = P.create_body(B + "/rp/mf", flags=flags)
+        else:
+            bad = P.create_ttl_body(B + "/rp/mf", flags=flags, ttl=ttl)
+        hdr, rd = raw.request(P.MULTI, P.multi_body([
+            (P.CREATE, P.create_body(B + "/rp/mok")), (op, bad), (P.CHECK, P.check_body(B + "/rp"))]))
+        results = []
+        while hdr["err"] == 0:
+            kind, done, _ = rd.i32(), rd.boolean(), rd.i32()
+            if done:
+                break
+            if kind != P.MULTI_ERROR:
+                results.append([kind, "(not an error result)"])
+                break
+            results.append([kind, P.error_name(rd.i32())])
+        rec("raw multi with op %d flags %d ttl %s" % (op, flags, ttl), raw_reply(hdr, body=results))
+    hdr, _ = raw.request(P.EXISTS, P.path_watch_body(B + "/rp/mok"))
+    rec("raw multi's create before the bad op undone", P.error_name(hdr["err"]))
     hdr, rd = raw.request(P.CREATE2, P.create_body(B + "/rp/c2", b"x"))
     rec("raw create2", [P.error_name(hdr["err"]), rd.ustr(), rd.stat()])
     hdr, rd = raw.request(P.GET_DATA, P.path_watch_body(B + "/null"))

@@ -9,7 +9,7 @@ use crate::clickhouse::{FilteredListRequest, RemoveRecursiveRequest};
 use crate::codec::{
     write_buffer, write_i32, write_string, write_string_vec, write_vec, Reader, Record,
 };
-use crate::consts::{opcode, CreateMode};
+use crate::consts::opcode;
 use crate::error::{JuteError, Result};
 use crate::records::{
     Acl, AddWatchRequest, AuthPacket, CheckVersionRequest, CheckWatchesRequest, ClientInfo,
@@ -152,9 +152,13 @@ impl MultiOp {
     /// only: in a `multi` they stay unknown op codes, as in ZooKeeper.
     fn read_body(op_type: i32, multi_read: bool, r: &mut Reader<'_>) -> Result<Self> {
         Ok(match op_type {
-            opcode::CREATE => Self::Create(read_multi_create(r)?),
-            opcode::CREATE2 => Self::Create2(read_multi_create(r)?),
-            opcode::CREATE_CONTAINER => Self::CreateContainer(read_multi_create(r)?),
+            // The flags are carried as sent, whatever they are: ZooKeeper's
+            // MultiOperationRecord reads them into Op.create, which takes
+            // unknown flags for PERSISTENT's opcode and keeps them; the
+            // op then fails at prep (BadArguments, an error txn), not here.
+            opcode::CREATE => Self::Create(CreateRequest::read(r)?),
+            opcode::CREATE2 => Self::Create2(CreateRequest::read(r)?),
+            opcode::CREATE_CONTAINER => Self::CreateContainer(CreateRequest::read(r)?),
             opcode::CREATE_TTL => Self::CreateTtl(CreateTtlRequest::read(r)?),
             opcode::DELETE => Self::Delete(DeleteRequest::read(r)?),
             opcode::SET_DATA => Self::SetData(SetDataRequest::read(r)?),
@@ -175,16 +179,6 @@ impl MultiOp {
             other => return Err(JuteError::UnknownOpCode(other)),
         })
     }
-}
-
-/// ZooKeeper's `MultiOperationRecord` rejects a create op whose flags are not
-/// a known `CreateMode` while deserializing, so we do too.
-fn read_multi_create(r: &mut Reader<'_>) -> Result<CreateRequest> {
-    let request = CreateRequest::read(r)?;
-    if CreateMode::from_flags(request.flags).is_none() {
-        return Err(JuteError::Malformed("invalid create flags in multi op"));
-    }
-    Ok(request)
 }
 
 /// Writes `{MultiHeader, op}*` followed by the terminator.
@@ -1032,19 +1026,50 @@ mod tests {
         );
     }
 
+    /// ZooKeeper 3.8's MultiOperationRecord deserializes a create op whatever
+    /// its flags (Op.create keeps them; prep then fails that one op with
+    /// BadArguments, an error txn): the codec carries them as sent, in every
+    /// create opcode, in a multi as outside one.
     #[test]
-    fn invalid_create_flags_in_multi_are_rejected() {
-        let op = MultiOp::Create(samples::create("/bad", 7));
-        let body = encode_request(&Request::Multi(vec![op]));
-        assert!(matches!(
-            Request::decode(opcode::MULTI, &body),
-            Err(JuteError::Malformed(_))
-        ));
-        // Outside a multi ZooKeeper reports bad flags as an error reply, so
-        // the codec accepts them.
-        let request = Request::Create(samples::create("/bad", 7));
-        let body = encode_request(&request);
-        assert_eq!(Request::decode(opcode::CREATE, &body), Ok(request));
+    fn create_flags_that_are_no_create_mode_are_carried_as_sent() {
+        for flags in [7, -1, 100, i32::MIN, i32::MAX] {
+            let ttl = CreateTtlRequest {
+                flags,
+                ..samples::create_ttl()
+            };
+            let ops = vec![
+                MultiOp::Create(samples::create("/ok", 0)),
+                MultiOp::Create(samples::create("/bad1", flags)),
+                MultiOp::Create2(samples::create("/bad15", flags)),
+                MultiOp::CreateContainer(samples::create("/bad19", flags)),
+                MultiOp::CreateTtl(ttl.clone()),
+                MultiOp::Check(CheckVersionRequest {
+                    path: "/ok".into(),
+                    version: 0,
+                }),
+            ];
+            let multi = Request::Multi(ops);
+            let body = encode_request(&multi);
+            assert_eq!(Request::decode(opcode::MULTI, &body), Ok(multi), "{flags}");
+            for (op, request) in [
+                (
+                    opcode::CREATE,
+                    Request::Create(samples::create("/bad", flags)),
+                ),
+                (
+                    opcode::CREATE2,
+                    Request::Create2(samples::create("/bad", flags)),
+                ),
+                (
+                    opcode::CREATE_CONTAINER,
+                    Request::CreateContainer(samples::create("/bad", flags)),
+                ),
+                (opcode::CREATE_TTL, Request::CreateTtl(ttl.clone())),
+            ] {
+                let body = encode_request(&request);
+                assert_eq!(Request::decode(op, &body), Ok(request), "{op} {flags}");
+            }
+        }
     }
 
     #[test]

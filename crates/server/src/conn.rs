@@ -33,8 +33,8 @@ use crate::profile;
 use crate::readonly::{local_session_password, refused_when_read_only, LOCAL_SESSIONS_MAX};
 use crate::sasl::{DigestMd5Server, DigestMd5Step, SaslUsers};
 use crate::shared::{
-    monotonic_us, wall_clock_ms, ConnectionInfo, ConnectionOutlet, LastOp, Overflow, ResponseStats,
-    Shared, CONNECTION_OUTBOUND_MAX,
+    monotonic_us, wall_clock_ms, AliveConnection, ConnectionInfo, ConnectionOutlet, LastOp,
+    Overflow, ResponseStats, Shared, Stats, CONNECTION_OUTBOUND_MAX,
 };
 
 /// How long a new connection may take to send its first packet.
@@ -148,6 +148,9 @@ struct Connection<S> {
     /// `run`): no further request is taken; the connection closes once
     /// those taken are answered.
     draining: bool,
+    /// This connection in the server's count of open ones (srvr's
+    /// `Connections:`), given back in `finish` before the socket closes.
+    alive: Option<AliveConnection>,
 }
 
 /// Serves one socket of the plain client port until it closes.
@@ -215,6 +218,9 @@ async fn serve<S>(port: &ClientPort, mut stream: S, peer: SocketAddr)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    // Counted from now on (ZooKeeper's addCnxn on accept): a connection
+    // asking a four-letter word is one of the connections it reports.
+    let alive = Stats::connection_opened(&port.stats);
     let established_ms = wall_clock_ms();
     let mut buf = Vec::with_capacity(READ_CHUNK_BYTES);
     let first = tokio::time::timeout(
@@ -228,6 +234,8 @@ where
         Ok(Ok(First::FourLetterWord(word))) => {
             let answer = crate::fourlw::answer(&port.config, serving.as_deref(), &word, peer);
             let _ = stream.write_all(answer.as_bytes()).await;
+            // Out of the count before the client sees the end.
+            drop(alive);
             let _ = stream.shutdown().await;
             return;
         }
@@ -278,6 +286,7 @@ where
         clickhouse: false,
         read_only: false,
         draining: false,
+        alive: Some(alive),
     };
     let payload = buf[4..first].to_vec();
     buf.drain(..first);
@@ -1137,6 +1146,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
 
     async fn finish(mut self, reason: Closed) {
         let _ = self.flush().await;
+        // Gone from the count and from `cons` before the socket closes
+        // (ZooKeeper's close: removeCnxn, then closeSock), so a client that
+        // saw its connection end no longer finds it in srvr or cons.
+        self.alive = None;
+        self.shared.connections().remove(&self.id);
         let _ = self.stream.shutdown().await;
         if reason == Closed::OutboundFull {
             tracing::warn!(peer = %self.peer, session = format_args!("{:#x}", self.session_id), %reason, "connection closed");
@@ -1144,7 +1158,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             tracing::debug!(peer = %self.peer, session = format_args!("{:#x}", self.session_id), %reason, "connection closed");
         }
         let shared = self.shared.clone();
-        shared.connections().remove(&self.id);
         if self.session_id == 0 {
             return;
         }
@@ -1157,4 +1170,79 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
 #[inline]
 fn bump(counter: &AtomicU64) {
     counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::config::ServerConfig;
+
+    async fn alive_becomes(stats: &Stats, count: u64) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while stats.alive_connections() != count {
+            assert!(
+                Instant::now() < deadline,
+                "{} alive, not {count}",
+                stats.alive_connections()
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// ZooKeeper 3.8 counts every connection it holds (getNumAliveConnections:
+    /// its factories' connection sets): one that has sent nothing yet, and
+    /// the one asking a four-letter word, whose srvr on an idle server says
+    /// `Connections: 1` (mntr: `zk_num_alive_connections 1`). A connection
+    /// leaves the count before its socket closes, as ZooKeeper's close
+    /// removes it first: a client that saw the end no longer counts.
+    #[tokio::test]
+    async fn every_open_connection_is_counted_until_its_client_sees_it_end() {
+        let stats = Arc::new(Stats::default());
+        // Still loading: words are answered, sessions closed unanswered.
+        let (_loaded, serving) = tokio::sync::watch::channel(None);
+        let port = Arc::new(ClientPort::new(
+            ServerConfig::default(),
+            stats.clone(),
+            serving,
+            None,
+        ));
+        let open = |peer: &str| {
+            let (client, server) = tokio::io::duplex(4096);
+            let port = port.clone();
+            let peer: SocketAddr = peer.parse().unwrap();
+            tokio::spawn(async move { serve(&port, server, peer).await });
+            client
+        };
+        let mut silent = open("127.0.0.1:40001");
+        alive_becomes(&stats, 1).await;
+        let mut asker = open("127.0.0.1:40002");
+        alive_becomes(&stats, 2).await;
+        asker.write_all(b"isro").await.unwrap();
+        let mut answer = Vec::new();
+        asker.read_to_end(&mut answer).await.unwrap();
+        assert_eq!(answer, b"null");
+        assert_eq!(
+            stats.alive_connections(),
+            1,
+            "the word's connection is gone"
+        );
+        // A session asked for while loading: closed, and out of the count.
+        let mut session = open("127.0.0.1:40003");
+        alive_becomes(&stats, 2).await;
+        let mut request = Vec::new();
+        frame::write_frame(&mut request, |out| {
+            out.extend_from_slice(&ConnectRequest::default().to_bytes())
+        });
+        session.write_all(&request).await.unwrap();
+        let mut answer = Vec::new();
+        session.read_to_end(&mut answer).await.unwrap();
+        assert!(answer.is_empty());
+        assert_eq!(stats.alive_connections(), 1);
+        silent.shutdown().await.unwrap();
+        let mut answer = Vec::new();
+        silent.read_to_end(&mut answer).await.unwrap();
+        assert_eq!(stats.alive_connections(), 0);
+    }
 }

@@ -416,6 +416,13 @@ pub struct Stats {
     /// proposal) to reply, µs. ZooKeeper's readlatency and updatelatency
     /// are these merged.
     latency_us: Box<[Histogram]>,
+    /// Client-port connections open now, counted from when they are taken
+    /// (a TLS one: once its TLS handshake is done) until they close, the
+    /// ones still to send their first packet and a four-letter word's
+    /// included: ZooKeeper's getNumAliveConnections (its factories'
+    /// connection sets), what srvr/stat's `Connections:` and mntr's
+    /// `zk_num_alive_connections` print. Held by `AliveConnection`.
+    alive_connections: AtomicU64,
     /// Connections refused: over the per-address limit, or a session asked
     /// for while the node loads (ZooKeeper's `connection_rejected`).
     pub connection_rejected: AtomicU64,
@@ -448,6 +455,7 @@ impl Default for Stats {
             latency_max_us: AtomicU64::new(0),
             received: (0..profile::OPS).map(|_| AtomicU64::new(0)).collect(),
             latency_us: (0..profile::OPS).map(|_| Histogram::new()).collect(),
+            alive_connections: AtomicU64::new(0),
             connection_rejected: AtomicU64::new(0),
             unrecoverable_errors: AtomicU64::new(0),
             propagation_us: Histogram::new(),
@@ -459,6 +467,18 @@ impl Default for Stats {
 }
 
 impl Stats {
+    /// Counts a client-port connection as alive until the returned guard
+    /// is dropped (ZooKeeper's addCnxn / removeCnxn).
+    pub fn connection_opened(self: &std::sync::Arc<Self>) -> AliveConnection {
+        self.alive_connections.fetch_add(1, Ordering::Relaxed);
+        AliveConnection(self.clone())
+    }
+
+    /// Client-port connections open now (`alive_connections`).
+    pub fn alive_connections(&self) -> u64 {
+        self.alive_connections.load(Ordering::Relaxed)
+    }
+
     /// Milliseconds since the server started (ZooKeeper's `uptime`).
     pub fn uptime_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
@@ -526,6 +546,18 @@ impl Stats {
         ] {
             counter.store(0, Ordering::Relaxed);
         }
+    }
+}
+
+/// One open client-port connection, counted in `Stats::alive_connections`
+/// until dropped. A connection drops it before it closes its socket (as
+/// ZooKeeper's close removes the connection before closing the socket), so
+/// a client that saw its connection end sees it gone from the count.
+pub struct AliveConnection(std::sync::Arc<Stats>);
+
+impl Drop for AliveConnection {
+    fn drop(&mut self) {
+        self.0.alive_connections.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -701,14 +733,11 @@ impl Shared {
             )
         };
         let watch_count = self.node.with_watches(|w| w.watch_count());
-        let (num_alive_connections, outstanding_requests) = {
-            let connections = self.connections();
-            let outstanding: u64 = connections
-                .values()
-                .map(|c| c.outstanding.load(Ordering::Relaxed))
-                .sum();
-            (connections.len() as u64, outstanding)
-        };
+        let outstanding_requests = self
+            .connections()
+            .values()
+            .map(|c| c.outstanding.load(Ordering::Relaxed))
+            .sum();
         let (avg_latency_ms, min_latency_ms, max_latency_ms) = self.stats.latency_ms();
         Gauges {
             uptime_ms: self.stats.uptime_ms(),
@@ -717,7 +746,9 @@ impl Shared {
             max_latency_ms,
             packets_received: self.stats.packets_received.load(Ordering::Relaxed),
             packets_sent: self.stats.packets_sent.load(Ordering::Relaxed),
-            num_alive_connections,
+            // Every open connection, not only the sessions' (the one
+            // asking a four-letter word is one too).
+            num_alive_connections: self.stats.alive_connections(),
             outstanding_requests,
             znode_count: nodes as u64,
             watch_count: watch_count as u64,

@@ -376,6 +376,98 @@ fn multi_is_all_or_nothing_with_zookeepers_per_op_results() {
     assert_eq!(results[2], MultiResult::Check);
 }
 
+/// A create op of a multi whose flags are no CreateMode (7, -1, 100, ...),
+/// in any create opcode (1, 15, 19, 21): ZooKeeper 3.8 reads the op
+/// (MultiOperationRecord keeps the flags) and fails that one op at prep
+/// (pRequest2TxnCreate's CreateMode.fromFlag: BadArguments), so the reply
+/// is err 0 with the per-op results 0 before it, -8 for it and -2 after,
+/// and the zxid is taken (an error txn). Seen from ZooKeeper 3.8.0 for
+/// [create /ok, op N flags F, delete /missing]: err 0, zxid + 1, results
+/// [-1/0, -1/-8, -1/-2]; for the op alone: [-1/-8]. Outside a multi the
+/// same flags answer err -8, zxid + 1. A TTL mode in op 21 with a ttl out
+/// of range (0, -1, > 2^40 - 1) fails the op the same way
+/// (EphemeralType.validateTTL); op 21 with flags 0 drops its ttl and
+/// creates a plain node, whatever the ttl.
+#[test]
+fn a_multi_create_op_with_flags_that_are_no_create_mode_fails_that_op() {
+    let mut h = Harness::new();
+    let ttl_request = |path: &str, flags: i32, ttl: i64| CreateTtlRequest {
+        path: path.into(),
+        data: None,
+        acl: open_acl_unsafe(),
+        flags,
+        ttl,
+    };
+    let mut bad_ops: Vec<MultiOp> = Vec::new();
+    for flags in [7, -1, 100, 8, i32::MIN, i32::MAX] {
+        bad_ops.push(MultiOp::Create(create_request("/bad", flags)));
+        bad_ops.push(MultiOp::Create2(create_request("/bad", flags)));
+        bad_ops.push(MultiOp::CreateContainer(create_request("/bad", flags)));
+        bad_ops.push(MultiOp::CreateTtl(ttl_request("/bad", flags, 1000)));
+    }
+    for ttl in [0, -1, -5, 1 << 40, i64::MAX, i64::MIN] {
+        for flags in [5, 6] {
+            bad_ops.push(MultiOp::CreateTtl(ttl_request("/bad", flags, ttl)));
+        }
+    }
+    for bad in bad_ops {
+        let before = (h.tree.digest(), h.tree.last_zxid());
+        let ops = vec![
+            MultiOp::Create(create_request("/ok", 0)),
+            bad.clone(),
+            MultiOp::Delete(DeleteRequest {
+                path: "/missing".into(),
+                version: -1,
+            }),
+        ];
+        let applied = h.request(Request::Multi(ops));
+        assert_eq!(
+            applied.result,
+            Ok(Response::Multi(vec![
+                MultiResult::Error(0),
+                MultiResult::Error(-8),
+                MultiResult::Error(-2)
+            ])),
+            "{bad:?}"
+        );
+        assert_eq!(applied.zxid, before.1 + 1, "the zxid is taken: {bad:?}");
+        assert!(applied.events.is_empty());
+        assert_eq!(h.tree.digest(), before.0, "the create before it is undone");
+        assert!(h.tree.node("/ok").is_none() && h.tree.node("/bad").is_none());
+        let applied = h.request(Request::Multi(vec![bad.clone()]));
+        assert_eq!(
+            applied.result,
+            Ok(Response::Multi(vec![MultiResult::Error(-8)])),
+            "{bad:?}"
+        );
+        assert_eq!(applied.zxid, before.1 + 2);
+        // The same op on its own: BadArguments, a zxid taken.
+        let single = match bad {
+            MultiOp::Create(r) => Request::Create(r),
+            MultiOp::Create2(r) => Request::Create2(r),
+            MultiOp::CreateContainer(r) => Request::CreateContainer(r),
+            MultiOp::CreateTtl(r) => Request::CreateTtl(r),
+            other => unreachable!("{other:?}"),
+        };
+        let applied = h.request(single);
+        assert_eq!(applied.result, Err(ErrorCode::BadArguments));
+        assert_eq!(applied.zxid, before.1 + 3);
+        assert_eq!(h.tree.digest(), before.0);
+    }
+    // Op 21 whose flags are no TTL mode: the ttl is dropped, in range or not.
+    for (index, ttl) in [0, -1, 1 << 40, i64::MAX].into_iter().enumerate() {
+        let path = format!("/plain{index}");
+        let applied = h.request(Request::Multi(vec![MultiOp::CreateTtl(ttl_request(
+            &path, 0, ttl,
+        ))]));
+        assert_eq!(
+            applied.result,
+            Ok(Response::Multi(vec![MultiResult::Create(path.clone())]))
+        );
+        assert_eq!(h.tree.node(&path).unwrap().stat.ephemeral_owner, 0);
+    }
+}
+
 /// A create op of a multi whose flags are a TTL mode but whose body has no
 /// ttl (ops 1, 15, 19): ZooKeeper 3.8 fails the whole multi with
 /// MarshallingError (pRequest2TxnCreate's cast to CreateTTLRequest) and no
