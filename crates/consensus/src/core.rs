@@ -16,11 +16,7 @@
 //! 4. entries committed earlier are applied (they are already durable);
 //! 5. new entries + HardState are persisted (one write, one fsync; a
 //!    HardState whose only change is the commit index is written without
-//!    an fsync: see `must_sync`). A leader whose followers alone make a
-//!    quorum writes its entries without waiting for the disk and syncs
-//!    them within `CoreConfig::leader_sync_lag_us` (`defer_sync`): its
-//!    commits come from the followers' durable copies (Raft thesis
-//!    §10.2.1), and each round saves the leader an fdatasync;
+//!    an fsync: see `must_sync`);
 //! 6. persisted messages are sent, the node advances, newly committed
 //!    entries are applied, then ReadIndex reads whose index is applied are
 //!    answered;
@@ -126,16 +122,6 @@ pub const LEASE_RENEW_TICKS: u64 = LEASE_TICKS / 2;
 /// leader's heartbeat just before it restarted, and that leader may still
 /// hold a lease on it.
 pub const VOTES_REFUSED_AFTER_START_TICKS: u64 = ELECTION_TICKS as u64;
-/// The server's `CoreConfig::leader_sync_lag_us`: how long a leader's
-/// entries may stay written and not yet fsynced while its followers alone
-/// make a quorum (0: the leader syncs every write, as every follower
-/// does). Under a write load a round takes 0.3-0.5 ms on this project's
-/// machines, so one leader fsync covers several rounds; a leader whose
-/// commits need its own copy (a follower down and not yet noticed as
-/// inactive) waits at most this long for it.
-pub const LEADER_SYNC_LAG_US: u64 = 2_000;
-/// The longest lag a configuration may ask for.
-pub const LEADER_SYNC_LAG_US_MAX: u64 = 100_000;
 /// Ready rounds one `advance` handles at most.
 const READY_ROUNDS_MAX: usize = 4;
 const READ_CONTEXT_HEADER_BYTES: usize = 16;
@@ -195,20 +181,6 @@ pub trait Io {
     /// that depends on them; the commit index never needs to be). A later
     /// `persist` makes it durable with everything written before it.
     fn persist_commit(&mut self, hard_state: &HardState) -> Result<(), ConsensusError>;
-    /// Writes entries (and a HardState whose term and vote are already
-    /// durable) without waiting for the disk: a leader's lazy sync
-    /// (`CoreConfig::leader_sync_lag_us`). Readable at once; durable with
-    /// the next `persist`, which syncs everything written before it; a
-    /// crash before that keeps a prefix of these writes (raft-engine's
-    /// recovery stops at the first record that did not reach the disk).
-    /// An Io without such writes persists them (the default).
-    fn append_unsynced(
-        &mut self,
-        entries: &[Entry],
-        hard_state: Option<&HardState>,
-    ) -> Result<(), ConsensusError> {
-        self.persist(entries, hard_state, None)
-    }
     /// Drops log entries below `index`.
     fn compact_to(&mut self, index: u64) -> Result<(), ConsensusError>;
     /// Keeps (durably) a snapshot received from the leader.
@@ -405,9 +377,6 @@ pub struct CoreConfig {
     /// per read. Assumes every member ticks at the same period and the
     /// members' clock rates differ by less than 1/8.
     pub read_lease: bool,
-    /// A leader may leave its new entries unsynced this long (µs) while
-    /// the followers alone make a quorum (`LEADER_SYNC_LAG_US`; 0: off).
-    pub leader_sync_lag_us: u64,
     /// A bug planted on purpose, to prove the simulator's checkers catch
     /// it. Only with feature `testing` (the simulator).
     #[cfg(feature = "testing")]
@@ -523,10 +492,6 @@ pub struct Core<S: StateMachine, I: Io, P: SnapshotSource> {
     /// Followers the leader is sending a snapshot to, since which tick.
     snapshot_sends: BTreeMap<u64, u64>,
     rng: u64,
-    /// This leader's writes made without an fsync, oldest first: (Ready
-    /// number, when written, µs). raft-rs counts them persisted (the
-    /// leader's own vote toward a commit) only once synced.
-    unsynced: VecDeque<(u64, u64)>,
     /// Membership changes (`reconfigure.rs`).
     reconfig: reconfigure::State,
 }
@@ -541,11 +506,6 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         status: Arc<RaftStatus>,
     ) -> Result<Self, ConsensusError> {
         assert!(config.node_id > 0, "raft node ids start at 1");
-        assert!(
-            config.leader_sync_lag_us <= LEADER_SYNC_LAG_US_MAX,
-            "leader sync lag {} µs",
-            config.leader_sync_lag_us
-        );
         let raft_config = Config {
             id: config.node_id,
             election_tick: ELECTION_TICKS,
@@ -611,7 +571,6 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             reask_reads: false,
             snapshot_sends: BTreeMap::new(),
             rng: config.seed ^ 0x9e37_79b9_7f4a_7c15,
-            unsynced: VecDeque::new(),
             reconfig: reconfigure::State::new(config.membership.clone(), config.first_sequence),
             config,
         };
@@ -1095,20 +1054,6 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         self.release_held_reads();
         self.start_lingering();
         self.flush_proposals();
-        self.ready_rounds()?;
-        // The leader's lazy sync, when due, after this turn's appends went
-        // out: its fdatasync overlaps the followers' work on them.
-        if self.sync_if_due()? {
-            self.ready_rounds()?;
-        }
-        self.publish_lease();
-        self.maybe_snapshot();
-        Ok(())
-    }
-
-    /// Handles Readys until none is left (bounded: the rest waits for the
-    /// next call).
-    fn ready_rounds(&mut self) -> Result<(), ConsensusError> {
         for _ in 0..READY_ROUNDS_MAX {
             self.tell_commit();
             self.on_ready()?;
@@ -1119,6 +1064,8 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
                 break;
             }
         }
+        self.publish_lease();
+        self.maybe_snapshot();
         Ok(())
     }
 
@@ -1213,8 +1160,10 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         } else {
             self.linger_until_us()
         };
-        let sync = self.sync_due_us();
-        [reads, linger, sync].into_iter().flatten().min()
+        match (reads, linger) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Lingering starts when proposals wait and nothing is in flight.
@@ -1310,36 +1259,18 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         self.apply_entries(ready.take_committed_entries());
         let entries = ready.take_entries();
         let hard_state = ready.hs().cloned();
-        let deferred = self.defer_sync(&ready, &entries, hard_state.as_ref(), &durable);
-        // With unsynced writes behind it, a Ready whose messages wait for
-        // persistence (a vote, an ack) or that installs a snapshot syncs
-        // them first; without, only what must_sync says is synced.
-        let durable_now = !deferred
-            && (must_sync(&entries, hard_state.as_ref(), &durable)
-                || (!self.unsynced.is_empty()
-                    && (!ready.snapshot().is_empty() || !ready.persisted_messages().is_empty())));
-        if deferred {
-            self.io.append_unsynced(&entries, hard_state.as_ref())?;
-            self.unsynced.push_back((ready.number(), self.now_us));
-        } else if durable_now {
-            // The fsync also makes every unsynced write before it durable,
-            // which `raw.advance` below counts as persisted.
-            // Nothing new to write: the HardState again, for the fsync.
-            let state = match (&hard_state, entries.is_empty()) {
-                (None, true) => Some(durable.clone()),
-                _ => hard_state.clone(),
-            };
-            self.io.persist(&entries, state.as_ref(), None)?;
-            self.status.fsyncs.fetch_add(1, Ordering::Relaxed);
-            self.unsynced.clear();
-        } else if let Some(hs) = hard_state.as_ref() {
-            assert!(
-                hs.commit >= durable.commit,
-                "a commit index never goes back"
-            );
-            self.io.persist_commit(hs)?;
-        }
         if !entries.is_empty() || hard_state.is_some() {
+            if must_sync(&entries, hard_state.as_ref(), &durable) {
+                self.io.persist(&entries, hard_state.as_ref(), None)?;
+                self.status.fsyncs.fetch_add(1, Ordering::Relaxed);
+            } else {
+                let hs = hard_state.as_ref().expect("must_sync is true without one");
+                assert!(
+                    hs.commit >= durable.commit,
+                    "a commit index never goes back"
+                );
+                self.io.persist_commit(hs)?;
+            }
             let mut storage = self.raw.mut_store().wl();
             storage.append(&entries)?;
             if let Some(hs) = hard_state {
@@ -1358,17 +1289,6 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
                 .collect();
             self.apply_entries(early);
         }
-        if !self.unsynced.is_empty() {
-            // Nothing in this Ready waits for the disk (else it would have
-            // synced): raft-rs counts the unsynced entries persisted once
-            // `sync_if_due` has synced them, not at this advance.
-            assert!(!durable_now && ready.persisted_messages().is_empty());
-            self.raw.advance_append_async(ready);
-            self.raw.advance_apply();
-            self.apply_ahead();
-            self.finish_ready();
-            return Ok(());
-        }
         self.send_all(ready.take_persisted_messages());
         let mut light = self.raw.advance(ready);
         if let Some(commit) = light.commit_index() {
@@ -1382,12 +1302,6 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         self.send_all(light.take_messages());
         self.apply_entries(light.take_committed_entries());
         self.raw.advance_apply();
-        self.finish_ready();
-        Ok(())
-    }
-
-    /// The end of a Ready's handling, deferred sync or not.
-    fn finish_ready(&mut self) {
         // A commit learned from peers (a follower's appends, the leader's
         // acks) comes in a Ready's HardState, not in the light ready: the
         // status follows raft-rs's own commit index.
@@ -1396,123 +1310,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             .store(self.raw.raft.raft_log.committed, Ordering::Release);
         self.redraw_election_timeout();
         self.answer_reads();
-    }
-
-    /// raft-rs (0.7) hands a node only the committed entries it has
-    /// persisted itself, so a leader's own clients would wait for its
-    /// lazy sync. The entries committed on the followers' durable copies
-    /// are applied from the in-memory log instead (normal entries only:
-    /// a configuration change is always synced before it is sent, see
-    /// `defer_sync`); raft-rs delivers them again once synced, and
-    /// `apply_entries` passes over what is applied.
-    fn apply_ahead(&mut self) {
-        let committed = self.raw.raft.raft_log.committed;
-        if self.unsynced.is_empty() || !self.leader || committed <= self.applied {
-            return;
-        }
-        let entries = match raft::Storage::entries(
-            self.raw.store(),
-            self.applied + 1,
-            committed + 1,
-            None,
-            raft::GetEntriesContext::empty(false),
-        ) {
-            Ok(entries) => entries,
-            Err(error) => {
-                // Compacted: raft-rs sends a snapshot instead; it delivers
-                // these entries itself after the sync.
-                tracing::debug!(%error, "committed entries not in memory to apply ahead");
-                return;
-            }
-        };
-        let normal: Vec<Entry> = entries
-            .into_iter()
-            .take_while(|e| e.get_entry_type() == EntryType::EntryNormal)
-            .collect();
-        self.apply_entries(normal);
-    }
-
-    /// Whether this Ready's entries may be written without an fsync (the
-    /// leader's lazy sync): this node leads, the lag is allowed, the Ready
-    /// brings entries and nothing that must be durable before anything is
-    /// sent or counted (a new term or vote, a snapshot, messages that wait
-    /// for persistence, a configuration change), and the followers heard
-    /// from recently make a quorum without this node, so a commit never
-    /// waits for its copy. Safe because a commit needs a quorum's durable
-    /// copies, which the followers' acks (sent after their fsync) give:
-    /// raft-rs counts the leader's own copy only once `sync_if_due` has
-    /// synced it. A crash loses at most these unsynced writes, all of
-    /// them either uncommitted or durable on a quorum of followers.
-    fn defer_sync(
-        &self,
-        ready: &raft::Ready,
-        entries: &[Entry],
-        hard_state: Option<&HardState>,
-        durable: &HardState,
-    ) -> bool {
-        self.config.leader_sync_lag_us > 0
-            && self.leader
-            && self.raw.raft.state == StateRole::Leader
-            && !entries.is_empty()
-            && !hard_state.is_some_and(|hs| hs.term != durable.term || hs.vote != durable.vote)
-            && ready.snapshot().is_empty()
-            && ready.persisted_messages().is_empty()
-            && entries
-                .iter()
-                .all(|e| e.get_entry_type() == EntryType::EntryNormal)
-            && self.followers_make_quorum()
-    }
-
-    /// The voters other than this node that raft-rs heard from within the
-    /// last election timeout (`recent_active`, check-quorum's) make a
-    /// quorum of every configuration (both of a joint one).
-    fn followers_make_quorum(&self) -> bool {
-        let raft = &self.raw.raft;
-        let me = self.config.node_id;
-        let conf = raft.prs().conf().to_conf_state();
-        let quorum_without_me = |voters: &[u64]| {
-            let active = voters
-                .iter()
-                .filter(|id| **id != me)
-                .filter(|id| raft.prs().get(**id).is_some_and(|p| p.recent_active))
-                .count();
-            voters.is_empty() || active > voters.len() / 2
-        };
-        !conf.voters.is_empty()
-            && quorum_without_me(&conf.voters)
-            && quorum_without_me(&conf.voters_outgoing)
-    }
-
-    /// When the unsynced writes must be synced (µs): at once when this
-    /// node no longer leads or its followers no longer make a quorum
-    /// alone, else `leader_sync_lag_us` after the oldest was written.
-    fn sync_due_us(&self) -> Option<u64> {
-        let (_, written_us) = self.unsynced.front()?;
-        if !self.leader || !self.followers_make_quorum() {
-            return Some(self.now_us);
-        }
-        Some(written_us + self.config.leader_sync_lag_us)
-    }
-
-    /// Syncs the leader's unsynced writes when due (`sync_due_us`): one
-    /// fsync (with the HardState raft-rs has, its term and vote already
-    /// durable), then raft-rs counts them persisted, which may commit.
-    /// True if it synced.
-    fn sync_if_due(&mut self) -> Result<bool, ConsensusError> {
-        let Some(due_us) = self.sync_due_us() else {
-            return Ok(false);
-        };
-        if self.now_us < due_us {
-            return Ok(false);
-        }
-        let (number, _) = *self.unsynced.back().expect("due only when unsynced");
-        let state = self.raw.store().rl().hard_state().clone();
-        self.io.persist(&[], Some(&state), None)?;
-        self.status.fsyncs.fetch_add(1, Ordering::Relaxed);
-        self.status.leader_syncs.fetch_add(1, Ordering::Relaxed);
-        self.unsynced.clear();
-        self.raw.on_persist_ready(number);
-        Ok(true)
+        Ok(())
     }
 
     /// A follower behind the leader's compacted log receives the tree:
@@ -1598,11 +1396,6 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         self.publish_lease();
         for entry in entries {
             let (index, term) = (entry.index, entry.term);
-            if index <= self.applied && !self.apply_before_commit() {
-                // Applied ahead of raft-rs (`apply_ahead`), delivered again
-                // once this node synced it.
-                continue;
-            }
             self.log_bytes_since_snapshot += entry.data.len() as u64;
             self.applied_sizes
                 .push_back((index, entry.data.len() as u64));
@@ -1839,11 +1632,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
                 tracing::error!(%error, "log compaction failed");
             }
         }
-        // raft-rs reads the entries after its own applied index from the
-        // in-memory log (those applied ahead wait for the leader's sync).
-        let memory_index = self
-            .memory_compact_index(index)
-            .min(self.raw.raft.raft_log.applied + 1);
+        let memory_index = self.memory_compact_index(index);
         if memory_index > 1 {
             let _ = self.raw.mut_store().wl().compact(memory_index);
         }

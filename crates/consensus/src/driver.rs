@@ -122,9 +122,6 @@ pub struct RaftConfig {
     pub tick_ms: u64,
     /// The leader serves linearizable reads from a lease (`CoreConfig::read_lease`).
     pub read_lease: bool,
-    /// How long a leader may leave its entries unsynced while its
-    /// followers alone make a quorum (`CoreConfig::leader_sync_lag_us`).
-    pub leader_sync_lag_us: u64,
     pub snapshot_every_entries: u64,
     /// ... or once this many log bytes were applied since the last one.
     pub snapshot_every_log_bytes: u64,
@@ -247,9 +244,6 @@ pub struct RaftStatus {
     pub snapshot_last_ms: AtomicU64,
     pub snapshot_max_ms: AtomicU64,
     pub fsyncs: AtomicU64,
-    /// Of `fsyncs`, those a leader made for writes it had left unsynced
-    /// (`CoreConfig::leader_sync_lag_us`).
-    pub leader_syncs: AtomicU64,
     pub proposals: AtomicU64,
     /// Proposals handed to the state machine (duplicates left out), since
     /// this process started: the log replay's transactions.
@@ -861,15 +855,6 @@ impl Io for ShellIo {
         Ok(())
     }
 
-    fn append_unsynced(
-        &mut self,
-        entries: &[Entry],
-        hard_state: Option<&HardState>,
-    ) -> Result<(), ConsensusError> {
-        let store = &self.store;
-        until_space(&self.status, || store.append_unsynced(entries, hard_state))
-    }
-
     fn persist_commit(&mut self, hard_state: &HardState) -> Result<(), ConsensusError> {
         let store = &self.store;
         until_space(&self.status, || store.persist_commit(hard_state))
@@ -974,7 +959,6 @@ pub fn start<S: StateMachine>(
         reconfig_enabled: config.reconfig_enabled,
         tick_us: config.tick_ms.max(1) * 1000,
         read_lease: config.read_lease,
-        leader_sync_lag_us: config.leader_sync_lag_us,
         #[cfg(feature = "testing")]
         planted_bug: crate::core::PlantedBug::None,
     };

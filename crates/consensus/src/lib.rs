@@ -36,10 +36,7 @@ mod tests;
 
 #[cfg(feature = "testing")]
 pub use crate::core::{Core, CoreConfig, Durable, Io, Outbound, PlantedBug, SnapshotSource};
-pub use crate::core::{
-    BATCH_BYTES_MAX, ELECTION_TICKS, LEADER_SYNC_LAG_US, LEADER_SYNC_LAG_US_MAX, LINGER_US_MAX,
-    LOG_KEPT_BEHIND_SNAPSHOT,
-};
+pub use crate::core::{BATCH_BYTES_MAX, ELECTION_TICKS, LINGER_US_MAX, LOG_KEPT_BEHIND_SNAPSHOT};
 pub use driver::{
     monotonic_us, prepare, recover, start, MachineError, RaftConfig, RaftHandle, RaftStatus,
     Recovery, SnapshotJob, SnapshotPosition, SnapshotWriter, StateMachine, SubmitError,

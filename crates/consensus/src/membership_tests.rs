@@ -6,13 +6,12 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use raft::eraftpb::{ConfState, Entry, HardState, MessageType};
 
+use crate::core::SnapshotSource;
 use crate::core::{bootstrap_membership, storage_from, Core, CoreConfig, Durable, Io, Outbound};
-use crate::core::{SnapshotSource, LEADER_SYNC_LAG_US};
 use crate::membership::{Change, Member, Members, Membership, ReconfigError, Role};
 use crate::proposal::Dedup;
 use crate::transport::PeerInput;
@@ -25,10 +24,6 @@ pub(crate) struct NetIo {
     id: u64,
     outbox: Outbox,
     snapshot: Stored,
-    /// Writes that fsynced (`persist` with anything to write).
-    synced_writes: u64,
-    /// Entries written without an fsync (`append_unsynced`).
-    unsynced_writes: u64,
 }
 
 impl Io for NetIo {
@@ -37,22 +32,10 @@ impl Io for NetIo {
     }
     fn persist(
         &mut self,
-        entries: &[Entry],
-        hard_state: Option<&HardState>,
-        conf_state: Option<&ConfState>,
-    ) -> Result<(), ConsensusError> {
-        if !entries.is_empty() || hard_state.is_some() || conf_state.is_some() {
-            self.synced_writes += 1;
-        }
-        Ok(())
-    }
-    fn append_unsynced(
-        &mut self,
-        entries: &[Entry],
+        _: &[Entry],
         _: Option<&HardState>,
+        _: Option<&ConfState>,
     ) -> Result<(), ConsensusError> {
-        assert!(!entries.is_empty(), "only entries are written unsynced");
-        self.unsynced_writes += 1;
         Ok(())
     }
     fn persist_commit(&mut self, _: &HardState) -> Result<(), ConsensusError> {
@@ -208,7 +191,6 @@ impl Net {
             reconfig_enabled: true,
             tick_us: 100_000,
             read_lease: true,
-            leader_sync_lag_us: crate::core::LEADER_SYNC_LAG_US,
             #[cfg(feature = "testing")]
             planted_bug: crate::core::PlantedBug::None,
         };
@@ -216,8 +198,6 @@ impl Net {
             id,
             outbox: self.outbox.clone(),
             snapshot: stored.clone(),
-            synced_writes: 0,
-            unsynced_writes: 0,
         };
         let core = Core::new(
             config,
@@ -233,7 +213,7 @@ impl Net {
 
     /// One round: every node ticks, messages are delivered, snapshots due
     /// are written at once.
-    pub(crate) fn round(&mut self) {
+    fn round(&mut self) {
         for node in self.nodes.values_mut() {
             node.tick();
             node.advance().expect("advance");
@@ -414,11 +394,7 @@ fn a_lingering_leader_holds_a_small_batch_until_its_time_is_up_but_never_a_lone_
     // The last entry carried one proposal: a lone writer goes at once.
     node.propose(b"a".to_vec());
     node.advance().expect("advance");
-    assert_eq!(
-        node.wake_at_us(),
-        Some(10_000 + LEADER_SYNC_LAG_US),
-        "no linger for a lone write; only its lazy sync is due"
-    );
+    assert!(node.wake_at_us().is_none());
     net.settle();
     let after_a = entries(&net);
     // Two proposals in one entry (b waits behind a's entry in flight).
@@ -459,99 +435,7 @@ fn a_lingering_leader_holds_a_small_batch_until_its_time_is_up_but_never_a_lone_
     node.set_linger_us(0);
     node.propose(b"f".to_vec());
     assert!(node.has_ready());
-    assert_eq!(
-        node.wake_at_us(),
-        Some(21_000 + LEADER_SYNC_LAG_US),
-        "no linger; only the lazy sync of d and e is due"
-    );
-}
-
-/// The leader's writes of the last `propose` and the followers' acks,
-/// with the counts of its synced and unsynced log writes before and after.
-fn write_once(net: &mut Net, leader: u64, payload: &[u8]) -> ((u64, u64), (u64, u64)) {
-    let counts = |net: &Net| {
-        let io = net.nodes[&leader].io();
-        (io.synced_writes, io.unsynced_writes)
-    };
-    let before = counts(net);
-    let node = net.nodes.get_mut(&leader).expect("leader");
-    node.propose(payload.to_vec());
-    node.advance().expect("advance");
-    net.settle();
-    (before, counts(net))
-}
-
-#[test]
-fn a_leader_with_active_followers_commits_on_their_copies_and_syncs_its_own_within_the_lag() {
-    let mut net = established();
-    net.settle();
-    let leader = net.leader().expect("a leader");
-    let applied =
-        |net: &Net| -> Vec<usize> { net.nodes.values().map(|n| n.machine().applied).collect() };
-    let node = net.nodes.get_mut(&leader).expect("leader");
-    node.set_clock_us(1_000_000);
-    node.advance().expect("advance");
-    let start = applied(&net);
-    let (before, after) = write_once(&mut net, leader, b"a");
-    assert_eq!(after, (before.0, before.1 + 1), "written without an fsync");
-    assert_eq!(
-        applied(&net),
-        start.iter().map(|a| a + 1).collect::<Vec<_>>(),
-        "committed and applied everywhere on the followers' copies"
-    );
-    let node = net.nodes.get_mut(&leader).expect("leader");
-    assert_eq!(node.wake_at_us(), Some(1_000_000 + LEADER_SYNC_LAG_US));
-    // A second write within the lag is not synced either.
-    node.set_clock_us(1_000_000 + LEADER_SYNC_LAG_US - 1);
-    let (_, after_b) = write_once(&mut net, leader, b"b");
-    assert_eq!(after_b, (before.0, before.1 + 2));
-    let node = net.nodes.get_mut(&leader).expect("leader");
-    assert_eq!(node.status().leader_syncs.load(Ordering::Relaxed), 0);
-    // The lag is up: one fsync covers both.
-    node.set_clock_us(1_000_000 + LEADER_SYNC_LAG_US);
-    node.advance().expect("advance");
-    assert_eq!(
-        node.io().synced_writes,
-        before.0 + 1,
-        "one sync for a and b"
-    );
-    assert_eq!(node.status().leader_syncs.load(Ordering::Relaxed), 1);
-    assert_eq!(node.wake_at_us(), None, "nothing left unsynced");
-    // Every follower synced each write before acking it.
-    for (id, n) in &net.nodes {
-        if *id != leader {
-            assert_eq!(n.io().unsynced_writes, 0, "node {id} never defers");
-        }
-    }
-}
-
-#[test]
-fn a_leader_whose_followers_alone_make_no_quorum_syncs_every_write() {
-    let mut net = established();
-    net.settle();
-    let leader = net.leader().expect("a leader");
-    let gone = (1..=3).find(|id| *id != leader).expect("a follower");
-    net.nodes.remove(&gone);
-    // Check-quorum marks the silent follower inactive within an election
-    // timeout; the leader keeps its quorum with the other.
-    for _ in 0..3 * crate::core::ELECTION_TICKS {
-        net.round();
-    }
-    assert_eq!(
-        net.leader(),
-        Some(leader),
-        "still leading with two of three"
-    );
-    let (before, after) = write_once(&mut net, leader, b"x");
-    assert_eq!(after, (before.0 + 1, before.1), "synced at once");
-    let node = &net.nodes[&leader];
-    assert_eq!(node.wake_at_us(), None, "nothing left unsynced");
-    let other = (1..=3).find(|id| *id != leader && *id != gone).unwrap();
-    assert_eq!(
-        node.machine().applied,
-        net.nodes[&other].machine().applied,
-        "committed by the leader's copy and the remaining follower's"
-    );
+    assert!(node.wake_at_us().is_none());
 }
 
 #[test]

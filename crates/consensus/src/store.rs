@@ -193,29 +193,6 @@ impl LogStore {
         Ok(true)
     }
 
-    /// Writes entries (and a HardState whose term and vote are already
-    /// durable) with no fsync (see `Io::append_unsynced`): the next synced
-    /// write makes them durable with everything before it. raft-engine
-    /// writes records in order and its recovery stops at the first one
-    /// that did not reach the disk, so a crash keeps a prefix of them.
-    pub fn append_unsynced(
-        &self,
-        entries: &[Entry],
-        hard_state: Option<&HardState>,
-    ) -> Result<(), ConsensusError> {
-        let mut batch = LogBatch::with_capacity(entries.len());
-        if !entries.is_empty() {
-            batch.add_entries::<EntryExt>(GROUP_ID, entries)?;
-        }
-        if let Some(hs) = hard_state {
-            batch.put_message(GROUP_ID, KEY_HARD_STATE.to_vec(), hs)?;
-        }
-        if !batch.is_empty() {
-            self.write(&mut batch, false)?;
-        }
-        Ok(())
-    }
-
     /// Writes a HardState whose term and vote are already durable, with no
     /// fsync (see `Io::persist_commit`): the next synced write carries it
     /// to the disk with everything before it.

@@ -137,7 +137,6 @@ fn single_node(dedup: Dedup) -> Core<Recorder, NoIo, NoSnapshots> {
         reconfig_enabled: true,
         tick_us: 100_000,
         read_lease: true,
-        leader_sync_lag_us: crate::core::LEADER_SYNC_LAG_US,
         #[cfg(feature = "testing")]
         planted_bug: PlantedBug::None,
     };

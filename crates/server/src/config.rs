@@ -149,14 +149,6 @@ pub struct ServerConfig {
     /// assumes the members' clocks run at rates within 1/8 of each other;
     /// `read_lease = false` makes every read wait for a round instead.
     pub read_lease: bool,
-    /// How long (µs) the leader may leave its newly appended entries
-    /// written but not yet fdatasynced while its followers alone make a
-    /// quorum (`keel_consensus::LEADER_SYNC_LAG_US`, 2,000): a
-    /// commit then rests on the followers' fsynced copies (Raft thesis
-    /// §10.2.1), and one leader fsync covers several rounds. 0 makes the
-    /// leader fsync every write before it counts its own copy, as a single
-    /// node and every follower always do.
-    pub leader_sync_lag_us: u64,
     /// Keel KV's shard threads (each owns a share of the slots and serves
     /// connections); 0, the default, is one per core. A node's own choice:
     /// the snapshot is cut into this many shards when loaded.
@@ -218,7 +210,6 @@ impl Default for ServerConfig {
             resp_port: 0,
             resp_max_bulk_bytes: keel_kv::resp::BULK_BYTES_MAX_DEFAULT,
             read_lease: true,
-            leader_sync_lag_us: keel_consensus::LEADER_SYNC_LAG_US,
             kv_shards: 0,
         }
     }
@@ -322,13 +313,6 @@ impl ServerConfig {
             return invalid(format!(
                 "client_threads {} is above {CLIENT_THREADS_MAX}",
                 self.client_threads
-            ));
-        }
-        if self.leader_sync_lag_us > keel_consensus::LEADER_SYNC_LAG_US_MAX {
-            return invalid(format!(
-                "leader_sync_lag_us {} is above {}",
-                self.leader_sync_lag_us,
-                keel_consensus::LEADER_SYNC_LAG_US_MAX
             ));
         }
         if self.kv_shards > KV_SHARDS_MAX {
@@ -711,26 +695,6 @@ mod tests {
         assert_eq!(
             (parsed.metrics_port, parsed.metrics_address.as_str()),
             (7000, "0.0.0.0")
-        );
-    }
-
-    #[test]
-    fn leader_sync_lag_defaults_to_the_core_constant_and_is_bounded() {
-        assert_eq!(
-            ServerConfig::default().leader_sync_lag_us,
-            keel_consensus::LEADER_SYNC_LAG_US
-        );
-        let off: ServerConfig = toml::from_str("leader_sync_lag_us = 0").unwrap();
-        off.validate().unwrap();
-        assert_eq!(off.leader_sync_lag_us, 0);
-        let too_long = ServerConfig {
-            leader_sync_lag_us: keel_consensus::LEADER_SYNC_LAG_US_MAX + 1,
-            ..ServerConfig::default()
-        };
-        let error = too_long.validate().unwrap_err().to_string();
-        assert!(
-            error.contains("leader_sync_lag_us 100001 is above 100000"),
-            "{error}"
         );
     }
 

@@ -1,11 +1,8 @@
 //! The simulated disk and the node's `Io`: what a persist returns is
 //! durable; a crash loses what was in flight (a torn last write: the batch
 //! being written when the node died is kept whole or lost whole, as
-//! raft-engine's checksummed batches are), any snapshot still being
-//! written in the background, and a suffix of the writes made without an
-//! fsync (a HardState with a new commit index, a leader's lazily synced
-//! entries): raft-engine's recovery keeps the records before the first one
-//! that did not reach the disk.
+//! raft-engine's checksummed batches are) and any snapshot still being
+//! written in the background.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -31,18 +28,9 @@ pub struct SimDisk {
     /// (index, term, encoded tree), oldest first.
     pub snapshots: Vec<(u64, u64, Vec<u8>)>,
     pub writes: u64,
-    /// Writes made without an fsync, in order: the next synced write
-    /// carries them, a crash keeps a prefix of them.
-    pub unsynced: Vec<UnsyncedWrite>,
-}
-
-/// One write made without an fsync.
-#[derive(Debug, Clone)]
-pub struct UnsyncedWrite {
-    /// A leader's lazily synced entries (none for a commit index alone).
-    pub entries: Vec<Entry>,
-    /// A HardState whose term and vote were already durable.
-    pub hard_state: Option<HardState>,
+    /// A HardState written without an fsync (only its commit index was
+    /// new): the next synced write carries it, a crash may lose it.
+    pub unsynced_hard_state: Option<HardState>,
 }
 
 impl SimDisk {
@@ -56,45 +44,13 @@ impl SimDisk {
         }
     }
 
-    /// The node died: the first `kept` of its unsynced writes reached the
-    /// disk before the crash, the rest did not.
-    pub fn crash(&mut self, kept: usize) {
-        let unsynced = std::mem::take(&mut self.unsynced);
-        assert!(kept <= unsynced.len(), "{kept} of {} kept", unsynced.len());
-        for write in unsynced.into_iter().take(kept) {
-            self.write(&write.entries, write.hard_state.as_ref());
-        }
-    }
-
-    /// An fsync: every unsynced write before it is durable.
-    fn sync(&mut self) {
-        for write in std::mem::take(&mut self.unsynced) {
-            self.write(&write.entries, write.hard_state.as_ref());
-        }
-    }
-
-    fn write(&mut self, entries: &[Entry], hard_state: Option<&HardState>) {
-        self.append(entries);
-        if let Some(hs) = hard_state {
-            self.hard_state = hs.clone();
-        }
-    }
-
-    fn write_unsynced(&mut self, entries: &[Entry], hard_state: Option<&HardState>) {
-        if let Some(hs) = hard_state {
-            assert_eq!(hs.term, self.hard_state.term, "term changes are synced");
-            assert_eq!(hs.vote, self.hard_state.vote, "votes are synced");
-        }
-        match self.unsynced.last_mut() {
-            // A commit index after a commit index: keeping the later one
-            // keeps the earlier, so one write stands for both.
-            Some(last) if entries.is_empty() && last.entries.is_empty() => {
-                last.hard_state = hard_state.cloned();
+    /// The node died: its unsynced HardState reached the disk before the
+    /// crash or it did not.
+    pub fn crash(&mut self, unsynced_reached_disk: bool) {
+        if let Some(hs) = self.unsynced_hard_state.take() {
+            if unsynced_reached_disk {
+                self.hard_state = hs;
             }
-            _ => self.unsynced.push(UnsyncedWrite {
-                entries: entries.to_vec(),
-                hard_state: hard_state.cloned(),
-            }),
         }
     }
 
@@ -262,21 +218,25 @@ impl Io for SimIo {
     ) -> Result<(), ConsensusError> {
         let mut disk = self.disk.borrow_mut();
         if let Some(reached_disk) = self.crash_in_next_write.take() {
-            // Torn write: the whole batch made it or none of it did (it
-            // comes after the unsynced writes; the crash decides theirs).
+            // Torn write: the whole batch made it or none of it did.
             if reached_disk {
-                disk.unsynced.push(UnsyncedWrite {
-                    entries: entries.to_vec(),
-                    hard_state: hard_state.cloned(),
-                });
+                disk.append(entries);
+                if let Some(hs) = hard_state {
+                    disk.hard_state = hs.clone();
+                }
             }
             return Err(ConsensusError::Io(std::io::Error::other(
                 "simulated crash during a log write",
             )));
         }
         // An fsync makes everything written before it durable too.
-        disk.sync();
-        disk.write(entries, hard_state);
+        if let Some(hs) = disk.unsynced_hard_state.take() {
+            disk.hard_state = hs;
+        }
+        disk.append(entries);
+        if let Some(hs) = hard_state {
+            disk.hard_state = hs.clone();
+        }
         if let Some(cs) = conf_state {
             disk.conf_state = Some(cs.clone());
         }
@@ -286,26 +246,13 @@ impl Io for SimIo {
     }
 
     fn persist_commit(&mut self, hard_state: &HardState) -> Result<(), ConsensusError> {
-        self.disk.borrow_mut().write_unsynced(&[], Some(hard_state));
-        Ok(())
-    }
-
-    fn append_unsynced(
-        &mut self,
-        entries: &[Entry],
-        hard_state: Option<&HardState>,
-    ) -> Result<(), ConsensusError> {
         let mut disk = self.disk.borrow_mut();
-        if let Some(reached_disk) = self.crash_in_next_write.take() {
-            if reached_disk {
-                disk.write_unsynced(entries, hard_state);
-            }
-            return Err(ConsensusError::Io(std::io::Error::other(
-                "simulated crash during a log write",
-            )));
-        }
-        disk.write_unsynced(entries, hard_state);
-        disk.writes += 1;
+        assert_eq!(
+            hard_state.term, disk.hard_state.term,
+            "term changes are synced"
+        );
+        assert_eq!(hard_state.vote, disk.hard_state.vote, "votes are synced");
+        disk.unsynced_hard_state = Some(hard_state.clone());
         Ok(())
     }
 
@@ -379,42 +326,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_crash_keeps_a_prefix_of_the_unsynced_writes_and_a_persist_syncs_them_all() {
-        let disk: SharedDisk = Rc::default();
-        let mut io = SimIo {
-            disk: disk.clone(),
-            sent: Vec::new(),
-            fsync_ms: 2,
-            busy_ms: 0,
-            crash_in_next_write: None,
-            peers: Default::default(),
-        };
-        let commit = |c: u64| HardState {
-            commit: c,
-            ..Default::default()
-        };
-        io.persist(&[entry(1, 1)], Some(&commit(0)), None).unwrap();
-        io.append_unsynced(&[entry(2, 1)], None).unwrap();
-        io.persist_commit(&commit(2)).unwrap();
-        io.append_unsynced(&[entry(3, 1)], None).unwrap();
-        assert_eq!(io.busy_ms, 2, "unsynced writes cost no fsync");
-        let mut crashed = disk.borrow().clone();
-        crashed.crash(2);
-        let indexes: Vec<u64> = crashed.entries.keys().copied().collect();
-        assert_eq!(indexes, vec![1, 2], "entry 3 came after the kept prefix");
-        assert_eq!(crashed.hard_state.commit, 2);
-        let mut none_kept = disk.borrow().clone();
-        none_kept.crash(0);
-        assert_eq!(none_kept.entries.len(), 1);
-        assert_eq!(none_kept.hard_state.commit, 0);
-        io.persist(&[], Some(&commit(3)), None).unwrap();
-        let disk = disk.borrow();
-        assert!(disk.unsynced.is_empty());
-        assert_eq!(disk.entries.len(), 3, "the fsync made every write durable");
-        assert_eq!(disk.hard_state.commit, 3);
-    }
-
     fn snapshot_at(index: u64) -> Vec<u8> {
         let mut tree = DataTree::new();
         tree.set_applied(index, 1);
@@ -456,11 +367,6 @@ mod tests {
                 peers: Default::default(),
             };
             assert!(io.persist(&[entry(1, 1), entry(2, 1)], None, None).is_err());
-            // The node is dead; the crash keeps every write that reached
-            // the disk (the world draws how many).
-            let written = disk.borrow().unsynced.len();
-            assert_eq!(written, usize::from(reached));
-            disk.borrow_mut().crash(written);
             assert_eq!(disk.borrow().entries.len(), if reached { 2 } else { 0 });
         }
     }

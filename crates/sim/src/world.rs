@@ -212,8 +212,6 @@ pub struct Stats {
     pub acknowledged_writes: usize,
     pub unknown_outcomes: usize,
     pub crashes: u64,
-    /// Writes made without an fsync that a crash lost (a suffix of them).
-    pub unsynced_writes_lost: u64,
     pub torn_writes: u64,
     pub partitions: u64,
     pub messages: u64,
@@ -550,11 +548,6 @@ struct Client {
 /// one per node by seed: never, shorter and longer than a simulated
 /// round trip.
 const SIM_LINGERS_US: [u64; 3] = [0, 500, 3_000];
-/// Leader sync lags the simulated nodes run with
-/// (`CoreConfig::leader_sync_lag_us`), one per node by seed: a leader
-/// that syncs every write, one that leaves a write unsynced for about a
-/// simulated fsync, and one for many rounds (crashes then lose more).
-const SIM_SYNC_LAGS_US: [u64; 3] = [0, 2_000, 20_000];
 
 pub struct World {
     options: Options,
@@ -1002,8 +995,6 @@ impl World {
         };
         let preferred_leader = self.options.preferred_leader;
         let linger_us = |seed: u64| SIM_LINGERS_US[(seed >> 32) as usize % SIM_LINGERS_US.len()];
-        let sync_lag_us =
-            |seed: u64| SIM_SYNC_LAGS_US[(seed >> 40) as usize % SIM_SYNC_LAGS_US.len()];
         let now_ms = self.now_us / 1000;
         let clock = self.clock_ms.clone();
         let seed = self.rng.next_u64();
@@ -1065,7 +1056,6 @@ impl World {
             reconfig_enabled: true,
             tick_us: node.tick_ms * 1000,
             read_lease: true,
-            leader_sync_lag_us: sync_lag_us(seed),
             planted_bug,
         };
         let io = SimIo {
@@ -1497,18 +1487,12 @@ impl World {
 
     fn crash(&mut self, id: u64, restart_after_ms: u64) {
         self.stats.crashes += 1;
-        // One draw, as before unsynced entries were simulated: a write alone
-        // is kept as often as an unsynced commit index was, with the same
-        // draws (a seed whose nodes never defer runs as it did).
-        let draw = self.rng.below(1_000_000) as usize;
-        let unsynced = self.node(id).disk.borrow().unsynced.len();
-        let kept = unsynced - draw * (unsynced + 1) / 1_000_000;
-        self.stats.unsynced_writes_lost += (unsynced - kept) as u64;
+        let unsynced_reached_disk = self.rng.chance(500_000);
         self.note(format!(
-            "n{id} crash ({kept} of {unsynced} unsynced writes reached disk)"
+            "n{id} crash (an unsynced commit index reached disk: {unsynced_reached_disk})"
         ));
         let node = self.node(id);
-        node.disk.borrow_mut().crash(kept);
+        node.disk.borrow_mut().crash(unsynced_reached_disk);
         node.core = None;
         node.kv = None;
         node.snapshot = None;

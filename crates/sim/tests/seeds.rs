@@ -72,7 +72,6 @@ fn add_stats(total: &mut sim::Stats, run: &sim::Stats) {
     total.acknowledged_writes += run.acknowledged_writes;
     total.unknown_outcomes += run.unknown_outcomes;
     total.crashes += run.crashes;
-    total.unsynced_writes_lost += run.unsynced_writes_lost;
     total.torn_writes += run.torn_writes;
     total.partitions += run.partitions;
     total.messages += run.messages;
