@@ -571,3 +571,56 @@ def test_connection_counts_include_every_connection_the_asking_one_too(servers):
         steps.append(("both closed", settled_counts(server.port, 1)))
         seen["zookeeper" if name.startswith("zk-") else "other"] = steps
     assert seen["other"] == seen["zookeeper"], "zookeeper: %r\n%s: %r" % (seen["zookeeper"], kind, seen["other"])
+
+
+def packet_and_node_counts(port):
+    """srvr's Received/Sent/Node count (srvr counts itself received, not
+    yet sent) and then stat's Node count, each asked on its own connection."""
+    def fields(word):
+        text = four_letter_word(port, word).decode("utf-8", "replace")
+        return dict(x.split(": ", 1) for x in text.splitlines() if x.startswith(("Received:", "Sent:", "Node count:")))
+    srvr = fields("srvr")
+    return {"received": srvr["Received"], "sent": srvr["Sent"], "nodes": srvr["Node count"],
+            "stat nodes": fields("stat")["Node count"]}
+
+
+def test_packet_and_node_counts_are_zookeepers(servers):
+    """ZooKeeper 3.8 counts as packets received each ConnectRequest, request
+    and ping, and each four-letter word it knows (checkFourLetterWord's
+    packetReceived, before the word runs); as packets sent each
+    ConnectResponse, reply and notification, and each 8192 chars of a
+    word's answer (SendBufferWriter's sends). Its node count is its
+    DataTree's nodes.size(), where the root is held under "" and "/":
+    5 on a fresh server, one more than the znodes there are, as nodes come
+    and go. srst zeroes the counters first (the harness's readiness polls
+    have counted words already, as many as it needed)."""
+    kind = candidate_kind()
+    seen = {}
+    for k, name in (("zookeeper", "zk-packets"), (kind, kind + "-packets")):
+        server = servers(k, name=name)
+        port = server.port
+        assert four_letter_word(port, "srst") == b"Server stats reset.\n"
+        steps = [("after srst", packet_and_node_counts(port))]
+        client = KazooClient(hosts=server.address, timeout=10)
+        client.start()
+        client.get("/")
+        client.stop()
+        client.close()
+        steps.append(("a session: connect, get /, close", packet_and_node_counts(port)))
+        client = KazooClient(hosts=server.address, timeout=10)
+        client.start()
+        try:
+            client.create("/a/b/c", b"x", makepath=True)
+            client.create("/e", ephemeral=True)
+            steps.append(("four znodes more", packet_and_node_counts(port)))
+            client.delete("/a", recursive=True)
+            steps.append(("/a/b/c deleted", packet_and_node_counts(port)))
+        finally:
+            client.stop()
+            client.close()
+        steps.append(("the ephemeral gone", packet_and_node_counts(port)))
+        stats = mntr(port)
+        steps.append(("mntr", {key: stats[key] for key in ("zk_packets_received", "zk_packets_sent", "zk_znode_count")}))
+        seen["zookeeper" if name.startswith("zk-") else "other"] = steps
+    assert seen["zookeeper"][0][1]["nodes"] == "5", seen["zookeeper"]
+    assert seen["other"] == seen["zookeeper"], "zookeeper: %r\n%s: %r" % (seen["zookeeper"], kind, seen["other"])

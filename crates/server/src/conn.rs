@@ -230,10 +230,26 @@ where
     .await;
     let serving = port.serving();
     let first = match first {
-        Ok(Ok(First::Frame(total))) => total,
+        Ok(Ok(First::Frame(total))) => {
+            // ZooKeeper's readPayload counts the ConnectRequest (any first
+            // frame of an allowed length) before it reads it.
+            port.stats.packets_received.fetch_add(1, Ordering::Relaxed);
+            total
+        }
         Ok(Ok(First::FourLetterWord(word))) => {
+            // Counted before it runs, as ZooKeeper's checkFourLetterWord
+            // does (so `srst` zeroes its own) and its answer once written.
+            let counted = crate::fourlw::counted_by_zookeeper(&word);
+            if counted {
+                port.stats.packets_received.fetch_add(1, Ordering::Relaxed);
+            }
             let answer = crate::fourlw::answer(&port.config, serving.as_deref(), &word, peer);
-            let _ = stream.write_all(answer.as_bytes()).await;
+            if stream.write_all(answer.as_bytes()).await.is_ok() && counted {
+                let packets = crate::fourlw::packets_sent_for(&answer);
+                port.stats
+                    .packets_sent
+                    .fetch_add(packets, Ordering::Relaxed);
+            }
             // Out of the count before the client sees the end.
             drop(alive);
             let _ = stream.shutdown().await;
@@ -383,6 +399,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             body.pop(); // old clients neither send nor expect the readOnly byte
         }
         frame::write_frame(&mut self.out, |out| out.extend_from_slice(&body));
+        // The ConnectResponse is a packet sent (ZooKeeper's
+        // finishSessionInit sendBuffer), an invalid session's too.
+        self.count_sent();
         if !valid {
             return Err(Closed::SessionInvalid);
         }

@@ -29,6 +29,35 @@ const BUILT_ON: &str = "11/22/2026 00:00 GMT";
 /// the server is not running (loading its data).
 pub const NOT_SERVING: &str = "This ZooKeeper instance is not currently serving requests";
 
+/// The words ZooKeeper 3.8 knows (FourLetterCommands.isKnown): it counts
+/// one packet received for each (NIOServerCnxn.checkFourLetterWord's
+/// packetReceived(4), before it checks the whitelist). Keel's own `lcks`
+/// and `ftfl` are no words to ZooKeeper (it reads them as a frame length
+/// that is too long and closes, counting nothing), so they count nothing.
+pub fn counted_by_zookeeper(word: &str) -> bool {
+    COMMANDS.contains(&word) && !matches!(word, "lcks" | "ftfl")
+}
+
+/// The UTF-16 units ZooKeeper's BufferedWriter (8192 chars, the JDK's
+/// default) hands its SendBufferWriter at a time.
+const WRITER_BUFFER_CHARS: usize = 8192;
+
+/// How many packets ZooKeeper counts as sent for a four-letter word's
+/// `answer`: its PrintWriter writes through a BufferedWriter of 8192 chars
+/// into SendBufferWriter, which sends (sendBufferSync: one packetSent each)
+/// whenever it holds more than 2048 chars and at close; no command
+/// flushes on its own. So one packet per 8192 chars begun, none for an
+/// empty answer (seen live: a 25501-byte wchp counts 4, 20119-byte wchc 3,
+/// the 16310-byte mntr 2, a srvr 1).
+pub fn packets_sent_for(answer: &str) -> u64 {
+    let chars = if answer.is_ascii() {
+        answer.len()
+    } else {
+        answer.encode_utf16().count()
+    };
+    chars.div_ceil(WRITER_BUFFER_CHARS) as u64
+}
+
 /// The answer to `word` asked by a connection from `asker`; `shared` is
 /// None while the node loads its data.
 pub fn answer(
@@ -529,6 +558,28 @@ mod tests {
 
     use super::*;
     use crate::shared::{LastOp, ResponseStats};
+
+    /// What ZooKeeper 3.8 counted for each word (Received/Sent before and
+    /// after it, probed live): one received for each word it knows; sent:
+    /// one per 8192 chars of the answer begun.
+    #[test]
+    fn a_word_counts_its_packets_as_zookeepers_send_buffer_writer_sends_them() {
+        assert!(counted_by_zookeeper("srvr"));
+        assert!(counted_by_zookeeper("srst"));
+        assert!(!counted_by_zookeeper("lcks"));
+        assert!(!counted_by_zookeeper("ftfl"));
+        assert!(!counted_by_zookeeper("zzzz"));
+        assert_eq!(packets_sent_for(""), 0);
+        assert_eq!(packets_sent_for("imok"), 1);
+        assert_eq!(packets_sent_for(&"x".repeat(8192)), 1);
+        assert_eq!(packets_sent_for(&"x".repeat(8193)), 2);
+        assert_eq!(packets_sent_for(&"x".repeat(16310)), 2);
+        assert_eq!(packets_sent_for(&"x".repeat(20119)), 3);
+        assert_eq!(packets_sent_for(&"x".repeat(25501)), 4);
+        // Java counts chars (UTF-16 units), not UTF-8 bytes.
+        assert_eq!(packets_sent_for(&"é".repeat(8192)), 1);
+        assert_eq!(packets_sent_for(&"😀".repeat(4097)), 2);
+    }
 
     fn connection(port: u16, session_id: i64) -> Arc<ConnectionInfo> {
         Arc::new(ConnectionInfo {

@@ -607,6 +607,8 @@ pub struct Gauges {
     pub packets_sent: u64,
     pub num_alive_connections: u64,
     pub outstanding_requests: u64,
+    /// ZooKeeper's reported node count (`reported_znode_count`), one more
+    /// than the tree holds.
     pub znode_count: u64,
     pub watch_count: u64,
     pub ephemerals_count: u64,
@@ -750,7 +752,7 @@ impl Shared {
             // asking a four-letter word is one too).
             num_alive_connections: self.stats.alive_connections(),
             outstanding_requests,
-            znode_count: nodes as u64,
+            znode_count: reported_znode_count(nodes),
             watch_count: watch_count as u64,
             ephemerals_count: ephemerals as u64,
             approximate_data_size: data_size,
@@ -764,6 +766,17 @@ impl Shared {
             snapshot_preimage_bytes: preimage_bytes as u64,
         }
     }
+}
+
+/// The node count ZooKeeper 3.8 reports (srvr/stat `Node count:`, mntr's
+/// `zk_znode_count`, the `znode_count` gauge) for a tree of `nodes`
+/// znodes: DataTree.getNodeCount is `nodes.size()`, and DataTree keeps its
+/// root under two keys, "" and "/" (`nodes.put("", root);
+/// nodes.putWithoutDigest("/", root)`), so it counts the root twice: 5 on a
+/// fresh server holding 4 znodes. Only what is reported: the tree's own
+/// `node_count()` stays the real count.
+pub fn reported_znode_count(nodes: usize) -> u64 {
+    nodes as u64 + 1
 }
 
 /// File descriptors this process has open (`/proc/self/fd`; 0 where there
@@ -905,5 +918,16 @@ mod tests {
             (3, 4, 5),
             "after a reset the minimum is a real one"
         );
+    }
+
+    /// ZooKeeper 3.8 on a fresh standalone server (/, /zookeeper,
+    /// /zookeeper/quota, /zookeeper/config) says `Node count: 5`, and stays
+    /// one ahead of the real count as nodes come and go (seen live: 11 with
+    /// 6 more znodes, 6 with one ephemeral).
+    #[test]
+    fn the_reported_node_count_counts_the_root_twice_as_zookeepers_data_tree_does() {
+        assert_eq!(reported_znode_count(4), 5);
+        assert_eq!(reported_znode_count(10), 11);
+        assert_eq!(reported_znode_count(1), 2);
     }
 }
