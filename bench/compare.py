@@ -247,6 +247,15 @@ def bench_with_cpu(root, system, group, workload, clients, duration, tag):
     return row
 
 
+def write_rows_csv(path, rows):
+    """The raw rows of a comparison, one per run, columns from the first."""
+    if rows:
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+            w.writeheader()
+            w.writerows(rows)
+
+
 def run_main(main):
     """Runs a comparison script's main(); Ctrl-C stops every server started."""
     try:
@@ -560,11 +569,7 @@ def main():
         stop_all()
 
     csv_path = os.path.join(WORK, "compare.csv")
-    if rows_out:
-        with open(csv_path, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows_out[0].keys()))
-            w.writeheader()
-            w.writerows(rows_out)
+    write_rows_csv(csv_path, rows_out)
 
     log("step 4/4: results")
     results = {cell: median_row([r[cell] for r in rounds]) for cell in rounds[0]}

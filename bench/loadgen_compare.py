@@ -29,7 +29,6 @@ Python 3 standard library only.
 
 import argparse
 import collections
-import csv
 import os
 import signal
 import sys
@@ -43,7 +42,7 @@ sys.path.insert(0, BENCH)
 import compare  # noqa: E402
 from compare import (  # noqa: E402
     KEEL_BIN, REPO, WORK, WORKLOADS, fmt_ms, log, on_signal, run_sampled,
-    start_cluster, stop_all,
+    start_cluster, stop_all, write_rows_csv,
 )
 
 SYSTEMS = ("zookeeper", "keel")
@@ -202,11 +201,7 @@ def main(generator, description):
         stop_all()
 
     csv_path = os.path.join(WORK, generator.csv_name)
-    if rows_out:
-        with open(csv_path, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows_out[0].keys()))
-            w.writeheader()
-            w.writerows(rows_out)
+    write_rows_csv(csv_path, rows_out)
 
     log("step 3/3: results")
     print_results(generator, results, clients_list)

@@ -13,7 +13,6 @@ library's FLWSrvr parses where it fails on ZooKeeper 3.8's "yyyy-MM-dd", so
 the step "FLWSrvr" is excused for Keel (KEEL_DELIBERATE in
 tests/compat/topology.py)."""
 
-import json
 import os
 import shutil
 import subprocess
@@ -58,20 +57,10 @@ def run_go(binary, server, name):
         # the steps printed so far still show how far it got
         stdout, stderr, status = _text(e.stdout), _text(e.stderr), {"timeout_s": SCENARIO_TIMEOUT_S}
     trace = Trace(name)
-    for line in stdout.splitlines():
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        obj = json.loads(line)
-        if "session" in obj:
-            trace.register_session(obj["session"], obj["id"])
-        else:
-            trace.entries.append([obj["step"], obj["result"]])
-            trace.elapsed.append(0)
+    trace.add_printed(stdout)
     if status != {"code": 0}:
         status["stderr_tail"] = stderr[-2000:]
-        trace.entries.append(["go exit status", status])
-        trace.elapsed.append(0)
+        trace.add_entry("go exit status", status)
     return trace
 
 

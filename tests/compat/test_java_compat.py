@@ -4,7 +4,6 @@ javac into a temp dir and run against ZooKeeper (one standalone server, once
 per module) and against Keel as one server and as a 3-node cluster (the client
 gets a connect string listing the three nodes)."""
 
-import json
 import os
 import shutil
 import subprocess
@@ -36,18 +35,9 @@ def run_java(classes, server, name):
     p = subprocess.run(["java", "-Xmx128m", "-XX:TieredStopAtLevel=1", "-cp", cp, "CompatScenario", server.address],
                        capture_output=True, text=True, timeout=240, start_new_session=True)
     trace = Trace(name)
-    for line in p.stdout.splitlines():
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        obj = json.loads(line)
-        if "session" in obj:
-            trace.register_session(obj["session"], obj["id"])
-        else:
-            trace.entries.append([obj["step"], obj["result"]])
-            trace.elapsed.append(0)
+    trace.add_printed(p.stdout)
     if p.returncode != 0:
-        trace.entries.append(["java exit status", {"code": p.returncode, "stderr_tail": p.stderr[-2000:]}])
+        trace.add_entry("java exit status", {"code": p.returncode, "stderr_tail": p.stderr[-2000:]})
     return trace
 
 

@@ -98,6 +98,27 @@ class Trace:
         self._append(label, {"ok": jsonable(r)})
         return r
 
+    def add_printed(self, stdout):
+        """The steps a scenario program printed on stdout, one JSON object
+        per line (tests/compat/java's and tests/compat/go's): {"session":
+        name, "id": session id} registers a session, {"step": label,
+        "result": value} is an entry; other lines (a client library's own
+        logging) are passed over."""
+        for line in stdout.splitlines():
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            obj = json.loads(line)
+            if "session" in obj:
+                self.register_session(obj["session"], obj["id"])
+            else:
+                self.add_entry(obj["step"], obj["result"])
+
+    def add_entry(self, label, value):
+        """An entry recorded by another process (no time of its own here)."""
+        self.entries.append([label, value])
+        self.elapsed.append(0)
+
     def labels(self):
         return [e[0] for e in self.entries]
 
