@@ -872,7 +872,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             Request::Sasl(_) => (Err(ErrorCode::Unimplemented), self.last_zxid()),
             _ => {
                 let read = self.shared.node.read(self.session_id, &self.auth, &request);
-                self.send_events_up_to(read.zxid);
+                if !self.send_events_up_to(read.zxid) {
+                    return; // the connection closes unanswered (`events_before_reply`)
+                }
                 for event in &read.fired {
                     self.event(event);
                 }
@@ -888,7 +890,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 (result, read.zxid)
             }
         };
-        self.send_events_up_to(zxid);
+        if !self.send_events_up_to(zxid) {
+            return;
+        }
         match (&request, result) {
             // ZooKeeper fails a multiRead of writes after it made its (still
             // empty) MultiResponse, and sends that after the error header.
@@ -1046,14 +1050,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     }
 
     /// Sends events already queued for this session up to `zxid`, keeping
-    /// newer messages for later, in order.
-    fn send_events_up_to(&mut self, zxid: i64) {
+    /// newer messages for later, in order; false if the apply side closed
+    /// the connection meanwhile, when a reply at `zxid` must not go out
+    /// (`Stash::events_before_reply`).
+    fn send_events_up_to(&mut self, zxid: i64) -> bool {
         while let Ok(message) = self.inbox.try_recv() {
             self.stash.push(message);
         }
-        for (_, event) in self.stash.events_up_to(zxid) {
+        let Some(events) = self.stash.events_before_reply(zxid) else {
+            return false;
+        };
+        for (_, event) in events {
             self.event(&event);
         }
+        true
     }
 
     fn event(&mut self, event: &Event) {

@@ -307,6 +307,27 @@ impl Stash {
         self.messages.is_empty()
     }
 
+    /// The events to send before a read's reply at `zxid`
+    /// (`events_up_to`), or None when the apply side has closed the
+    /// connection meanwhile (a Close is queued): then the reply must not
+    /// go out. The read saw the tree after the Close was queued; sent
+    /// ahead of the Close, its zxid would pass changes whose events the
+    /// close drops, and the client's setWatches, which starts from the
+    /// newest zxid it saw, would never fire them (a node removed from the
+    /// configuration, or one that installed a snapshot, while a read
+    /// waited behind a write). The client sees the connection end with the
+    /// read unanswered and sends it again.
+    pub fn events_before_reply(&mut self, zxid: i64) -> Option<Vec<(i64, Event)>> {
+        let closed = self
+            .messages
+            .iter()
+            .any(|message| matches!(message, Outbound::Close { .. }));
+        if closed {
+            return None;
+        }
+        Some(self.events_up_to(zxid))
+    }
+
     /// Takes the events (with their zxids) at the front with zxid <=
     /// `zxid`, in order, stopping at the first message that is not one.
     pub fn events_up_to(&mut self, zxid: i64) -> Vec<(i64, Event)> {
@@ -461,6 +482,35 @@ mod tests {
         server.apply_one();
         assert_eq!(server.answered, [1, 2, 3, 4]);
         assert!(server.fifo.is_empty());
+    }
+
+    #[test]
+    fn no_reply_goes_out_once_the_stash_holds_a_close() {
+        use keel_jute::EventType;
+        let event = |zxid: i64| Outbound::Event {
+            zxid,
+            event: Event {
+                path: "/a".into(),
+                event_type: EventType::NodeCreated,
+            },
+        };
+        let mut stash = Stash::default();
+        stash.push(event(3));
+        assert_eq!(stash.events_before_reply(5).map(|e| e.len()), Some(1));
+        // A node removed from the configuration: its Close, then an event
+        // of an entry applied after it, then a read at that entry's zxid.
+        stash.push(Outbound::Close {
+            reason: crate::node::CloseReason::Removed,
+        });
+        stash.push(event(9));
+        assert!(stash.events_before_reply(9).is_none());
+        assert!(stash.events_before_reply(1).is_none(), "whatever the zxid");
+        assert!(
+            matches!(stash.pop(), Some(Outbound::Close { .. })),
+            "the stash is left as it was: the Close goes out next"
+        );
+        assert_eq!(stash.events_before_reply(9).map(|e| e.len()), Some(1));
+        assert!(stash.is_empty());
     }
 
     #[test]

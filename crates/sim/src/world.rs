@@ -2500,7 +2500,14 @@ impl World {
     ) {
         self.take_outbox(node);
         let generation = self.clients[client].generation;
-        for (event_zxid, event) in self.clients[client].stash.events_up_to(zxid) {
+        let Some(events) = self.clients[client].stash.events_before_reply(zxid) else {
+            // The node closed the connection meanwhile: the read goes
+            // unanswered, and the Close in the stash reaches the client.
+            return self.note(format!(
+                "c{client} xid {xid} unanswered: its connection closes"
+            ));
+        };
+        for (event_zxid, event) in events {
             let at_us = self.fifo_slot(client, 100);
             self.seq += 1;
             self.queue.insert(

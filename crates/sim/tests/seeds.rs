@@ -163,7 +163,7 @@ fn replay() {
 }
 
 /// Seeds that once found a bug, outside the default batch's range.
-const FOUND_BUGS: [(u64, &str); 3] = [
+const FOUND_BUGS: [(u64, &str); 4] = [
     (
         118_449,
         "linearize model: a plain create moves the sequential counter",
@@ -175,6 +175,10 @@ const FOUND_BUGS: [(u64, &str); 3] = [
     (
         331_133,
         "a read queued behind writes ran after its own session's close was applied, past a change whose watch the close had dropped",
+    ),
+    (
+        846_868,
+        "a read queued behind writes was answered ahead of the Close a node removed from the configuration had queued, past a change whose event the close dropped",
     ),
 ];
 
