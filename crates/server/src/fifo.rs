@@ -316,7 +316,7 @@ impl Stash {
     /// newest zxid it saw, would never fire them (a node removed from the
     /// configuration, or one that installed a snapshot, while a read
     /// waited behind a write). The client sees the connection end with the
-    /// read unanswered and sends it again.
+    /// read unanswered (ConnectionLoss), as with any close.
     pub fn events_before_reply(&mut self, zxid: i64) -> Option<Vec<(i64, Event)>> {
         let closed = self
             .messages
