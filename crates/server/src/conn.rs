@@ -688,7 +688,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             return Ok(());
         }
         if header.op_type == opcode::PING {
-            let zxid = self.last_zxid();
+            // The C client takes every reply's zxid as its last seen.
+            let Some(zxid) = self.zxid_now() else {
+                return Ok(());
+            };
             self.reply(xid::PING, zxid, Ok(Response::Empty));
             self.answered_now(xid::PING, zxid, LastOp::Ping);
             return Ok(());
@@ -700,7 +703,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             }
             if refused_when_read_only(header.op_type) {
                 // ReadOnlyRequestProcessor: before the body is looked at.
-                let zxid = self.last_zxid();
+                let Some(zxid) = self.zxid_now() else {
+                    return Ok(());
+                };
                 self.reply(header.xid, zxid, Err(ErrorCode::NotReadOnly));
                 return Ok(());
             }
@@ -716,7 +721,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             }
             Err(error) => {
                 tracing::info!(peer = %self.peer, op = header.op_type, %error, "malformed request body");
-                let zxid = self.last_zxid();
+                let Some(zxid) = self.zxid_now() else {
+                    return Ok(());
+                };
                 self.reply(header.xid, zxid, Err(ErrorCode::MarshallingError));
                 // A write's body fails in ZooKeeper's prep: an error txn.
                 let write = is_write_op(header.op_type) || header.op_type == opcode::RECONFIG;
@@ -766,9 +773,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     /// log; the reply goes out and the connection closes.
     fn close_local_session(&mut self, request_xid: i32) {
         self.shared.local_sessions().close(self.session_id);
-        let zxid = self.last_zxid();
-        self.reply(request_xid, zxid, Ok(Response::Empty));
-        self.answered_now(request_xid, zxid, LastOp::Clos);
+        if let Some(zxid) = self.zxid_now() {
+            self.reply(request_xid, zxid, Ok(Response::Empty));
+            self.answered_now(request_xid, zxid, LastOp::Clos);
+        }
         self.closing = Some(Closed::SessionClosedByClient);
     }
 
@@ -804,7 +812,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     /// super user: its ACL is read-only). The reply holds the request's
     /// place in the session's order.
     fn reconfig(&mut self, xid: i32, request: &keel_jute::ReconfigRequest) -> Result<(), Closed> {
-        let zxid = self.last_zxid();
+        // Refusals are answered at once (below).
+        let Some(zxid) = self.zxid_now() else {
+            return Ok(());
+        };
         let raft = self.shared.raft();
         let membership = raft.membership();
         let refusal = if !self.shared.config.reconfig_enabled {
@@ -917,7 +928,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     fn authenticate(&mut self, request_xid: i32, body: &[u8]) -> Result<(), Closed> {
         let super_digest = self.shared.config.super_digest.as_deref();
         let answer = add_auth(&mut self.auth, body, super_digest);
-        let (zxid, result) = answer.reply(self.last_zxid());
+        let Some(zxid_now) = self.zxid_now() else {
+            return Ok(());
+        };
+        let (zxid, result) = answer.reply(zxid_now);
         self.reply(request_xid, zxid, result);
         if let AuthAnswer::Refused { scheme, .. } = &answer {
             tracing::info!(peer = %self.peer, scheme, "authentication failed; closing");
@@ -1047,6 +1061,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 self.closing = Some(reason);
             }
         }
+    }
+
+    /// The zxid of a reply answered at once from this node's newest state,
+    /// after the events queued up to it went out, as for a read: ZooKeeper
+    /// never sends a reply ahead of the events of the changes its zxid
+    /// covers. None if the apply side closed the connection meanwhile: the
+    /// request goes unanswered (`Stash::events_before_reply`).
+    fn zxid_now(&mut self) -> Option<i64> {
+        let zxid = self.last_zxid();
+        self.send_events_up_to(zxid).then_some(zxid)
     }
 
     /// Sends events already queued for this session up to `zxid`, keeping
