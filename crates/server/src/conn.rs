@@ -871,16 +871,26 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     }
 
     /// A read, served from this node's tree with this connection's
-    /// identities; events queued up to the zxid it read at go out first.
+    /// identities; events queued up to the zxid it read at go out first
+    /// (once: every event up to that zxid was queued before the read
+    /// could see it), and no reply goes out once a Close is queued.
     fn read(&mut self, request_xid: i32, op_code: i32, request: Request) {
         let started_us = self.now_us();
         let (result, zxid) = match &request {
-            Request::WhoAmI => (
-                Ok(Response::WhoAmI(crate::fourlw::client_infos(&self.auth))),
-                self.last_zxid(),
-            ),
+            Request::WhoAmI => {
+                let Some(zxid) = self.zxid_now() else {
+                    return;
+                };
+                let infos = crate::fourlw::client_infos(&self.auth);
+                (Ok(Response::WhoAmI(infos)), zxid)
+            }
             // Answered by `authenticate_sasl` before decoding.
-            Request::Sasl(_) => (Err(ErrorCode::Unimplemented), self.last_zxid()),
+            Request::Sasl(_) => {
+                let Some(zxid) = self.zxid_now() else {
+                    return;
+                };
+                (Err(ErrorCode::Unimplemented), zxid)
+            }
             _ => {
                 let read = self.shared.node.read(self.session_id, &self.auth, &request);
                 if !self.send_events_up_to(read.zxid) {
@@ -901,9 +911,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 (result, read.zxid)
             }
         };
-        if !self.send_events_up_to(zxid) {
-            return;
-        }
         match (&request, result) {
             // ZooKeeper fails a multiRead of writes after it made its (still
             // empty) MultiResponse, and sends that after the error header.
