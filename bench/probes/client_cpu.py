@@ -22,24 +22,24 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE); sys.path.insert(0, os.path.join(HERE, "..")); sys.path.insert(0, os.path.join(HERE, "..", "..", "tests"))
 import compare  # noqa: E402
+import syscalls  # noqa: E402
 import tls_split  # noqa: E402
 import zk_ab  # noqa: E402
-from harness import servers  # noqa: E402
+from syscalls import GOLOAD  # noqa: E402
 
-GOLOAD = os.path.join(compare.WORK, "goload")
 # The load runs this long before the CPU window opens, and the window lasts
-# this long; the load lasts past its end.
+# this long; the load lasts past its end (Go's client: its own warm-up
+# included).
 WARMUP_S = 3
 WINDOW_S = 6
 LOAD_S = 10
+GO_WARMUP_S = 2
 
 
 def command(kind, address, workload, clients):
     if kind == "bench":
-        return [servers.KEEL_BIN, "bench", "--servers", address, "--workload", workload,
-                "--clients", str(clients), "--duration", str(LOAD_S)]
-    return [GOLOAD, "--servers", address, "--workload", workload, "--sessions", str(clients),
-            "--duration", str(LOAD_S - 2), "--warmup", "2"]
+        return syscalls.load_command("bench", address, workload, clients, LOAD_S)
+    return syscalls.load_command("go", address, workload, clients, LOAD_S - GO_WARMUP_S, GO_WARMUP_S)
 
 
 def one_run(kind, workload, clients):

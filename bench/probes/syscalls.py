@@ -32,14 +32,22 @@ WARMUP_S = 3
 COUNT_AFTER_S = 8
 
 
-def load_command(load, address, workload, clients):
+# Go's load generator, as `make compare-go` builds it.
+GOLOAD = os.path.join(compare.WORK, "goload")
+
+
+def load_command(load, address, workload, clients, duration_s=RUN_S, warmup_s=WARMUP_S):
+    """The command line of a load: keel bench (which takes no warm-up),
+    ZooKeeper's Java client (LoadGen) or Go's (goload, bench/probes/client_cpu.py)."""
     if load == "bench":
         return [servers.KEEL_BIN, "bench", "--servers", address, "--workload", workload,
-                "--clients", str(clients), "--duration", str(RUN_S)]
+                "--clients", str(clients), "--duration", str(duration_s)]
+    args = ["--servers", address, "--workload", workload, "--sessions", str(clients),
+            "--duration", str(duration_s), "--warmup", str(warmup_s)]
+    if load == "go":
+        return [GOLOAD] + args
     classpath = java_compare.compile_loadgen()
-    return (["java"] + java_compare.JVM_OPTIONS + java_compare.JVM_FIXED
-            + ["-cp", classpath, "LoadGen", "--servers", address, "--workload", workload,
-               "--sessions", str(clients), "--duration", str(RUN_S), "--warmup", str(WARMUP_S)])
+    return ["java"] + java_compare.JVM_OPTIONS + java_compare.JVM_FIXED + ["-cp", classpath, "LoadGen"] + args
 
 
 def main():
