@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{never, Receiver, Sender};
+use crossbeam_channel::{Receiver, Sender};
 use keel_metrics::Histogram;
 use raft::eraftpb::{ConfState, Entry, HardState};
 use raft::storage::MemStorage;
@@ -26,7 +26,8 @@ use crate::core::{storage_from, Core, CoreConfig, Durable, Io, Outbound, Snapsho
 use crate::membership::{Change, Members, Membership, ReconfigError};
 use crate::proposal::{Committed, Configuration, Dedup, PROPOSAL_SEQUENCE_BITS};
 use crate::store::LogStore;
-use crate::transport::{PeerInbox, PeerInput, Transport};
+use crate::transport::{Handover, PeerInbox, PeerInput, Transport};
+use crate::wait::{Bell, Poller};
 use crate::{snapfile, ConsensusError};
 
 /// Proposals waiting for the driver before `propose` pushes back.
@@ -34,6 +35,9 @@ pub const PROPOSAL_QUEUE_MAX: usize = 64 * 1024;
 /// Inputs other than proposals (reads, touches, snapshot reports, ...)
 /// one driver turn takes at most before it advances.
 const CONTROL_INPUTS_PER_TURN_MAX: usize = 4096;
+/// Authenticated inbound peer connections waiting for the driver to adopt
+/// them (a few per member; more only while members reconnect in a storm).
+const ARRIVALS_QUEUED_MAX: usize = 256;
 /// How long a clean stop waits for a snapshot being written.
 pub const SNAPSHOT_SHUTDOWN_WAIT_MS: u64 = 30_000;
 
@@ -360,11 +364,33 @@ enum Input {
 /// The handle the server holds: cheap to clone, thread-safe.
 #[derive(Clone)]
 pub struct RaftHandle {
-    inputs: Sender<Input>,
+    inputs: InputSender,
     /// Proposals have a queue of their own: a leader holding its next
     /// batch does not wait on it (`Driver::run`).
     proposals: Sender<Vec<u8>>,
+    bell: Arc<Bell>,
     pub status: Arc<RaftStatus>,
+}
+
+/// The driver's control queue: every input queued rings its bell.
+#[derive(Clone)]
+struct InputSender {
+    sender: Sender<Input>,
+    bell: Arc<Bell>,
+}
+
+impl InputSender {
+    fn try_send(&self, input: Input) -> Result<(), crossbeam_channel::TrySendError<Input>> {
+        self.sender.try_send(input)?;
+        self.bell.ring();
+        Ok(())
+    }
+
+    fn send(&self, input: Input) {
+        if self.sender.send(input).is_ok() {
+            self.bell.ring();
+        }
+    }
 }
 
 impl RaftHandle {
@@ -377,6 +403,8 @@ impl RaftHandle {
             // A lingering leader sends a batch this large at once; it is
             // not listening to this queue, so tell it (once per burst).
             let _ = self.inputs.try_send(Input::Bell);
+        } else {
+            self.bell.ring_proposal();
         }
         Ok(())
     }
@@ -403,7 +431,7 @@ impl RaftHandle {
 
     pub fn shutdown(&self) {
         self.status.stopping.store(true, Ordering::Relaxed);
-        let _ = self.inputs.send(Input::Shutdown);
+        self.inputs.send(Input::Shutdown);
     }
 
     /// Asks a leader to hand leadership to its most caught-up voter (a
@@ -892,6 +920,9 @@ struct Driver<S: StateMachine> {
     /// a sender (a single node): a disconnected channel is always ready in
     /// `select!`, and the loop would spin on it.
     _peer_senders: PeerInbox,
+    /// The driver's one wait, and the inbound peer connections it reads
+    /// itself (`wait.rs`).
+    poller: Poller,
     tick: Duration,
     snapshot_dir: PathBuf,
 }
@@ -920,10 +951,17 @@ pub fn start<S: StateMachine>(
     let first_sequence = ((clock_ms << 12) & sequence_mask).max(own_applied + 1);
     let (peer_sender, peer_inputs) = crossbeam_channel::bounded(PROPOSAL_QUEUE_MAX);
     let (forward_sender, forwards) = crossbeam_channel::bounded(PROPOSAL_QUEUE_MAX);
+    let bell = Bell::new()?;
+    let (arrival_sender, arrivals) = crossbeam_channel::bounded(ARRIVALS_QUEUED_MAX);
     let peer_senders = PeerInbox {
         control: peer_sender,
         forwards: forward_sender,
+        handover: Some(Handover {
+            connections: arrival_sender,
+            bell: bell.clone(),
+        }),
     };
+    let poller = Poller::new(bell.clone(), arrivals)?;
     let cluster_id = recovery.identity.map_or(0, |identity| identity.cluster_id);
     let transport = start_transport(&config, cluster_id, peer_senders.clone())?;
     let (sender, inputs) = crossbeam_channel::bounded(PROPOSAL_QUEUE_MAX);
@@ -971,9 +1009,14 @@ pub fn start<S: StateMachine>(
         status.clone(),
     )?;
     let timings = Timings::new(status.clone());
+    let inputs_sender = InputSender {
+        sender,
+        bell: bell.clone(),
+    };
     let handle = RaftHandle {
-        inputs: sender.clone(),
+        inputs: inputs_sender.clone(),
         proposals: proposal_sender,
+        bell,
         status,
     };
     let mut driver = Driver {
@@ -991,12 +1034,13 @@ pub fn start<S: StateMachine>(
         peer_inputs,
         forwards,
         _peer_senders: peer_senders,
+        poller,
         tick: Duration::from_millis(config.tick_ms.max(1)),
         snapshot_dir,
     };
     let thread = std::thread::Builder::new()
         .name("keel-raft".into())
-        .spawn(move || driver.run(sender))?;
+        .spawn(move || driver.run(inputs_sender))?;
     Ok((handle, thread))
 }
 
@@ -1029,7 +1073,7 @@ fn start_transport(
 }
 
 impl<S: StateMachine> Driver<S> {
-    fn run(&mut self, loopback: Sender<Input>) -> Result<(), ConsensusError> {
+    fn run(&mut self, loopback: InputSender) -> Result<(), ConsensusError> {
         let mut next_tick = Instant::now() + self.tick;
         let clock_us = monotonic_us;
         loop {
@@ -1055,37 +1099,20 @@ impl<S: StateMachine> Driver<S> {
             // they wait in their queues and join the batch when an ack,
             // the linger's end or any other input wakes it. Under a
             // read-mostly load that was most of the leader's wake-ups.
-            let (never_proposals, never_forwards) = (never(), never());
-            let (proposals, forwards) = if self.core.holding() {
-                (&never_proposals, &never_forwards)
-            } else {
-                (&self.proposals, &self.forwards)
+            // (A forwarded batch arriving on a socket the driver reads
+            // wakes it like any frame, and waits in the poller's queue.)
+            let holding = self.core.holding();
+            let (inputs, peer_inputs) = (&self.inputs, &self.peer_inputs);
+            let (proposals, forwards) = (&self.proposals, &self.forwards);
+            let has_forwards = self.poller.has_forwards();
+            let pending = || {
+                !inputs.is_empty()
+                    || !peer_inputs.is_empty()
+                    || (!holding && (!proposals.is_empty() || !forwards.is_empty() || has_forwards))
             };
-            crossbeam_channel::select! {
-                recv(self.inputs) -> input => match input {
-                    Ok(Input::Shutdown) | Err(_) => {
-                        self.await_snapshot();
-                        return Ok(());
-                    }
-                    Ok(input) => self.take(input),
-                },
-                recv(proposals) -> payload => {
-                    if let Ok(payload) = payload {
-                        self.core.propose(payload);
-                    }
-                },
-                recv(self.peer_inputs) -> input => {
-                    if let Ok(input) = input {
-                        self.core.peer(input);
-                    }
-                },
-                recv(forwards) -> input => {
-                    if let Ok(input) = input {
-                        self.core.peer(input);
-                    }
-                },
-                default(timeout) => {}
-            }
+            let core = &mut self.core;
+            self.poller
+                .wait(holding, timeout, pending, &mut |input| core.peer(input));
             for _ in 0..CONTROL_INPUTS_PER_TURN_MAX {
                 match self.inputs.try_recv() {
                     Ok(Input::Shutdown) => {
@@ -1100,7 +1127,11 @@ impl<S: StateMachine> Driver<S> {
                 self.core.peer(input);
             }
             while self.core.batch_has_room() {
-                let Ok(input) = self.forwards.try_recv() else {
+                let Some(input) = self
+                    .poller
+                    .take_forward()
+                    .or_else(|| self.forwards.try_recv().ok())
+                else {
                     break;
                 };
                 self.core.peer(input);
@@ -1180,7 +1211,7 @@ impl<S: StateMachine> Driver<S> {
 
     /// Writes a due snapshot on its own thread, part by part, while the
     /// driver keeps applying; it hears back through `loopback`.
-    fn maybe_snapshot(&mut self, loopback: &Sender<Input>) {
+    fn maybe_snapshot(&mut self, loopback: &InputSender) {
         let Some(job) = self.core.take_snapshot_job() else {
             return;
         };
@@ -1206,7 +1237,7 @@ impl<S: StateMachine> Driver<S> {
                     }
                     Err(error) => tracing::error!(index, %error, ms, "snapshot failed"),
                 }
-                let _ = loopback.send(Input::SnapshotDone {
+                loopback.send(Input::SnapshotDone {
                     index,
                     result: result.map(|_| ()),
                     ms,

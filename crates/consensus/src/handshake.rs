@@ -123,6 +123,46 @@ impl Socket {
         closed
     }
 
+    /// Reads what the socket's receive buffer holds now, without waiting
+    /// (`MSG_DONTWAIT`): Ok(0) at the end of the stream, WouldBlock when
+    /// nothing is there. For the driver's reads, after the handshake.
+    pub(crate) fn recv_now(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        // SAFETY: initialized bytes are valid MaybeUninit bytes, and recv
+        // writes only initialized bytes into them.
+        self.recv_now_uninit(unsafe {
+            &mut *(buf as *mut [u8] as *mut [std::mem::MaybeUninit<u8>])
+        })
+    }
+
+    /// `recv_now` into memory not yet initialized (a Vec's spare room):
+    /// the first Ok(n) bytes are initialized after it.
+    pub(crate) fn recv_now_uninit(
+        &self,
+        buf: &mut [std::mem::MaybeUninit<u8>],
+    ) -> std::io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        assert!(
+            self.deadline.is_none(),
+            "a direct read during the handshake"
+        );
+        // SAFETY: the pointer and length come from one live slice, and the
+        // descriptor belongs to `self.tcp` for the whole call.
+        let got = unsafe {
+            libc::recv(
+                self.tcp.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if got < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let got = got as usize;
+        assert!(got <= buf.len());
+        Ok(got)
+    }
+
     /// Writes what the socket's send buffer takes now, without waiting
     /// (`MSG_DONTWAIT`): the number of bytes written, 0 when the buffer is
     /// full. For the transport's direct writes, after the handshake.
@@ -227,6 +267,34 @@ impl PeerStream {
         }
     }
 
+    /// Appends to `buf` what the connection holds now, at most about
+    /// `max_bytes` (decrypted, over TLS), without waiting. Ok(false): the
+    /// peer closed the connection.
+    pub(crate) fn read_now(
+        &mut self,
+        buf: &mut Vec<u8>,
+        max_bytes: usize,
+    ) -> std::io::Result<bool> {
+        match self {
+            PeerStream::Plain(socket) => plain_read_now(socket, buf, max_bytes),
+            PeerStream::TlsClient(stream) => {
+                tls_read_now(&mut stream.conn, &stream.sock, buf, max_bytes)
+            }
+            PeerStream::TlsServer(stream) => {
+                tls_read_now(&mut stream.conn, &stream.sock, buf, max_bytes)
+            }
+        }
+    }
+
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        match self {
+            PeerStream::Plain(socket) => socket.tcp.as_raw_fd(),
+            PeerStream::TlsClient(stream) => stream.sock.tcp.as_raw_fd(),
+            PeerStream::TlsServer(stream) => stream.sock.tcp.as_raw_fd(),
+        }
+    }
+
     pub(crate) fn socket_mut(&mut self) -> &mut Socket {
         match self {
             PeerStream::Plain(socket) => socket,
@@ -268,6 +336,90 @@ fn tls_write_now<D>(
     WrittenNow {
         accepted,
         pending: conn.wants_write(),
+    }
+}
+
+/// Bytes one read without waiting asks the socket for.
+const READ_NOW_CHUNK_BYTES: usize = 64 * 1024;
+
+fn plain_read_now(socket: &Socket, buf: &mut Vec<u8>, max_bytes: usize) -> std::io::Result<bool> {
+    let mut taken = 0;
+    while taken < max_bytes {
+        buf.reserve(READ_NOW_CHUNK_BYTES);
+        let got = socket.recv_now_uninit(buf.spare_capacity_mut());
+        match got {
+            Ok(0) => return Ok(false),
+            Ok(n) => {
+                // SAFETY: recv initialized these n bytes of the spare room.
+                unsafe { buf.set_len(buf.len() + n) };
+                taken += n;
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(true)
+}
+
+/// TLS records off the socket while it has some, their plaintext into
+/// `buf`; records the connection wants to send meanwhile (an alert, a
+/// key update) go out if the socket takes them now.
+fn tls_read_now<D>(
+    conn: &mut rustls::ConnectionCommon<D>,
+    socket: &Socket,
+    buf: &mut Vec<u8>,
+    max_bytes: usize,
+) -> std::io::Result<bool> {
+    // Records a blocking read left unprocessed (the handshake's last).
+    conn.process_new_packets()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    let mut taken = 0;
+    let mut chunk = [0u8; 16 * 1024];
+    // Plaintext rustls holds is always taken (epoll does not see it); only
+    // reading more records off the socket stops at `max_bytes`.
+    loop {
+        match conn.reader().read(&mut chunk) {
+            Ok(0) => return Ok(false),
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                taken += n;
+                continue;
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(false),
+            Err(error) => return Err(error),
+        }
+        if taken >= max_bytes {
+            break;
+        }
+        match conn.read_tls(&mut RecvNow(socket)) {
+            Ok(0) => return Ok(false),
+            Ok(_) => {
+                conn.process_new_packets()
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    let mut now = DontWait(socket);
+    while conn.wants_write() {
+        match conn.write_tls(&mut now) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    Ok(true)
+}
+
+/// A socket's reads that never wait: an empty receive buffer is WouldBlock.
+struct RecvNow<'a>(&'a Socket);
+
+impl Read for RecvNow<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.recv_now(buf)
     }
 }
 

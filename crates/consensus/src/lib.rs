@@ -23,6 +23,7 @@ pub mod transport;
 #[cfg(not(feature = "testing"))]
 #[allow(dead_code)]
 mod transport;
+mod wait;
 mod zerofill;
 
 #[cfg(test)]

@@ -959,15 +959,22 @@ fn send_snapshot(link: &Link, writer: &mut impl Write, message: &Message) -> std
 // ---------------------------------------------------------------------------
 // Receiving
 
-/// Where the reader threads deliver what peers send: forwarded proposals
+/// Where what peers send goes: to the driver thread, which reads the
+/// connections itself (`handover`), or to reader threads delivering into
+/// the channels (the transport alone, in tests): forwarded proposals
 /// on a channel of their own, everything else on `control`. A leader
-/// holding its next batch (entries in flight, or lingering) does not wait
-/// on `forwards`, so the followers' forwards join the batch without
-/// waking the driver for each (driver.rs, `Driver::run`).
+/// holding its next batch (entries in flight, or lingering) takes no
+/// forwarded batch into it until the batch goes out (driver.rs,
+/// `Driver::run`); one read off a socket waits in the poller meanwhile.
 #[derive(Clone)]
 pub struct PeerInbox {
     pub control: Sender<PeerInput>,
     pub forwards: Sender<PeerInput>,
+    /// Where authenticated connections go instead, when the driver thread
+    /// reads them itself (`wait.rs`): no reader thread, and no thread
+    /// wake-up between a frame's arrival and Raft. None: a reader thread
+    /// per connection delivers into the two channels above.
+    pub(crate) handover: Option<Handover>,
 }
 
 impl From<Sender<PeerInput>> for PeerInbox {
@@ -976,8 +983,133 @@ impl From<Sender<PeerInput>> for PeerInbox {
         PeerInbox {
             control: sender.clone(),
             forwards: sender,
+            handover: None,
         }
     }
+}
+
+/// The driver's queue of new inbound connections, and the bell that wakes
+/// it for one.
+#[derive(Clone)]
+pub(crate) struct Handover {
+    pub connections: Sender<InboundConnection>,
+    pub bell: Arc<crate::wait::Bell>,
+}
+
+/// Bytes one `InboundConnection::read_now` takes off its socket at most,
+/// so one busy peer cannot hold the driver's turn.
+pub(crate) const READ_TURN_BYTES_MAX: usize = 1024 * 1024;
+
+/// An authenticated connection from peer `from`, read without waiting by
+/// the driver thread (`wait.rs`): the same frames, checks and log lines as
+/// a reader thread's `read_peer`.
+pub(crate) struct InboundConnection {
+    from: u64,
+    peer: String,
+    connection: u64,
+    stream: PeerStream,
+    /// Bytes read and not yet parsed start at `parsed`.
+    buf: Vec<u8>,
+    parsed: usize,
+    context: ReaderContext,
+}
+
+impl InboundConnection {
+    fn new(from: u64, peer: String, reader: BufReader<PeerStream>, context: ReaderContext) -> Self {
+        let buf = reader.buffer().to_vec();
+        InboundConnection {
+            from,
+            peer,
+            connection: NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed),
+            stream: reader.into_inner(),
+            buf,
+            parsed: 0,
+            context,
+        }
+    }
+
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.stream.raw_fd()
+    }
+
+    /// Parses the complete frames read so far, then reads what the socket
+    /// holds now (at most `READ_TURN_BYTES_MAX`) and parses again; every
+    /// input goes to `deliver` in the order sent. Ok(false): the peer
+    /// closed the connection.
+    pub(crate) fn read_now(
+        &mut self,
+        deliver: &mut dyn FnMut(PeerInput),
+    ) -> Result<bool, PeerError> {
+        self.parse(deliver)?;
+        let open = self.stream.read_now(&mut self.buf, READ_TURN_BYTES_MAX)?;
+        self.parse(deliver)?;
+        Ok(open)
+    }
+
+    fn parse(&mut self, deliver: &mut dyn FnMut(PeerInput)) -> Result<(), PeerError> {
+        while let Some(frame) = frame_in(&self.buf[self.parsed..], PEER_FRAME_BYTES_MAX)? {
+            self.parsed += 4 + 9 + frame.payload.len();
+            let (kind, sender, payload) = (frame.kind, frame.sender, frame.payload.to_vec());
+            if let Some(input) = frame_input(
+                &self.context,
+                self.from,
+                self.connection,
+                kind,
+                sender,
+                payload,
+            )? {
+                deliver(input);
+            }
+        }
+        // Keep only the unparsed tail (at most one frame's bytes).
+        self.buf.drain(..self.parsed);
+        self.parsed = 0;
+        Ok(())
+    }
+
+    /// The connection ends: logged as a reader thread logs it, and a
+    /// transfer it carried is dropped whole.
+    pub(crate) fn finish(self, reason: Option<PeerError>) {
+        match reason {
+            Some(reason) => {
+                tracing::warn!(peer = %self.peer, from = self.from, %reason, "peer connection closed")
+            }
+            None => tracing::warn!(
+                peer = %self.peer,
+                from = self.from,
+                reason = "closed by the peer",
+                "peer connection closed"
+            ),
+        }
+        drop_transfer_of(&self.context, self.from, self.connection);
+    }
+}
+
+/// One frame's parts, borrowed from the bytes it was parsed from.
+struct FrameRef<'a> {
+    kind: u8,
+    sender: u64,
+    payload: &'a [u8],
+}
+
+/// The first complete frame at the start of `bytes`, None while it is
+/// incomplete; its length is checked first.
+fn frame_in(bytes: &[u8], max_bytes: usize) -> Result<Option<FrameRef<'_>>, PeerError> {
+    let Some(length) = bytes.get(..4) else {
+        return Ok(None);
+    };
+    let length = u32::from_be_bytes(length.try_into().expect("4 bytes")) as usize;
+    if !(9..=max_bytes).contains(&length) {
+        return Err(PeerError::FrameLength(length));
+    }
+    let Some(frame) = bytes.get(4..4 + length) else {
+        return Ok(None);
+    };
+    Ok(Some(FrameRef {
+        kind: frame[0],
+        sender: u64::from_be_bytes(frame[1..9].try_into().expect("8 bytes")),
+        payload: &frame[9..],
+    }))
 }
 
 /// What every reader thread shares.
@@ -1299,6 +1431,13 @@ fn accept_loop(listener: TcpListener, context: ReaderContext) {
                 };
                 drop(slot);
                 tracing::debug!(%peer, from, auth = %describe_flags(context.auth.flags()), "peer connected");
+                if let Some(handover) = context.inbox.handover.clone() {
+                    let inbound = InboundConnection::new(from, peer, reader, context);
+                    if handover.connections.send(inbound).is_ok() {
+                        handover.bell.ring();
+                    }
+                    return;
+                }
                 if let Err(reason) = read_peer(&mut reader, from, &context) {
                     tracing::warn!(%peer, from, %reason, "peer connection closed");
                 }
@@ -1314,7 +1453,12 @@ fn read_peer(
 ) -> Result<(), PeerError> {
     let connection = NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed);
     let result = read_frames(reader, context, from, connection);
-    // A transfer cut short with this connection is dropped whole.
+    drop_transfer_of(context, from, connection);
+    result
+}
+
+/// A transfer cut short with its connection is dropped whole.
+fn drop_transfer_of(context: &ReaderContext, from: u64, connection: u64) {
     let mut transfers = context.transfers.lock().unwrap_or_else(|e| e.into_inner());
     if transfers
         .get(&from)
@@ -1322,7 +1466,6 @@ fn read_peer(
     {
         transfers.remove(&from);
     }
-    result
 }
 
 fn read_frames(
@@ -1333,43 +1476,8 @@ fn read_frames(
 ) -> Result<(), PeerError> {
     loop {
         let (kind, sender, payload) = read_frame(reader, PEER_FRAME_BYTES_MAX)?;
-        if sender != from {
-            return Err(PeerError::WrongSender { sender, from });
-        }
-        let input = if kind == KIND_CHUNK {
-            let (header, data) = parse_chunk(&payload)?;
-            let done = {
-                let mut transfers = context.transfers.lock().unwrap_or_else(|e| e.into_inner());
-                let mut slot = transfers.remove(&from);
-                let done = accept_chunk(&mut slot, connection, header, data);
-                if let Some(reassembly) = slot {
-                    transfers.insert(from, reassembly);
-                }
-                done?
-            };
-            let Some(done) = done else { continue };
-            let input = decode_input(done.kind, from, done.payload, context)?;
-            if let PeerInput::Raft(message) = &input {
-                let metadata = message.get_snapshot().get_metadata();
-                tracing::info!(
-                    from,
-                    msg_type = ?message.get_msg_type(),
-                    index = metadata.index,
-                    term = metadata.term,
-                    bytes = header.total,
-                    chunks = done.chunks,
-                    ms = done.elapsed.as_millis() as u64,
-                    "{}",
-                    if message.get_msg_type() == MessageType::MsgSnapshot {
-                        "snapshot received"
-                    } else {
-                        "chunked message received"
-                    }
-                );
-            }
-            input
-        } else {
-            decode_input(kind, from, payload, context)?
+        let Some(input) = frame_input(context, from, connection, kind, sender, payload)? else {
+            continue;
         };
         let inbox = match input {
             PeerInput::Forward(_) => &context.inbox.forwards,
@@ -1379,6 +1487,58 @@ fn read_frames(
             return Ok(());
         }
     }
+}
+
+/// What one frame from peer `from` on `connection` brings: an input for
+/// Raft, or None (a chunk of a transfer not yet whole). An error closes
+/// the connection.
+fn frame_input(
+    context: &ReaderContext,
+    from: u64,
+    connection: u64,
+    kind: u8,
+    sender: u64,
+    payload: Vec<u8>,
+) -> Result<Option<PeerInput>, PeerError> {
+    if sender != from {
+        return Err(PeerError::WrongSender { sender, from });
+    }
+    if kind != KIND_CHUNK {
+        return decode_input(kind, from, payload, context).map(Some);
+    }
+    let (header, data) = parse_chunk(&payload)?;
+    let done = {
+        let mut transfers = context.transfers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = transfers.remove(&from);
+        let done = accept_chunk(&mut slot, connection, header, data);
+        if let Some(reassembly) = slot {
+            transfers.insert(from, reassembly);
+        }
+        done?
+    };
+    let Some(done) = done else {
+        return Ok(None);
+    };
+    let input = decode_input(done.kind, from, done.payload, context)?;
+    if let PeerInput::Raft(message) = &input {
+        let metadata = message.get_snapshot().get_metadata();
+        tracing::info!(
+            from,
+            msg_type = ?message.get_msg_type(),
+            index = metadata.index,
+            term = metadata.term,
+            bytes = header.total,
+            chunks = done.chunks,
+            ms = done.elapsed.as_millis() as u64,
+            "{}",
+            if message.get_msg_type() == MessageType::MsgSnapshot {
+                "snapshot received"
+            } else {
+                "chunked message received"
+            }
+        );
+    }
+    Ok(Some(input))
 }
 
 fn decode_input(
@@ -1864,6 +2024,110 @@ mod tests {
                 sent: true
             }]
         );
+        queue.close();
+    }
+
+    #[test]
+    fn frames_are_parsed_out_of_a_buffer_once_whole() {
+        let frame = encode_frame(KIND_TOUCH, 3, &[1, 2, 3]);
+        for cut in 0..frame.len() {
+            assert!(frame_in(&frame[..cut], PEER_FRAME_BYTES_MAX)
+                .unwrap()
+                .is_none());
+        }
+        let mut two = frame.clone();
+        two.extend_from_slice(&encode_frame(KIND_FORWARD, 3, &[9]));
+        let first = frame_in(&two, PEER_FRAME_BYTES_MAX).unwrap().unwrap();
+        assert_eq!(
+            (first.kind, first.sender, first.payload),
+            (KIND_TOUCH, 3, &[1u8, 2, 3][..])
+        );
+        let second = frame_in(&two[frame.len()..], PEER_FRAME_BYTES_MAX)
+            .unwrap()
+            .unwrap();
+        assert_eq!((second.kind, second.payload), (KIND_FORWARD, &[9u8][..]));
+        // The length is checked before the frame is whole.
+        let mut huge = frame[..4].to_vec();
+        huge[..4].copy_from_slice(&(PEER_FRAME_BYTES_MAX as u32 + 1).to_be_bytes());
+        assert!(frame_in(&huge, PEER_FRAME_BYTES_MAX).is_err());
+        assert!(frame_in(&[0, 0, 0, 8], PEER_FRAME_BYTES_MAX).is_err());
+    }
+
+    /// The driver's path: the accept side hands the authenticated
+    /// connection over, and the poller reads a chunked snapshot, an append
+    /// and a forwarded batch off it, in order, forwards held apart.
+    #[test]
+    fn a_connection_handed_to_the_poller_delivers_its_frames_in_order() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let (inbox, _unused) = crossbeam_channel::unbounded();
+        let bell = crate::wait::Bell::new().unwrap();
+        let (arrivals_sender, arrivals) = crossbeam_channel::unbounded();
+        let mut inbox: PeerInbox = inbox.into();
+        inbox.handover = Some(Handover {
+            connections: arrivals_sender,
+            bell: bell.clone(),
+        });
+        let context = ReaderContext {
+            self_id: 1,
+            cluster_id: Arc::new(AtomicU64::new(77)),
+            known: Arc::new(RwLock::new(vec![1, 2])),
+            auth: PeerAuth::default(),
+            inbox,
+            heartbeat: Arc::new(HeartbeatStats::new([2])),
+            transfers: Arc::default(),
+            handshakes: Arc::default(),
+        };
+        std::thread::spawn(move || accept_loop(listener, context));
+        let mut poller = crate::wait::Poller::new(bell, arrivals).unwrap();
+        let link = Link {
+            self_id: 2,
+            cluster_id: Arc::new(AtomicU64::new(77)),
+            peer_id: 1,
+            address,
+            auth: PeerAuth::default(),
+            heartbeat: Arc::default(),
+            reports: Arc::default(),
+        };
+        let queue = spawn_sender(link, Lane::Bulk).unwrap();
+        let mut message = Message::default();
+        message.set_msg_type(MessageType::MsgSnapshot);
+        message.from = 2;
+        message.to = 1;
+        message
+            .mut_snapshot()
+            .set_data(pattern(5 * SNAPSHOT_CHUNK_BYTES / 2).into());
+        let mut append = Message::default();
+        append.set_msg_type(MessageType::MsgAppend);
+        append.from = 2;
+        append.to = 1;
+        queue.push(Item::Snapshot {
+            message: Box::new(message.clone()),
+            attempt: 0,
+        });
+        queue.push(Item::Frame(encode_frame(
+            KIND_RAFT,
+            2,
+            &append.write_to_bytes().unwrap(),
+        )));
+        queue.push(Item::Frame(encode_frame(KIND_FORWARD, 2, b"batch")));
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while got.len() < 2 || !poller.has_forwards() {
+            assert!(Instant::now() < deadline, "got {} inputs", got.len());
+            poller.wait(false, Duration::from_millis(50), || false, &mut |input| {
+                got.push(input)
+            });
+        }
+        match &got[..] {
+            [PeerInput::Raft(first), PeerInput::Raft(second)] => {
+                assert_eq!(**first, message);
+                assert_eq!(**second, append);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(poller.take_forward(), Some(PeerInput::Forward(b)) if b == b"batch"));
+        assert!(poller.take_forward().is_none());
         queue.close();
     }
 }
