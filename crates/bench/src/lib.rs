@@ -15,6 +15,10 @@
 //!    are still due are waited for and counted;
 //! 4. closes the bench sessions and deletes the bench root recursively.
 //!
+//! [`run`] keeps each session on one thread of its own runtimes, so a load
+//! generator on the same machine as the servers spends as little CPU per
+//! request as it can: the servers, not the client, should be what runs out.
+//!
 //! Latency (successful requests only) is recorded in µs in an HDR
 //! histogram; errors are counted by kind. Which operation a `mix` lane
 //! issues next, and which data node a get/set targets, comes from a
@@ -353,8 +357,10 @@ impl fmt::Display for ProgressLine {
     }
 }
 
-/// Runs the benchmark on a runtime of its own (one worker per CPU). Must
-/// not be called from inside a Tokio runtime; use [`run_async`] there.
+/// Runs the benchmark on runtimes of its own: the setup on a multi-thread
+/// one, each session (its lanes and its client's tasks) on one of a
+/// current-thread runtime per CPU (`Workers`). Must not be called from
+/// inside a Tokio runtime; use [`run_async`] there.
 pub fn run(
     config: BenchConfig,
     progress: impl FnMut(&ProgressLine),
@@ -365,14 +371,77 @@ pub fn run(
         .thread_name("keel-bench")
         .build()
         .map_err(BenchError::Runtime)?;
-    runtime.block_on(run_async(config, progress))
+    let workers = Workers::start().map_err(BenchError::Runtime)?;
+    let report = runtime.block_on(run_on(config, progress, workers.handles.clone()));
+    drop(workers);
+    report
+}
+
+/// One current-thread runtime per core, each on its own thread: a
+/// session's tasks (its lane, and its client's reader and writer) all run
+/// on one of them, so handing a request or a reply from one task to the
+/// next never wakes another thread. (On a multi-thread runtime they hop
+/// between workers, and on the 2-core VMs Keel is measured on each such
+/// wake-up costs the machine more than the request itself.)
+struct Workers {
+    handles: Vec<tokio::runtime::Handle>,
+    stops: Vec<tokio::sync::oneshot::Sender<()>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Workers {
+    fn start() -> std::io::Result<Workers> {
+        let count = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut workers = Workers {
+            handles: Vec::new(),
+            stops: Vec::new(),
+            threads: Vec::new(),
+        };
+        for index in 0..count {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            workers.handles.push(runtime.handle().clone());
+            workers.stops.push(stop);
+            workers.threads.push(
+                std::thread::Builder::new()
+                    .name(format!("keel-bench-{index}"))
+                    .spawn(move || {
+                        let _ = runtime.block_on(stopped);
+                    })?,
+            );
+        }
+        Ok(workers)
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for stop in self.stops.drain(..) {
+            let _ = stop.send(());
+        }
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// [`run`] on the caller's runtime (which must be multi-threaded or at
 /// least have time and IO enabled).
 pub async fn run_async(
     config: BenchConfig,
+    progress: impl FnMut(&ProgressLine),
+) -> Result<BenchReport, BenchError> {
+    run_on(config, progress, Vec::new()).await
+}
+
+/// `run_async` with session `i`'s tasks on `workers[i % len]` (the
+/// caller's runtime when `workers` is empty).
+async fn run_on(
+    config: BenchConfig,
     mut progress: impl FnMut(&ProgressLine),
+    workers: Vec<tokio::runtime::Handle>,
 ) -> Result<BenchReport, BenchError> {
     config.validate()?;
     let setup_started = Instant::now();
@@ -401,7 +470,7 @@ pub async fn run_async(
 
     // 1. Sessions.
     let admin = connect(&config.servers[0], config.tls.as_ref()).await?;
-    let sessions = ticking(connect_all(&config, &connected), |e| {
+    let sessions = ticking(connect_all(&config, &connected, &workers), |e| {
         progress(&setup_line(e))
     })
     .await;
@@ -460,7 +529,7 @@ pub async fn run_async(
         value,
         acl,
     });
-    let measured = measure(&plan, &clients, &config, &mut progress).await;
+    let measured = measure(&plan, &clients, &config, &workers, &mut progress).await;
 
     // 4. Close the sessions, delete the tree (unless asked to keep it).
     tracing::debug!("timed phase over; closing the bench sessions");
@@ -577,6 +646,7 @@ async fn connect(server: &str, tls: Option<&keel_client::ClientTls>) -> Result<C
 async fn connect_all(
     config: &BenchConfig,
     connected: &Arc<AtomicUsize>,
+    workers: &[tokio::runtime::Handle],
 ) -> Result<Vec<Client>, BenchError> {
     let targets: Vec<(usize, String)> = (0..config.clients)
         .map(|i| (i, config.servers[i % config.servers.len()].clone()))
@@ -584,8 +654,16 @@ async fn connect_all(
     let mut clients = tree::parallel(targets, SETUP_CONCURRENCY, |(i, server)| {
         let connected = connected.clone();
         let tls = config.tls.clone();
+        let worker = worker_of(workers, i);
         async move {
-            let c = connect(&server, tls.as_ref()).await?;
+            // Connected on its worker: the client's tasks live there.
+            let c = match worker {
+                Some(worker) => worker
+                    .spawn(async move { connect(&server, tls.as_ref()).await })
+                    .await
+                    .expect("a connect task does not panic")?,
+                None => connect(&server, tls.as_ref()).await?,
+            };
             connected.fetch_add(1, Ordering::Relaxed);
             Ok::<_, BenchError>((i, c))
         }
@@ -593,6 +671,11 @@ async fn connect_all(
     .await?;
     clients.sort_by_key(|(i, _)| *i);
     Ok(clients.into_iter().map(|(_, c)| c).collect())
+}
+
+/// The runtime session `index`'s tasks run on (None: the caller's).
+fn worker_of(workers: &[tokio::runtime::Handle], index: usize) -> Option<tokio::runtime::Handle> {
+    (!workers.is_empty()).then(|| workers[index % workers.len()].clone())
 }
 
 /// Closes every session (closeSession), errors ignored.
@@ -638,6 +721,7 @@ async fn measure(
     plan: &Arc<Plan>,
     clients: &[Client],
     config: &BenchConfig,
+    workers: &[tokio::runtime::Handle],
     progress: &mut impl FnMut(&ProgressLine),
 ) -> Measured {
     let stats = Arc::new(Stats::new(config.lanes()));
@@ -656,13 +740,11 @@ async fn measure(
                 next_node: pool,
                 live: (0..pool).collect(),
             };
-            lanes.spawn(run_lane(
-                plan.clone(),
-                client.clone(),
-                lane,
-                stats.clone(),
-                deadline,
-            ));
+            let lane = run_lane(plan.clone(), client.clone(), lane, stats.clone(), deadline);
+            match worker_of(workers, c) {
+                Some(worker) => lanes.spawn_on(lane, &worker),
+                None => lanes.spawn(lane),
+            };
         }
     }
     let mut totals = Stats::empty_totals();
