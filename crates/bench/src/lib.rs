@@ -658,10 +658,16 @@ async fn connect_all(
         async move {
             // Connected on its worker: the client's tasks live there.
             let c = match worker {
-                Some(worker) => worker
-                    .spawn(async move { connect(&server, tls.as_ref()).await })
-                    .await
-                    .expect("a connect task does not panic")?,
+                Some(worker) => {
+                    let target = server.clone();
+                    worker
+                        .spawn(async move { connect(&target, tls.as_ref()).await })
+                        .await
+                        .map_err(|e| BenchError::Connect {
+                            server,
+                            reason: format!("the connecting task ended: {e}"),
+                        })??
+                }
                 None => connect(&server, tls.as_ref()).await?,
             };
             connected.fetch_add(1, Ordering::Relaxed);

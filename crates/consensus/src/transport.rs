@@ -999,6 +999,9 @@ pub(crate) struct Handover {
 /// Bytes one `InboundConnection::read_now` takes off its socket at most,
 /// so one busy peer cannot hold the driver's turn.
 pub(crate) const READ_TURN_BYTES_MAX: usize = 1024 * 1024;
+/// Read buffer an inbound connection keeps between frames; a larger
+/// frame's room is given back once it is parsed.
+const READ_BUFFER_KEPT_BYTES: usize = 256 * 1024;
 
 /// An authenticated connection from peer `from`, read without waiting by
 /// the driver thread (`wait.rs`): the same frames, checks and log lines as
@@ -1061,9 +1064,15 @@ impl InboundConnection {
                 deliver(input);
             }
         }
-        // Keep only the unparsed tail (at most one frame's bytes).
+        // Keep only the unparsed tail (at most one frame's bytes), and give
+        // back the room a large frame (a snapshot chunk) made.
         self.buf.drain(..self.parsed);
         self.parsed = 0;
+        if self.buf.len() < READ_BUFFER_KEPT_BYTES
+            && self.buf.capacity() > 2 * READ_BUFFER_KEPT_BYTES
+        {
+            self.buf.shrink_to(READ_BUFFER_KEPT_BYTES);
+        }
         Ok(())
     }
 

@@ -42,7 +42,7 @@ const BELL_TOKEN: u64 = 0;
 /// Forwarded batches read off the sockets and not yet taken into a batch
 /// (`Core::batch_has_room`): above this, connections that brought one are
 /// not read until half of them are taken.
-pub const FORWARDS_HELD_MAX: usize = 64 * 1024;
+pub(crate) const FORWARDS_HELD_MAX: usize = 64 * 1024;
 
 /// The kernel has no epoll_pwait2 (before Linux 5.11): waits round up to
 /// milliseconds.
