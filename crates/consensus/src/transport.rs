@@ -1960,6 +1960,33 @@ mod tests {
         );
     }
 
+    /// Queues, from member 2 to member 1, a snapshot of `index` large
+    /// enough to go in three chunks, then an append; both messages.
+    fn queue_snapshot_and_append(queue: &Queue, index: u64) -> (Message, Message) {
+        let mut message = Message::default();
+        message.set_msg_type(MessageType::MsgSnapshot);
+        message.from = 2;
+        message.to = 1;
+        message.mut_snapshot().mut_metadata().index = index;
+        message
+            .mut_snapshot()
+            .set_data(pattern(5 * SNAPSHOT_CHUNK_BYTES / 2).into());
+        let mut append = Message::default();
+        append.set_msg_type(MessageType::MsgAppend);
+        append.from = 2;
+        append.to = 1;
+        queue.push(Item::Snapshot {
+            message: Box::new(message.clone()),
+            attempt: 0,
+        });
+        queue.push(Item::Frame(encode_frame(
+            KIND_RAFT,
+            2,
+            &append.write_to_bytes().unwrap(),
+        )));
+        (message, append)
+    }
+
     #[test]
     fn a_snapshot_crosses_a_real_connection_in_chunks() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -1995,27 +2022,7 @@ mod tests {
             reports: transport.reports.clone(),
         };
         let queue = spawn_sender(link, Lane::Bulk).unwrap();
-        let mut message = Message::default();
-        message.set_msg_type(MessageType::MsgSnapshot);
-        message.from = 2;
-        message.to = 1;
-        message.mut_snapshot().mut_metadata().index = 99;
-        message
-            .mut_snapshot()
-            .set_data(pattern(5 * SNAPSHOT_CHUNK_BYTES / 2).into());
-        let mut append = Message::default();
-        append.set_msg_type(MessageType::MsgAppend);
-        append.from = 2;
-        append.to = 1;
-        queue.push(Item::Snapshot {
-            message: Box::new(message.clone()),
-            attempt: 0,
-        });
-        queue.push(Item::Frame(encode_frame(
-            KIND_RAFT,
-            2,
-            &append.write_to_bytes().unwrap(),
-        )));
+        let (message, append) = queue_snapshot_and_append(&queue, 99);
         let timeout = Duration::from_secs(10);
         match inputs.recv_timeout(timeout).unwrap() {
             PeerInput::Raft(back) => assert_eq!(*back, message),
@@ -2099,26 +2106,7 @@ mod tests {
             reports: Arc::default(),
         };
         let queue = spawn_sender(link, Lane::Bulk).unwrap();
-        let mut message = Message::default();
-        message.set_msg_type(MessageType::MsgSnapshot);
-        message.from = 2;
-        message.to = 1;
-        message
-            .mut_snapshot()
-            .set_data(pattern(5 * SNAPSHOT_CHUNK_BYTES / 2).into());
-        let mut append = Message::default();
-        append.set_msg_type(MessageType::MsgAppend);
-        append.from = 2;
-        append.to = 1;
-        queue.push(Item::Snapshot {
-            message: Box::new(message.clone()),
-            attempt: 0,
-        });
-        queue.push(Item::Frame(encode_frame(
-            KIND_RAFT,
-            2,
-            &append.write_to_bytes().unwrap(),
-        )));
+        let (message, append) = queue_snapshot_and_append(&queue, 0);
         queue.push(Item::Frame(encode_frame(KIND_FORWARD, 2, b"batch")));
         let mut got = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(10);
