@@ -35,7 +35,7 @@
 //! `PEER_HANDSHAKES_MAX` do at once, so a slow or hostile peer never holds
 //! up the accept loop.
 
-use std::io::{BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -375,14 +375,17 @@ fn tls_read_now<D>(
     conn.process_new_packets()
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
     let mut taken = 0;
-    let mut chunk = [0u8; 16 * 1024];
     // Plaintext rustls holds is always taken (epoll does not see it); only
-    // reading more records off the socket stops at `max_bytes`.
+    // reading more records off the socket stops at `max_bytes`. Taken
+    // chunk by chunk, copied once, straight into `buf`.
     loop {
-        match conn.reader().read(&mut chunk) {
-            Ok(0) => return Ok(false),
-            Ok(n) => {
-                buf.extend_from_slice(&chunk[..n]);
+        let mut reader = conn.reader();
+        match reader.fill_buf() {
+            Ok([]) => return Ok(false),
+            Ok(chunk) => {
+                let n = chunk.len();
+                buf.extend_from_slice(chunk);
+                reader.consume(n);
                 taken += n;
                 continue;
             }
