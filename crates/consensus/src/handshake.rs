@@ -342,17 +342,26 @@ fn tls_write_now<D>(
 /// Bytes one read without waiting asks the socket for.
 const READ_NOW_CHUNK_BYTES: usize = 64 * 1024;
 
+/// Reads until the socket has nothing more now or `max_bytes` are taken.
+/// A read that returns less than it asked for found the receive buffer
+/// empty: the driver's epoll is level-triggered, so bytes that arrive
+/// later wake it again, and asking once more (an EAGAIN recv per frame,
+/// most of a small ack's reads) is left out.
 fn plain_read_now(socket: &Socket, buf: &mut Vec<u8>, max_bytes: usize) -> std::io::Result<bool> {
     let mut taken = 0;
     while taken < max_bytes {
         buf.reserve(READ_NOW_CHUNK_BYTES);
-        let got = socket.recv_now_uninit(buf.spare_capacity_mut());
-        match got {
+        let room = buf.spare_capacity_mut();
+        let asked = room.len();
+        match socket.recv_now_uninit(room) {
             Ok(0) => return Ok(false),
             Ok(n) => {
                 // SAFETY: recv initialized these n bytes of the spare room.
                 unsafe { buf.set_len(buf.len() + n) };
                 taken += n;
+                if n < asked {
+                    break;
+                }
             }
             Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => break,
             Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
@@ -375,9 +384,14 @@ fn tls_read_now<D>(
     conn.process_new_packets()
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
     let mut taken = 0;
+    let mut recv = RecvNow {
+        socket,
+        drained: false,
+    };
     // Plaintext rustls holds is always taken (epoll does not see it); only
-    // reading more records off the socket stops at `max_bytes`. Taken
-    // chunk by chunk, copied once, straight into `buf`.
+    // reading more records off the socket stops at `max_bytes`, or once a
+    // read found the socket empty (as in `plain_read_now`). Taken chunk by
+    // chunk, copied once, straight into `buf`.
     loop {
         let mut reader = conn.reader();
         match reader.fill_buf() {
@@ -393,10 +407,10 @@ fn tls_read_now<D>(
             Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(false),
             Err(error) => return Err(error),
         }
-        if taken >= max_bytes {
+        if taken >= max_bytes || recv.drained {
             break;
         }
-        match conn.read_tls(&mut RecvNow(socket)) {
+        match conn.read_tls(&mut recv) {
             Ok(0) => return Ok(false),
             Ok(_) => {
                 conn.process_new_packets()
@@ -417,12 +431,21 @@ fn tls_read_now<D>(
     Ok(true)
 }
 
-/// A socket's reads that never wait: an empty receive buffer is WouldBlock.
-struct RecvNow<'a>(&'a Socket);
+/// A socket's reads that never wait: an empty receive buffer is
+/// WouldBlock. `drained` turns true once a read returns less than it asked
+/// for: the receive buffer held no more then.
+struct RecvNow<'a> {
+    socket: &'a Socket,
+    drained: bool,
+}
 
 impl Read for RecvNow<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.0.recv_now(buf)
+        let got = self.socket.recv_now(buf)?;
+        if got < buf.len() {
+            self.drained = true;
+        }
+        Ok(got)
     }
 }
 
