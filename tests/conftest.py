@@ -165,6 +165,17 @@ def beside_reference(zk_reference, key, run_reference, candidate, run_candidate,
     return ref, zk, got
 
 
+# How many times a reference scenario runs against a fresh ZooKeeper before
+# its failure fails the test. ZooKeeper 3.8 takes connections on its port
+# before its database is loaded. Closing one then throws a
+# NullPointerException (ZooKeeperServer.removeCnxn: zkDb is null) and the
+# socket stays open unanswered, so the client waits out its connect timeout:
+# in test_restart_compat a kazoo client reconnecting to the restarted server
+# hung so for 10 s, and the raw session resumed after it had expired (a
+# `make test` of 2026-11-29). The candidate never gets a second run.
+REFERENCE_ATTEMPTS = 2
+
+
 @pytest.fixture(scope="module")
 def zk_reference(request):
     """zk_reference(key, run, **server_kw) -> (run(zk), zk): `run` against a
@@ -177,21 +188,24 @@ def zk_reference(request):
     made = []
 
     def get(key, run, **kw):
-        if key not in cache:
+        for attempt in range(1, REFERENCE_ATTEMPTS + 1):
+            if key in cache:
+                break
             zk = make_server("zookeeper", **kw)
             made.append(zk)
             zk.start()
             try:
-                result = run(zk)
-            except BaseException:
+                cache[key] = (run(zk), zk)
+            except Exception:
                 sys.stderr.write(zk.log_tail(150) + "\n")
-                raise
+                if attempt == REFERENCE_ATTEMPTS:
+                    raise
+                sys.stderr.write("ZooKeeper's reference run %r failed (above); run once more on a new server\n" % key)
             finally:
                 try:
                     zk.stop()
                 except Exception:
                     zk.kill()
-            cache[key] = (result, zk)
         return cache[key]
 
     yield get
