@@ -1,8 +1,8 @@
 """SASL DIGEST-MD5 on the client port, against Keel (sasl_users_file,
 require_sasl) and ZooKeeper 3.8 (a JAAS Server section,
 SASLAuthenticationProvider, sessionRequireClientSASLAuth) with the same
-users: kazoo's sasl_options and the Java client's JAAS Client section
-authenticate; `sasl:<user>` ACLs admit that user only; a wrong password
+users: kazoo's sasl_options, and the Java client's and zkCli.sh's JAAS
+Client section authenticate; `sasl:<user>` ACLs admit that user only; a wrong password
 gets ZooKeeper's AuthFailed outcome; require_sasl closes what never
 authenticates; over TLS too."""
 
@@ -11,7 +11,7 @@ import pytest
 from harness import zkproto as P
 from security.conftest import KINDS
 from security.secure import (java_events, java_results, java_sasl_properties, java_tls_properties,
-                             kazoo_client, new_workdir, run_java)
+                             kazoo_client, new_workdir, run_java, zkcli)
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 SESSION_CLOSED_REQUIRE_SASL_AUTH = -124
@@ -201,6 +201,33 @@ def test_java_client_with_a_jaas_client_section(kind, secure_server, java_classe
     lines = run_java(java_classes, server.address, "AuthFailed", ["get:/java-alice"], wrong)
     assert "AuthFailed" in java_events(lines), lines
     assert java_results(lines) == {"get:/java-alice": "AUTHFAILED"}, lines
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_zkcli_with_a_jaas_client_section(kind, secure_server):
+    """zkCli.sh (Debian's, the Java client inside) authenticates with the
+    JAAS Client section in CLIENT_JVMFLAGS before its command runs: alice
+    creates a node only `sasl:alice` may read, bob is refused it, and a
+    wrong password ends in AuthFailed, and the command fails with it."""
+    server = secure_server(kind, sasl_users=USERS)
+    workdir = new_workdir("zkcli-jaas")
+    alice = java_sasl_properties(workdir, "alice", USERS["alice"])
+    out = zkcli(server.address, ["create", "/zkcli-sasl", "alice-data", "sasl:alice:cdrwa"], alice)
+    assert "WatchedEvent state:SaslAuthenticated type:None path:null" in out.splitlines(), out
+    assert "Created /zkcli-sasl" in out.splitlines(), out
+    out = zkcli(server.address, ["get", "/zkcli-sasl"], alice)
+    assert "alice-data" in out.splitlines(), out
+    out = zkcli(server.address, ["getAcl", "/zkcli-sasl"], alice)
+    assert ["'sasl,'alice", ": cdrwa"] == [line for line in out.splitlines() if line.startswith(("'", ": "))], out
+    bob = java_sasl_properties(workdir, "bob", USERS["bob"])
+    out = zkcli(server.address, ["get", "/zkcli-sasl"], bob)
+    assert "WatchedEvent state:SaslAuthenticated type:None path:null" in out.splitlines(), out
+    assert "Insufficient permission : /zkcli-sasl" in out.splitlines(), out
+    assert "alice-data" not in out.splitlines(), out
+    wrong = java_sasl_properties(workdir, "alice", "wrong")
+    out = zkcli(server.address, ["get", "/zkcli-sasl"], wrong, timeout=60)
+    assert "WatchedEvent state:AuthFailed type:None path:null" in out.splitlines(), out
+    assert "KeeperErrorCode = AuthFailed for /zkcli-sasl" in out.splitlines(), out
 
 
 @pytest.mark.parametrize("kind", KINDS)
