@@ -196,9 +196,10 @@ def zk_reference(request):
             zk.start()
             try:
                 cache[key] = (run(zk), zk)
-            except Exception:
+            except BaseException as error:
                 sys.stderr.write(zk.log_tail(150) + "\n")
-                if attempt == REFERENCE_ATTEMPTS:
+                # pytest's outcomes (skip, fail) and interrupts are not retried.
+                if attempt == REFERENCE_ATTEMPTS or not isinstance(error, Exception):
                     raise
                 sys.stderr.write("ZooKeeper's reference run %r failed (above); run once more on a new server\n" % key)
             finally:
