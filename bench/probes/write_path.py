@@ -23,7 +23,9 @@ import compare  # noqa: E402
 import tls_split  # noqa: E402
 from harness.servers import KEEL_BIN, run_bench  # noqa: E402
 
-TRACE_LINE = re.compile(r"\s*([\d.]+) \(\s*([\d.]+) ms\): (\S+)/(\d+) (\w+)\((.*)")
+# "START ( DURATION ms): COMM/TID CALL(ARGS" (the duration is blank for a
+# call that blocked and is continued on a later line)
+TRACE_LINE = re.compile(r"\s*([\d.]+) \(\s*([\d.]*)\s*(?:ms)?\): (\S+)/(\d+) (\w+)\((.*)")
 
 
 def bench(port, seconds):
@@ -57,8 +59,12 @@ def steps(path, leader_pid):
     threads = {}
     for _, comm, tid, _, _ in events:
         threads.setdefault(tid, comm)
-    leader_raft = [t for t, c in threads.items() if c == "keel-raft" and os.path.exists("/proc/%d/task/%d" % (leader_pid, t))]
-    sends = [i for i, e in enumerate(events) if e[1] == "keel-bench" and e[3] == "sendto"]
+    leader_threads = {t for t in threads if os.path.exists("/proc/%d/task/%d" % (leader_pid, t))}
+    leader_raft = {t for t in leader_threads if threads[t] == "keel-raft"}
+    # The client-port thread: the leader's thread that reads the bench's
+    # requests (the runtime's own thread, not the process's main thread).
+    client = {t for t in leader_threads - leader_raft if threads[t] == "keel"}
+    sends = [i for i, e in enumerate(events) if e[1].startswith("keel-bench") and e[3] == "sendto"]
     found = {"client thread reads": [], "Raft thread wakes": [], "reply handed over (eventfd)": [],
              "client thread sends the reply, after the eventfd": []}
     for a, b in zip(sends, sends[1:]):
@@ -66,10 +72,10 @@ def steps(path, leader_pid):
 
         def first(test):
             return next((e[0] - t0 for e in window if test(e)), None)
-        got = [first(lambda e: e[2] == leader_pid and e[3] == "recvfrom"),
+        got = [first(lambda e: e[2] in client and e[3] == "recvfrom"),
                first(lambda e: e[2] in leader_raft),
                first(lambda e: e[2] in leader_raft and e[3] == "write"),
-               first(lambda e: e[2] == leader_pid and e[3] == "sendto")]
+               first(lambda e: e[2] in client and e[3] == "sendto")]
         if None not in got:
             got[3] -= got[2]
             for key, value in zip(found, got):
