@@ -425,6 +425,11 @@ def keyspace(r):
     r("KEYS", "nothing*")
     r("KEYS", "\\{tag\\}*", mode="unordered")
     r("SCAN", "abc")
+    # The cursor as C's strtoul reads it: a sign, an empty string (0);
+    # not a space, a lone sign, or past 64 bits.
+    for cursor in ["", "+0", "-0", "007", "-", "+", " 0", "0 ", "18446744073709551616",
+                   "-18446744073709551616"]:
+        r("SCAN", cursor, "MATCH", "no-such-key*", "COUNT", "100000")
     r("SCAN", "0", "COUNT", "0")
     r("SCAN", "0", "COUNT", "x")
     r("SCAN", "0", "MATCH")
@@ -523,6 +528,35 @@ def transactions(r):
     r("WATCH", "gone")
     other("DEL", "gone")
     r("MULTI")
+    r("EXEC")
+    # A key watched while absent is untouched by another key of its slot
+    # going (hash tags put them in one slot), by FLUSHDB, and by the
+    # deletion of a key it shares no slot with; its own deletion counts.
+    r("SET", "{tag}other", "1")
+    r("WATCH", "{tag}lock")
+    other("DEL", "{tag}other")
+    other("SET", "{tag}more", "1")
+    other("EXPIREAT", "{tag}more", "1")
+    r("MULTI")
+    r("SET", "{tag}lock", "mine")
+    r("EXEC")
+    r("WATCH", "{tag}lock2")
+    other("SET", "{tag}lock2", "x")
+    other("DEL", "{tag}lock2")
+    r("MULTI")
+    r("SET", "{tag}lock2", "mine")
+    r("EXEC")
+    r("SET", "{f}present", "1")
+    r("WATCH", "{f}absent", "unrelated")
+    other("FLUSHDB")
+    r("MULTI")
+    r("SET", "{f}absent", "1")
+    r("EXEC")
+    r("SET", "{f}present", "1")
+    r("WATCH", "{f}present")
+    other("FLUSHDB")
+    r("MULTI")
+    r("SET", "{f}present", "2")
     r("EXEC")
     r("WATCH", "x1", "x2")
     other("SET", "x2", "v")

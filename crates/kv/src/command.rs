@@ -1518,12 +1518,33 @@ fn parse_expire<'a>(name: &'static str, args: &'a [Vec<u8>]) -> Result<Command<'
     })
 }
 
-/// SCAN's cursor: decimal digits of an unsigned 64-bit number.
+/// SCAN's cursor as Redis reads it (`parseScanCursorOrReply`: C's
+/// `strtoul`, base 10): an optional sign, then decimal digits whose value
+/// fits 64 bits; a minus sign negates it modulo 2^64 (`-1` is the largest
+/// cursor). No digits at all is cursor 0 when nothing else is there (the
+/// empty argument), an error after a lone sign. Whitespace anywhere is an
+/// error.
 fn parse_cursor(arg: &[u8]) -> Option<u64> {
-    if arg.is_empty() || !arg.iter().all(u8::is_ascii_digit) {
+    let (negative, digits) = match arg.split_first() {
+        None => return Some(0),
+        Some((b'-', rest)) => (true, rest),
+        Some((b'+', rest)) => (false, rest),
+        Some(_) => (false, arg),
+    };
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    std::str::from_utf8(arg).ok()?.parse().ok()
+    let mut value: u64 = 0;
+    for digit in digits {
+        value = value
+            .checked_mul(10)?
+            .checked_add(u64::from(digit - b'0'))?;
+    }
+    Some(if negative {
+        value.wrapping_neg()
+    } else {
+        value
+    })
 }
 
 fn parse_scan(args: &[Vec<u8>]) -> Result<Command<'_>, Reply> {
@@ -1569,6 +1590,28 @@ mod tests {
         let args = args(words);
         let spec = lookup(&args)?;
         Command::parse(spec, &args).map(|c| format!("{c:?}"))
+    }
+
+    #[test]
+    fn scan_cursors_are_read_as_redis_reads_them() {
+        let cases: [(&[u8], u64); 8] = [
+            (b"", 0),
+            (b"0", 0),
+            (b"+0", 0),
+            (b"-0", 0),
+            (b"007", 7),
+            (b"18446744073709551615", u64::MAX),
+            (b"-1", u64::MAX),
+            (b"-18446744073709551615", 1),
+        ];
+        for (arg, cursor) in cases {
+            assert_eq!(
+                parse_cursor(arg),
+                Some(cursor),
+                "{:?}",
+                String::from_utf8_lossy(arg)
+            );
+        }
     }
 
     fn error(words: &[&str]) -> String {
@@ -1787,6 +1830,17 @@ mod tests {
             "ERR invalid expire time in 'expire' command"
         );
         assert_eq!(error(&["scan", "x"]), "ERR invalid cursor");
+        for bad in [
+            "-",
+            "+",
+            " 1",
+            "1 ",
+            "0x1",
+            "18446744073709551616",
+            "-18446744073709551616",
+        ] {
+            assert_eq!(error(&["scan", bad]), "ERR invalid cursor", "{bad:?}");
+        }
         assert_eq!(error(&["scan", "0", "count", "0"]), SYNTAX_TEXT);
         assert_eq!(error(&["scan", "0", "match"]), SYNTAX_TEXT);
         assert_eq!(

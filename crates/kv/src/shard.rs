@@ -1,16 +1,18 @@
 //! A shard: the keys of a contiguous range of slots, one hash table per
 //! slot (so SCAN walks slot by slot and a shard's range can be handed
 //! over whole), an index of deadlines for the leader's expiry cycle, and
-//! per slot the log index of its last deletion (WATCH's check for a key
-//! that is gone). A shard is plain data: whoever owns it (one thread in
-//! the server) runs commands on it; nothing in it locks.
+//! per slot what WATCH needs to tell whether a key that is gone was
+//! deleted after it was watched: the last few deletions key by key
+//! (`Tombstones`), and the log index of the newest one no longer
+//! remembered that way. A shard is plain data: whoever owns it (one
+//! thread in the server) runs commands on it; nothing in it locks.
 
 use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::hash::BuildHasher;
 use std::ops::Range;
 
-use hashbrown::{DefaultHashBuilder, HashTable};
+use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 
 use crate::slot::key_slot;
 use crate::value::{Bytes, Entry};
@@ -50,12 +52,70 @@ pub struct Shard {
     hasher: DefaultHashBuilder,
     /// (deadline, key) of every key with an expiry.
     deadlines: BTreeSet<(i64, Bytes)>,
-    /// Per slot of the range: the log index of its last deletion.
+    /// Per slot of the range: the log index of the newest deletion not
+    /// remembered in `tombstones` (FLUSHDB's, or one pushed out).
     deleted_at: Vec<u64>,
+    /// Per slot of the range that saw a deletion: its last few, key by key.
+    tombstones: HashMap<u16, Tombstones>,
     keys: usize,
     /// The highest log index applied here (a WATCH token).
     pub applied_index: u64,
     pub stats: ShardStats,
+}
+
+/// Deletions a slot remembers key by key for WATCH. A key watched while
+/// absent makes EXEC fail only if it was deleted since (Redis: it was
+/// touched), so another key of its slot deleted meanwhile must not: with
+/// hash tags (`{user}:a`, `{user}:b`) keys share a slot on purpose. A
+/// slot with more deletions since the WATCH than this is judged
+/// conservatively (EXEC fails, as if the key had been deleted).
+pub const TOMBSTONES_PER_SLOT: usize = 4;
+
+/// The last deletions of one slot: (`scan_hash` of the key, log index),
+/// at most TOMBSTONES_PER_SLOT. A hash shared by two keys can only make
+/// an EXEC fail that would have passed, never the reverse.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tombstones {
+    marks: [(u64, u64); TOMBSTONES_PER_SLOT],
+    len: u8,
+}
+
+impl Tombstones {
+    fn marks(&self) -> &[(u64, u64)] {
+        &self.marks[..self.len as usize]
+    }
+
+    /// The log index `mark`'s key was last deleted at, if remembered.
+    fn deleted_at(&self, mark: u64) -> Option<u64> {
+        self.marks()
+            .iter()
+            .find(|(m, _)| *m == mark)
+            .map(|(_, i)| *i)
+    }
+
+    /// Remembers `mark` deleted at `index`; returns the deletion pushed
+    /// out to make room (the oldest; on a tie the lowest mark, so every
+    /// replica pushes out the same one), if any.
+    fn record(&mut self, mark: u64, index: u64) -> Option<(u64, u64)> {
+        assert!(
+            self.marks().iter().all(|(_, i)| *i <= index),
+            "deletions go forward"
+        );
+        let len = self.len as usize;
+        if let Some(found) = self.marks[..len].iter_mut().find(|(m, _)| *m == mark) {
+            found.1 = index;
+            return None;
+        }
+        if len < TOMBSTONES_PER_SLOT {
+            self.marks[len] = (mark, index);
+            self.len += 1;
+            return None;
+        }
+        let oldest = (0..len)
+            .min_by_key(|&i| (self.marks[i].1, self.marks[i].0))
+            .expect("full");
+        Some(std::mem::replace(&mut self.marks[oldest], (mark, index)))
+    }
 }
 
 /// Keys one `Shard::prefetch` call takes at most.
@@ -109,6 +169,7 @@ impl Shard {
         Shard {
             tables: (0..width).map(|_| HashTable::new()).collect(),
             deleted_at: vec![0; width],
+            tombstones: HashMap::new(),
             slots,
             hasher: DefaultHashBuilder::default(),
             deadlines: BTreeSet::new(),
@@ -259,8 +320,21 @@ impl Shard {
                 .remove(&(entry.expire_at_ms, entry.key().into())));
         }
         self.keys -= 1;
-        self.deleted_at[at] = ctx.index;
+        self.remember_deletion(at, key, ctx.index);
         true
+    }
+
+    /// `key`, of the slot at offset `at`, was deleted at log `index`.
+    fn remember_deletion(&mut self, at: usize, key: &[u8], index: u64) {
+        let offset = u16::try_from(at).expect("a slot offset");
+        let pushed_out = self
+            .tombstones
+            .entry(offset)
+            .or_default()
+            .record(scan_hash(key), index);
+        if let Some((_, older)) = pushed_out {
+            self.deleted_at[at] = self.deleted_at[at].max(older);
+        }
     }
 
     /// Sets or (0) removes the expiry of a present key.
@@ -291,8 +365,8 @@ impl Shard {
 
     /// Whether `key` changed after the log index `token` (taken when it was
     /// watched, at apply clock `watched_ms`) as seen at `now_ms`: changed,
-    /// created, deleted (its slot saw a deletion since: conservative), or
-    /// expired since.
+    /// created, deleted since (remembered key by key, or the slot forgot
+    /// deletions since: conservative), or expired since.
     pub fn changed_since(&self, key: &[u8], token: u64, watched_ms: i64, now_ms: i64) -> bool {
         match self.peek(key) {
             Some(entry) => {
@@ -300,17 +374,30 @@ impl Shard {
             }
             None => {
                 let (at, _) = self.position(key);
-                self.deleted_at[at] > token
+                let offset = u16::try_from(at).expect("a slot offset");
+                let remembered = self
+                    .tombstones
+                    .get(&offset)
+                    .and_then(|t| t.deleted_at(scan_hash(key)));
+                self.deleted_at[at] > token || remembered.is_some_and(|index| index > token)
             }
         }
     }
 
-    /// Every key (FLUSHDB); each slot that held one records the deletion.
+    /// Every key (FLUSHDB). A slot of at most TOMBSTONES_PER_SLOT keys
+    /// remembers each (a key watched while absent stays untouched, as in
+    /// Redis); a larger one only the flush's index.
     pub fn clear(&mut self, ctx: Ctx) {
-        for (table, deleted) in self.tables.iter_mut().zip(&mut self.deleted_at) {
-            if !table.is_empty() {
-                *table = HashTable::new();
-                *deleted = ctx.index;
+        for at in 0..self.tables.len() {
+            let table = std::mem::replace(&mut self.tables[at], HashTable::new());
+            if table.len() > TOMBSTONES_PER_SLOT {
+                self.deleted_at[at] = ctx.index;
+                let offset = u16::try_from(at).expect("a slot offset");
+                self.tombstones.remove(&offset);
+                continue;
+            }
+            for entry in &table {
+                self.remember_deletion(at, entry.key(), ctx.index);
             }
         }
         self.deadlines.clear();
@@ -350,6 +437,41 @@ impl Shard {
         self.deleted_at[(slot - self.slots.start) as usize] = index;
     }
 
+    /// (slot, key's `scan_hash`, index) of every deletion remembered key
+    /// by key, slot by slot, oldest first within a slot (the order
+    /// `remember` takes them back in).
+    pub fn tombstones(&self) -> Vec<(u16, u64, u64)> {
+        let mut all: Vec<(u16, u64, u64)> = self
+            .tombstones
+            .iter()
+            .flat_map(|(offset, t)| {
+                let slot = self.slots.start + offset;
+                t.marks()
+                    .iter()
+                    .map(move |&(mark, index)| (slot, mark, index))
+            })
+            .collect();
+        all.sort_unstable_by_key(|&(slot, mark, index)| (slot, index, mark));
+        all
+    }
+
+    /// Restores a remembered deletion (snapshot load); false if the slot
+    /// already remembers TOMBSTONES_PER_SLOT deletions or this mark, or
+    /// the index is older than one it remembers (a file this Keel did not
+    /// write).
+    pub fn remember(&mut self, slot: u16, mark: u64, index: u64) -> bool {
+        assert!(self.owns(slot));
+        let offset = slot - self.slots.start;
+        let stones = self.tombstones.entry(offset).or_default();
+        let fits = (stones.len as usize) < TOMBSTONES_PER_SLOT
+            && stones.deleted_at(mark).is_none()
+            && stones.marks().iter().all(|(_, i)| *i <= index);
+        if fits {
+            assert_eq!(stones.record(mark, index), None);
+        }
+        fits
+    }
+
     /// Memory held by the shard's tables and entries (an estimate:
     /// allocator rounding is not counted).
     pub fn memory_bytes(&self) -> usize {
@@ -360,7 +482,8 @@ impl Shard {
             .sum();
         let heap: usize = self.entries().map(Entry::heap_bytes).sum();
         let deadlines: usize = self.deadlines.iter().map(|(_, k)| 40 + k.len()).sum();
-        slots + heap + deadlines + 8 * self.deleted_at.len()
+        let tombstones = self.tombstones.allocation_size();
+        slots + heap + deadlines + tombstones + 8 * self.deleted_at.len()
     }
 }
 
@@ -414,6 +537,108 @@ mod tests {
             !shard.changed_since(b"a", 4, 55, 60),
             "already expired when watched"
         );
+    }
+
+    #[test]
+    fn a_key_watched_while_absent_sees_its_own_deletion_not_its_slots() {
+        let mut shard = Shard::new(0..16384);
+        // `{t}a` and the others share a slot (the hash tag).
+        shard.insert(Entry::string(b"{t}b", b"1", 1));
+        shard.insert(Entry::string(b"{t}a", b"1", 2));
+        assert!(shard.delete(b"{t}a", ctx(3, 0)));
+        let token = 3; // `{t}a` watched here, absent.
+        assert!(shard.delete(b"{t}b", ctx(4, 0)));
+        assert!(
+            !shard.changed_since(b"{t}a", token, 0, 0),
+            "another key of the slot"
+        );
+        assert!(
+            shard.changed_since(b"{t}b", 3, 0, 0),
+            "deleted after the watch"
+        );
+        assert!(!shard.changed_since(b"{t}b", 4, 0, 0), "deleted before it");
+        shard.insert(Entry::string(b"{t}a", b"2", 5));
+        assert!(shard.delete(b"{t}a", ctx(6, 0)));
+        assert!(
+            shard.changed_since(b"{t}a", token, 0, 0),
+            "created and deleted since"
+        );
+        // More deletions in the slot than it remembers: the oldest are
+        // forgotten, and a watch older than them fails conservatively.
+        for (i, key) in [&b"{t}c"[..], b"{t}d", b"{t}e", b"{t}f"].iter().enumerate() {
+            shard.insert(Entry::string(key, b"1", 7 + i as u64));
+            assert!(shard.delete(key, ctx(20 + i as u64, 0)));
+        }
+        assert!(
+            shard.changed_since(b"{t}z", token, 0, 0),
+            "forgotten: conservative"
+        );
+        assert!(
+            !shard.changed_since(b"{t}z", 20, 0, 0),
+            "remembered ones are not {{t}}z"
+        );
+        assert_eq!(shard.tombstones().len(), TOMBSTONES_PER_SLOT);
+        assert!(!shard.changed_since(b"other", token, 0, 0), "another slot");
+    }
+
+    #[test]
+    fn flushdb_remembers_small_slots_key_by_key_the_same_on_every_replica() {
+        let keys: Vec<Vec<u8>> = (0..3).map(|i| format!("{{s}}{i}").into_bytes()).collect();
+        let big: Vec<Vec<u8>> = (0..9).map(|i| format!("{{b}}{i}").into_bytes()).collect();
+        let load = |order: &[usize]| {
+            let mut shard = Shard::new(0..16384);
+            for &i in order {
+                shard.insert(Entry::string(&keys[i], b"v", 1));
+            }
+            for key in &big {
+                shard.insert(Entry::string(key, b"v", 1));
+            }
+            shard.clear(ctx(10, 0));
+            shard
+        };
+        let (one, other) = (load(&[0, 1, 2]), load(&[2, 0, 1]));
+        assert_eq!(one.tombstones(), other.tombstones());
+        assert_eq!(
+            one.deletions().collect::<Vec<_>>(),
+            other.deletions().collect::<Vec<_>>()
+        );
+        assert!(
+            one.changed_since(&keys[1], 9, 0, 0),
+            "a flushed key was touched"
+        );
+        assert!(
+            !one.changed_since(b"{s}absent", 9, 0, 0),
+            "an absent one was not"
+        );
+        assert!(
+            one.changed_since(b"{b}absent", 9, 0, 0),
+            "a large slot: conservative"
+        );
+        assert_eq!(one.key_count(), 0);
+    }
+
+    #[test]
+    fn tombstones_keep_the_newest_and_refuse_what_no_replica_writes() {
+        let mut t = Tombstones::default();
+        for (mark, index) in [(5, 1), (3, 1), (9, 2), (1, 3)] {
+            assert_eq!(t.record(mark, index), None);
+        }
+        assert_eq!(t.record(9, 4), None, "a mark seen again moves forward");
+        assert_eq!(
+            t.record(7, 5),
+            Some((3, 1)),
+            "the oldest, lowest mark first"
+        );
+        assert_eq!(t.deleted_at(9), Some(4));
+        assert_eq!(t.deleted_at(3), None);
+        let mut shard = Shard::new(0..16384);
+        assert!(shard.remember(7, 1, 10));
+        assert!(!shard.remember(7, 1, 11), "a mark twice");
+        assert!(!shard.remember(7, 2, 9), "out of order");
+        for mark in 2..=4 {
+            assert!(shard.remember(7, mark, 12));
+        }
+        assert!(!shard.remember(7, 5, 12), "one too many");
     }
 
     #[test]

@@ -3,11 +3,13 @@
 //! keyspace is empty, so a node that never served KV writes the same
 //! file as before and every older snapshot loads as an empty keyspace.
 //!
-//! Format (version 1): `KEELKVSN`, version u32, then frames
+//! Format (version 2): `KEELKVSN`, version u32, then frames
 //! `[kind u8][len u32][crc32 u32][payload]` (the CRC covers kind and
 //! payload): HEADER (log index u64, log clock i64), per shard DELETED
-//! (`[count u32]{[slot u16][index u64]}`: WATCH's per-slot deletion
-//! marks) and KEYS frames (records, each frame closed past
+//! (`[count u32]{[slot u16][index u64]}`, then `[count u32]{[slot
+//! u16][mark u64][index u64]}`: what WATCH knows of deletions, per slot
+//! and key by key, `shard.rs`'s `Tombstones`; version 1 had only the
+//! first list and still loads) and KEYS frames (records, each frame closed past
 //! `KEYS_FRAME_BYTES_TARGET`), END (frame count u32, key count u64).
 //! The layout does not depend on the shard count: a node with another
 //! number of cores routes every record to its own shards by slot.
@@ -26,7 +28,9 @@ use crate::slot::{key_slot, shard_of_slot, shard_slots};
 use crate::value::{Aggregate, Bytes, Entry};
 
 const MAGIC: &[u8; 8] = b"KEELKVSN";
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format this Keel reads (no remembered deletions).
+const FORMAT_VERSION_MIN: u32 = 1;
 const FILE_HEADER_BYTES: usize = 12;
 const FRAME_HEADER_BYTES: usize = 9;
 const KIND_HEADER: u8 = 1;
@@ -46,7 +50,7 @@ const ENCODING_SET: u8 = 4;
 pub enum KvSnapshotError {
     #[error("keyspace snapshot: bad magic")]
     BadMagic,
-    #[error("keyspace snapshot format {0} is not supported (this Keel reads {FORMAT_VERSION})")]
+    #[error("keyspace snapshot format {0} is not supported (this Keel reads {FORMAT_VERSION_MIN} to {FORMAT_VERSION})")]
     Version(u32),
     #[error("keyspace snapshot: frame at offset {offset}: {reason}")]
     Frame { offset: usize, reason: String },
@@ -101,10 +105,17 @@ pub fn encode_head(index: u64, clock_ms: i64, out: &mut Vec<u8>) {
 /// One shard's frames; returns (frames, keys) for END.
 pub fn encode_shard(shard: &Shard, out: &mut Vec<u8>) -> (u32, u64) {
     let deletions: Vec<(u16, u64)> = shard.deletions().collect();
+    let tombstones = shard.tombstones();
     frame(out, KIND_DELETED, |out| {
         out.extend_from_slice(&(deletions.len() as u32).to_be_bytes());
         for (slot, index) in &deletions {
             out.extend_from_slice(&slot.to_be_bytes());
+            out.extend_from_slice(&index.to_be_bytes());
+        }
+        out.extend_from_slice(&(tombstones.len() as u32).to_be_bytes());
+        for (slot, mark, index) in &tombstones {
+            out.extend_from_slice(&slot.to_be_bytes());
+            out.extend_from_slice(&mark.to_be_bytes());
             out.extend_from_slice(&index.to_be_bytes());
         }
     });
@@ -218,7 +229,7 @@ pub fn decode(bytes: &[u8], shard_count: usize) -> Result<Image, KvSnapshotError
         return Err(KvSnapshotError::BadMagic);
     }
     let version = u32::from_be_bytes(bytes[8..12].try_into().expect("4 bytes"));
-    if version != FORMAT_VERSION {
+    if !(FORMAT_VERSION_MIN..=FORMAT_VERSION).contains(&version) {
         return Err(KvSnapshotError::Version(version));
     }
     let mut offset = FILE_HEADER_BYTES;
@@ -248,6 +259,24 @@ pub fn decode(bytes: &[u8], shard_count: usize) -> Result<Image, KvSnapshotError
                         return Err(frame_error(offset, format!("slot {slot}")));
                     }
                     image.shards[shard_of_slot(slot, shard_count)].set_deleted_at(slot, index);
+                }
+                let remembered = if version >= 2 { r.u32()? as usize } else { 0 };
+                for _ in 0..remembered {
+                    let slot = u16::from_be_bytes(r.take(2)?.try_into().expect("2"));
+                    let mark = r.u64()?;
+                    let index = r.u64()?;
+                    if slot as usize >= crate::slot::SLOTS {
+                        return Err(frame_error(offset, format!("slot {slot}")));
+                    }
+                    let shard = &mut image.shards[shard_of_slot(slot, shard_count)];
+                    if !shard.remember(slot, mark, index) {
+                        return Err(frame_error(
+                            offset,
+                            format!(
+                                "slot {slot}: a deletion out of order, repeated or one too many"
+                            ),
+                        ));
+                    }
                 }
             }
             KIND_KEYS if header_seen => {

@@ -315,7 +315,7 @@ fn a_transaction_is_all_or_nothing_at_one_position() {
     );
     // `a` changed (by the transaction itself) since the watch.
     assert_eq!(exec(&mut f, vec![watch_a]), b"*-1\r\n");
-    // `b` was created and deleted since: its slot saw a deletion.
+    // `b` was created and deleted since.
     f.run(&["SET", "b", "1"]);
     f.run(&["DEL", "b"]);
     assert_eq!(exec(&mut f, vec![watch_b]), b"*-1\r\n");
@@ -373,10 +373,66 @@ fn flushdb_empties_every_shard_and_snapshots_round_trip() {
             "cut at {cut}"
         );
     }
+    // A version 1 file (before deletions were remembered key by key):
+    // its DELETED frames lack the second list, and still load.
+    let v1 = version_1(&bytes);
+    let image = crate::snapshot::decode(&v1, 2).unwrap();
+    let loaded = Keyspace::from_shards(image.shards, image.index, image.clock_ms);
+    assert_eq!(loaded.key_count(), 4);
     let mut flipped = bytes.clone();
     let last = flipped.len() - 20;
     flipped[last] ^= 1;
     assert!(crate::snapshot::decode(&flipped, 2).is_err());
     assert_eq!(f.resp(&["FLUSHDB"]), "+OK\r\n");
     assert_eq!(f.resp(&["DBSIZE"]), ":0\r\n");
+}
+
+/// `bytes` (a version 2 KV part) rewritten as version 1: each DELETED
+/// frame without its remembered deletions, its CRC made again.
+fn version_1(bytes: &[u8]) -> Vec<u8> {
+    let mut out = bytes[..12].to_vec();
+    out[8..12].copy_from_slice(&1u32.to_be_bytes());
+    let mut at = 12;
+    while at < bytes.len() {
+        let kind = bytes[at];
+        let len = u32::from_be_bytes(bytes[at + 1..at + 5].try_into().unwrap()) as usize;
+        let mut payload = bytes[at + 9..at + 9 + len].to_vec();
+        if kind == 2 {
+            let slots = u32::from_be_bytes(payload[..4].try_into().unwrap()) as usize;
+            payload.truncate(4 + slots * 10);
+        }
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&[kind]);
+        crc.update(&payload);
+        out.push(kind);
+        out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        out.extend_from_slice(&crc.finalize().to_be_bytes());
+        out.extend_from_slice(&payload);
+        at += 9 + len;
+    }
+    out
+}
+
+#[test]
+fn remembered_deletions_survive_a_snapshot_and_keep_exec_exact() {
+    let mut f = Fixture::new(2);
+    f.run(&["SET", "{u}a", "1"]);
+    f.run(&["SET", "{u}b", "1"]);
+    let watch_c = f.keyspace.watch(b"{u}c"); // absent
+    f.run(&["DEL", "{u}a"]);
+    let bytes = crate::snapshot::encode(f.keyspace.shards(), f.keyspace.index, f.keyspace.clock_ms);
+    for shard_count in [1, 3] {
+        let image = crate::snapshot::decode(&bytes, shard_count).unwrap();
+        let mut loaded = Keyspace::from_shards(image.shards, image.index, image.clock_ms);
+        let mut view = loaded.view();
+        let shard = view.shard(b"{u}c");
+        assert!(
+            !shard.changed_since(b"{u}c", watch_c.token, 0, 0),
+            "another key's deletion"
+        );
+        assert!(
+            shard.changed_since(b"{u}a", watch_c.token, 0, 0),
+            "its own deletion"
+        );
+    }
 }
