@@ -387,22 +387,14 @@ impl Connection {
     /// thread to renew the lease (it looks every tick). Before the turn's
     /// replies are written, so a client that saw a reply sees it counted.
     fn report_counts(&mut self) {
-        let commands = std::mem::take(&mut self.commands_this_turn);
-        if commands > 0 {
-            self.ctx
-                .engine
-                .stats
-                .commands_processed
-                .fetch_add(commands, Ordering::Relaxed);
-        }
-        let lease_reads = std::mem::take(&mut self.lease_reads_this_turn);
-        if lease_reads > 0 {
-            self.ctx
-                .raft
-                .status
-                .lease_reads
-                .fetch_add(lease_reads, Ordering::Relaxed);
-        }
+        add_count(
+            &self.ctx.engine.stats.commands_processed,
+            std::mem::take(&mut self.commands_this_turn),
+        );
+        add_count(
+            &self.ctx.raft.status.lease_reads,
+            std::mem::take(&mut self.lease_reads_this_turn),
+        );
     }
 
     /// Hands requests to the session and carries out their actions, as
@@ -675,6 +667,14 @@ impl Connection {
         }
         let shard = at.expect("a read was forwarded");
         engine.reads(shard, reads, clocks, self.outlet.clone());
+    }
+}
+
+/// Adds `count` to a counter other threads read; nothing when it is 0 (no
+/// write to the counter's cache line).
+fn add_count(counter: &std::sync::atomic::AtomicU64, count: u64) {
+    if count > 0 {
+        counter.fetch_add(count, Ordering::Relaxed);
     }
 }
 
