@@ -227,6 +227,17 @@ def test_random_commands_answer_as_redis_server_does(reference, kv, seed):
     assert difference is None, difference
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_random_commands_on_the_leader_answer_as_redis_server_does(reference, kv, seed):
+    """On a cluster the test above talks to a follower (writes forwarded,
+    reads behind a ReadIndex barrier); here to the leader, whose reads
+    are served under its read lease."""
+    if kv.topology == "single":
+        pytest.skip("one node: the test above talks to it")
+    difference = run(seed + 1000, reference.port, kv.leader_port())
+    assert difference is None, difference
+
+
 def test_the_generator_draws_every_kind_of_command():
     """The stream covers the listed commands, errors included (a generator
     that drew only GETs would pass the test above and prove nothing)."""
