@@ -208,7 +208,15 @@ pub fn state_digest(tree: &DataTree, keyspace: u64) -> u64 {
 /// last change, which WATCH compares), summed. 0 for none.
 pub fn kv_digest<'a>(shards: impl Iterator<Item = &'a Shard>) -> u64 {
     let mut sum = 0u64;
-    for shard in shards.filter(|s| s.key_count() > 0) {
+    for shard in shards {
+        // What WATCH knows of deletions (per slot, and key by key) must
+        // be the same on every replica too: an EXEC's outcome reads it.
+        for (slot, index) in shard.deletions() {
+            sum = sum.wrapping_add(mix(&[1, u64::from(slot), index]));
+        }
+        for (slot, mark, index) in shard.tombstones() {
+            sum = sum.wrapping_add(mix(&[2, u64::from(slot), mark, index]));
+        }
         for entry in shard.entries() {
             let mut hash = 0xcbf2_9ce4_8422_2325u64;
             let mut add = |bytes: &[u8]| {
@@ -241,6 +249,18 @@ pub fn kv_digest<'a>(shards: impl Iterator<Item = &'a Shard>) -> u64 {
         }
     }
     sum
+}
+
+/// An FNV-1a hash of `words` (one term of `kv_digest`'s sum).
+fn mix(words: &[u64]) -> u64 {
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    for word in words {
+        for b in word.to_be_bytes() {
+            hash ^= u64::from(b);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    hash | 1
 }
 
 /// The reaper's contract, checked on the node as it was just before its
