@@ -118,6 +118,11 @@ impl Tombstones {
     }
 }
 
+/// A slot's offset in its shard's range, the key of `Shard::tombstones`.
+fn slot_offset(at: usize) -> u16 {
+    u16::try_from(at).expect("a slot offset")
+}
+
 /// Keys one `Shard::prefetch` call takes at most.
 pub const PREFETCH_KEYS_MAX: usize = 32;
 
@@ -326,7 +331,7 @@ impl Shard {
 
     /// `key`, of the slot at offset `at`, was deleted at log `index`.
     fn remember_deletion(&mut self, at: usize, key: &[u8], index: u64) {
-        let offset = u16::try_from(at).expect("a slot offset");
+        let offset = slot_offset(at);
         let pushed_out = self
             .tombstones
             .entry(offset)
@@ -374,7 +379,7 @@ impl Shard {
             }
             None => {
                 let (at, _) = self.position(key);
-                let offset = u16::try_from(at).expect("a slot offset");
+                let offset = slot_offset(at);
                 let remembered = self
                     .tombstones
                     .get(&offset)
@@ -392,7 +397,7 @@ impl Shard {
             let table = std::mem::replace(&mut self.tables[at], HashTable::new());
             if table.len() > TOMBSTONES_PER_SLOT {
                 self.deleted_at[at] = ctx.index;
-                let offset = u16::try_from(at).expect("a slot offset");
+                let offset = slot_offset(at);
                 self.tombstones.remove(&offset);
                 continue;
             }

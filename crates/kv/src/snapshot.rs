@@ -253,21 +253,15 @@ pub fn decode(bytes: &[u8], shard_count: usize) -> Result<Image, KvSnapshotError
                 frames += 1;
                 let count = r.u32()? as usize;
                 for _ in 0..count {
-                    let slot = u16::from_be_bytes(r.take(2)?.try_into().expect("2"));
+                    let slot = r.slot()?;
                     let index = r.u64()?;
-                    if slot as usize >= crate::slot::SLOTS {
-                        return Err(frame_error(offset, format!("slot {slot}")));
-                    }
                     image.shards[shard_of_slot(slot, shard_count)].set_deleted_at(slot, index);
                 }
                 let remembered = if version >= 2 { r.u32()? as usize } else { 0 };
                 for _ in 0..remembered {
-                    let slot = u16::from_be_bytes(r.take(2)?.try_into().expect("2"));
+                    let slot = r.slot()?;
                     let mark = r.u64()?;
                     let index = r.u64()?;
-                    if slot as usize >= crate::slot::SLOTS {
-                        return Err(frame_error(offset, format!("slot {slot}")));
-                    }
                     let shard = &mut image.shards[shard_of_slot(slot, shard_count)];
                     if !shard.remember(slot, mark, index) {
                         return Err(frame_error(
@@ -353,6 +347,15 @@ struct Reader<'a> {
 impl<'a> Reader<'a> {
     fn error(&self, reason: &str) -> KvSnapshotError {
         frame_error(self.offset, format!("{reason} at payload byte {}", self.at))
+    }
+
+    /// A slot number, refused past the last slot.
+    fn slot(&mut self) -> Result<u16, KvSnapshotError> {
+        let slot = u16::from_be_bytes(self.take(2)?.try_into().expect("2"));
+        if slot as usize >= crate::slot::SLOTS {
+            return Err(frame_error(self.offset, format!("slot {slot}")));
+        }
+        Ok(slot)
     }
 
     fn done(&self) -> bool {

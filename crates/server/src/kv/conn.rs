@@ -179,8 +179,7 @@ impl Connection {
         let mut eof = false;
         let mut barrier: Option<BarrierFuture> = None;
         loop {
-            self.turn_clock = None;
-            self.lease_this_turn = None;
+            self.new_turn();
             self.decode(&mut input);
             self.dispatch().await;
             self.forward();
@@ -221,8 +220,7 @@ impl Connection {
                     None => return Err("engine stopped"),
                 },
                 passed = poll_barrier(&mut barrier), if barrier.is_some() => {
-                    self.turn_clock = None;
-                    self.lease_this_turn = None;
+                    self.new_turn();
                     barrier = None;
                     self.barrier_in_flight = false;
                     self.barrier_done(passed).await;
@@ -268,7 +266,12 @@ impl Connection {
         self.prefetched = ahead;
     }
 
-    /// This turn's clock readings (see `turn_clock`).
+    /// A turn begins: what was read once for the last one is asked again.
+    fn new_turn(&mut self) {
+        self.turn_clock = None;
+        self.lease_this_turn = None;
+    }
+
     /// Whether the leader's read lease covers this turn's reads: asked at
     /// the turn's first read and kept for the rest of it (one clock read
     /// and three atomic loads per turn, not per read). Sound: every
@@ -283,6 +286,7 @@ impl Connection {
             .get_or_insert_with(|| status.lease_covers_read())
     }
 
+    /// This turn's clock readings (see `turn_clock`).
     fn turn_clock(&mut self) -> (i64, Instant) {
         *self
             .turn_clock
