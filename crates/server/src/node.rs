@@ -1061,15 +1061,30 @@ impl<O: Outlet> SnapshotWriter for TreeWriter<O> {
 /// A snapshot's state: the tree's part, then the Keel KV keyspace's part
 /// if there is one (a snapshot written before Keel KV, or by a node that
 /// never applied a KV write, is the tree alone: an empty keyspace).
+///
+/// The tree's file header says whether a part follows, and the file must
+/// agree both ways: that header is the one field no frame checksum
+/// covers, and one flipped bit turns "followed" (format 5) into "not
+/// followed" (4). (Only development builds of 2026-11-25, before format
+/// 5, wrote a keyspace part behind a format 4 tree; such a file is now
+/// refused.)
 pub fn load_snapshot(
     bytes: &[u8],
     threads: usize,
     shards: usize,
 ) -> Result<(DataTree, keel_kv::snapshot::Image), MachineError> {
     let tree_len = keel_tree::snapshot::part_len(bytes)?;
-    if tree_len == bytes.len() && keel_tree::snapshot::followed(bytes)? {
+    let followed = keel_tree::snapshot::followed(bytes)?;
+    if tree_len == bytes.len() && followed {
         return Err(format!(
             "the snapshot ends after its tree part ({tree_len} bytes) but says a keyspace part follows: truncated"
+        )
+        .into());
+    }
+    if tree_len < bytes.len() && !followed {
+        return Err(format!(
+            "the snapshot's tree part ({tree_len} bytes) says nothing follows it, but {} bytes do: its header is corrupt",
+            bytes.len() - tree_len
         )
         .into());
     }
@@ -1346,6 +1361,18 @@ mod tests {
             "a file cut at the tree's END that says a keyspace follows is refused"
         );
         bytes.extend_from_slice(&keel_kv::snapshot::encode(keys.shards(), 5, 1_000));
+        // Format 5 with one bit flipped reads as 4, "nothing follows", in
+        // the one field no checksum covers (simulator seed 7468986).
+        let mut flipped = bytes.clone();
+        assert_eq!(flipped[11], 5, "the version's low byte");
+        flipped[11] ^= 1;
+        let Err(refused) = load_snapshot(&flipped, 1, 2) else {
+            panic!("a keyspace part behind a tree that says none follows is refused");
+        };
+        assert!(
+            refused.to_string().contains("says nothing follows it"),
+            "{refused}"
+        );
         let (_, keyspace) = load_snapshot(&bytes, 1, 2).expect("both parts load");
         assert_eq!(
             keyspace.shards.iter().map(|s| s.key_count()).sum::<usize>(),

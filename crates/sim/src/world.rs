@@ -72,6 +72,10 @@ const _: () = assert!(REAP_LATE_AFTER_MS < SETTLE_MS);
 /// Chance (per million truncations of a snapshot with a keyspace part)
 /// that the cut falls exactly at the end of the tree's part.
 pub const TREE_END_CUT_PER_MILLION: u64 = 250_000;
+/// Chance (per million bit flips in a snapshot with a keyspace part) that
+/// the flip hits the low bit of the tree's format version, the one field
+/// no checksum covers: 5 ("a part follows") then reads as 4.
+pub const TREE_VERSION_FLIP_PER_MILLION: u64 = 250_000;
 /// Runs in which an operator removes a member and adds it back.
 pub const MEMBERSHIP_FAULT_PER_MILLION: u64 = 300_000;
 /// Times the operator asks to add a removed member back (a second apart).
@@ -1533,8 +1537,15 @@ impl World {
         let index = *index;
         let at = self.rng.below(bytes.len() as u64) as usize;
         let how = if self.rng.chance(500_000) {
-            bytes[at] ^= 1 << self.rng.below(8);
-            format!("bit flipped at offset {at} of {}", bytes.len())
+            // Now and then the flip that makes format 5 read as format 4,
+            // "nothing follows the tree": the restart must see that a
+            // keyspace part does (seed 7468986 found it loaded before).
+            let (at, bit) = match tree_version_low_byte(bytes) {
+                Some(at) if self.rng.chance(TREE_VERSION_FLIP_PER_MILLION) => (at, 0),
+                _ => (at, self.rng.below(8)),
+            };
+            bytes[at] ^= 1 << bit;
+            format!("bit {bit} flipped at offset {at} of {}", bytes.len())
         } else {
             let len = bytes.len();
             // Now and then exactly where the tree's part ends and the
@@ -3286,6 +3297,15 @@ fn tree_part_end(file: &[u8]) -> Option<usize> {
     let tree_len = keel_tree::snapshot::part_len(state).ok()?;
     let end = file.len() - state.len() + tree_len;
     (end < file.len()).then_some(end)
+}
+
+/// The offset of the low byte of the tree part's format version, if a
+/// keyspace part follows the tree's.
+fn tree_version_low_byte(file: &[u8]) -> Option<usize> {
+    tree_part_end(file)?;
+    let (_, state) = keel_consensus::proposal::Envelope::split(file).ok()?;
+    // `KEELSNAP`, then the version as a big-endian i32.
+    Some(file.len() - state.len() + 11)
 }
 
 /// A read reply's xid, zxid and whether it shows the client any state (a
