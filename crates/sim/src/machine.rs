@@ -218,12 +218,10 @@ pub fn kv_digest<'a>(shards: impl Iterator<Item = &'a Shard>) -> u64 {
             sum = sum.wrapping_add(mix(&[2, u64::from(slot), mark, index]));
         }
         for entry in shard.entries() {
-            let mut hash = 0xcbf2_9ce4_8422_2325u64;
+            let mut hash = FNV_OFFSET;
             let mut add = |bytes: &[u8]| {
-                for &b in (bytes.len() as u64).to_be_bytes().iter().chain(bytes) {
-                    hash ^= u64::from(b);
-                    hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-                }
+                fnv(&mut hash, &(bytes.len() as u64).to_be_bytes());
+                fnv(&mut hash, bytes);
             };
             add(entry.key());
             add(entry.value_type().name().as_bytes());
@@ -251,14 +249,23 @@ pub fn kv_digest<'a>(shards: impl Iterator<Item = &'a Shard>) -> u64 {
     sum
 }
 
+/// FNV-1a's starting value.
+pub(crate) const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// Feeds `bytes` to the FNV-1a hash `hash` (the digests and the run's
+/// fingerprint).
+pub(crate) fn fnv(hash: &mut u64, bytes: &[u8]) {
+    for byte in bytes {
+        *hash ^= u64::from(*byte);
+        *hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+}
+
 /// An FNV-1a hash of `words` (one term of `kv_digest`'s sum).
 fn mix(words: &[u64]) -> u64 {
-    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    let mut hash = FNV_OFFSET;
     for word in words {
-        for b in word.to_be_bytes() {
-            hash ^= u64::from(b);
-            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-        }
+        fnv(&mut hash, &word.to_be_bytes());
     }
     hash | 1
 }

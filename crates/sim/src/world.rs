@@ -27,7 +27,9 @@ use raft::eraftpb::ConfState;
 
 use crate::disk::{verify_snapshot, Loaded, SharedDisk, SimIo, SimSnapshots};
 use crate::kv::{KvCall, KvOperation, KvRet, COUNTER_KEYS, REGISTER_KEYS};
-use crate::machine::{kv_digest, new_machine, state_digest, Outbox, SimMachine, SimOutlet};
+use crate::machine::{
+    fnv, kv_digest, new_machine, state_digest, Outbox, SimMachine, SimOutlet, FNV_OFFSET,
+};
 use crate::rng::Rng;
 use crate::workload::{self, AclCall, ReapCall, Step};
 use keel_consensus::snapfile::SnapshotRefused;
@@ -593,13 +595,6 @@ pub struct World {
     kv_rng: Rng,
 }
 
-fn fnv(hash: &mut u64, bytes: &[u8]) {
-    for byte in bytes {
-        *hash ^= u64::from(*byte);
-        *hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-}
-
 impl World {
     pub fn new(options: Options) -> World {
         assert!(matches!(options.nodes, 1..=7), "1 to 7 nodes");
@@ -681,7 +676,7 @@ impl World {
             failures: Vec::new(),
             observer_led: false,
             trace: Vec::new(),
-            fingerprint: 0xcbf2_9ce4_8422_2325,
+            fingerprint: FNV_OFFSET,
             stats: Stats::default(),
             kv_clients,
             kv_history: Vec::new(),
