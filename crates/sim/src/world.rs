@@ -3285,22 +3285,26 @@ fn node_digest(node: &Node, core: &SimCore) -> u64 {
     state_digest(&tree, keyspace)
 }
 
+/// Where the tree's part of a snapshot file starts and ends, if a Keel KV
+/// part follows it.
+fn tree_part(file: &[u8]) -> Option<(usize, usize)> {
+    let (_, state) = keel_consensus::proposal::Envelope::split(file).ok()?;
+    let start = file.len() - state.len();
+    let end = start + keel_tree::snapshot::part_len(state).ok()?;
+    (end < file.len()).then_some((start, end))
+}
+
 /// Where the tree's part of a snapshot file ends (the Keel KV part
 /// follows), if it is not the file's end.
 fn tree_part_end(file: &[u8]) -> Option<usize> {
-    let (_, state) = keel_consensus::proposal::Envelope::split(file).ok()?;
-    let tree_len = keel_tree::snapshot::part_len(state).ok()?;
-    let end = file.len() - state.len() + tree_len;
-    (end < file.len()).then_some(end)
+    tree_part(file).map(|(_, end)| end)
 }
 
 /// The offset of the low byte of the tree part's format version, if a
 /// keyspace part follows the tree's.
 fn tree_version_low_byte(file: &[u8]) -> Option<usize> {
-    tree_part_end(file)?;
-    let (_, state) = keel_consensus::proposal::Envelope::split(file).ok()?;
     // `KEELSNAP`, then the version as a big-endian i32.
-    Some(file.len() - state.len() + 11)
+    tree_part(file).map(|(start, _)| start + 11)
 }
 
 /// A read reply's xid, zxid and whether it shows the client any state (a
