@@ -306,8 +306,19 @@ pub struct Durable {
     pub entries: Vec<Entry>,
 }
 
+/// Whether a restart must drop the whole log before using it: it ends
+/// before the loaded snapshot (a torn tail, or a crash while a snapshot
+/// from the leader was installed, after the snapshot was saved and before
+/// the log it covers was compacted). The snapshot covers every entry left,
+/// and the next append, `snapshot_index + 1`, would otherwise leave a hole
+/// after the log's last entry. An empty log is never covered.
+pub fn log_covered(last_log_index: Option<u64>, snapshot_index: u64) -> bool {
+    last_log_index.is_some_and(|last| last < snapshot_index)
+}
+
 /// Builds raft-rs's in-memory storage from what survived on disk. A commit
-/// index beyond the surviving log (a torn tail) is clamped.
+/// index beyond the surviving log (a torn tail) is clamped. A log that
+/// does not start right after the snapshot, or has a hole, is refused.
 pub fn storage_from(durable: Durable) -> Result<MemStorage, ConsensusError> {
     let storage = MemStorage::new();
     if durable.snapshot_index > 0 {
@@ -333,6 +344,15 @@ pub fn storage_from(durable: Durable) -> Result<MemStorage, ConsensusError> {
                 first_log_index: first.index,
             });
         }
+    }
+    if let Some(pair) = tail
+        .windows(2)
+        .find(|pair| pair[1].index != pair[0].index + 1)
+    {
+        return Err(ConsensusError::Hole {
+            after: pair[0].index,
+            next: pair[1].index,
+        });
     }
     storage.wl().append(&tail)?;
     let last = durable

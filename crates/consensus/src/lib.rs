@@ -100,4 +100,10 @@ pub enum ConsensusError {
         snapshot_index: u64,
         first_log_index: u64,
     },
+    /// raft-engine never stores a hole (it panics on an append past the
+    /// last entry, and its recovery keeps only the contiguous tail): a log
+    /// handed to `storage_from` with one is refused, where raft-rs would
+    /// index its entries out of bounds.
+    #[error("the log jumps from entry {after} to entry {next}: entries are missing")]
+    Hole { after: u64, next: u64 },
 }

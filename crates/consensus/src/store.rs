@@ -203,8 +203,6 @@ impl LogStore {
         Ok(())
     }
 
-    /// Drops entries below `index` (a durable snapshot covers them) and
-    /// lets raft-engine delete whole files that hold nothing live.
     /// Drops entries below `index` from the log's index at once; their
     /// files are deleted by the purge thread, off the driver thread (a
     /// purge unlinks files of LOG_FILE_BYTES each, whose filesystem
@@ -217,26 +215,25 @@ impl LogStore {
         Ok(())
     }
 
-    /// At startup, with the loaded snapshot's index: a log whose tail was
-    /// lost (torn or cut by the disk; tests/storage's torn-tail fault cuts
-    /// it) can end before that snapshot, written from entries the log no
-    /// longer holds. The next append,
-    /// `snapshot_index + 1`, would leave a hole after the log's last entry,
-    /// which raft-engine refuses with a panic. The snapshot covers every
-    /// entry left, so they go: the log starts again after the snapshot.
-    /// True if entries were dropped.
+    /// At startup, with the loaded snapshot's index: the log can end
+    /// before that snapshot (`core::log_covered`), when its tail was lost
+    /// (torn or cut by the disk; tests/storage's torn-tail fault cuts it)
+    /// or when the node died while installing a snapshot from the leader,
+    /// after saving it and before compacting the log it covers. The next
+    /// append, `snapshot_index + 1`, would leave a hole after the log's
+    /// last entry, which raft-engine refuses with a panic. The snapshot
+    /// covers every entry left, so they go: the log starts again after the
+    /// snapshot. True if entries were dropped.
     pub fn drop_covered(&self, snapshot_index: u64) -> Result<bool, ConsensusError> {
-        match self.last_index() {
-            Some(last) if last < snapshot_index => {
-                self.compact_to(snapshot_index + 1)?;
-                assert!(
-                    self.last_index().is_none(),
-                    "entries below the snapshot at {snapshot_index} were left in the log"
-                );
-                Ok(true)
-            }
-            _ => Ok(false),
+        if !crate::core::log_covered(self.last_index(), snapshot_index) {
+            return Ok(false);
         }
+        self.compact_to(snapshot_index + 1)?;
+        assert!(
+            self.last_index().is_none(),
+            "entries below the snapshot at {snapshot_index} were left in the log"
+        );
+        Ok(true)
     }
 
     pub fn first_index(&self) -> Option<u64> {

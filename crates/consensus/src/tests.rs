@@ -257,3 +257,84 @@ fn identity_round_trips_and_damaged_text_is_refused() {
     assert_eq!(Identity::parse(&format!("format=0\n{old}")), None);
     assert_eq!(Identity::parse(&format!("{old}membership=static\n")), None);
 }
+
+fn durable_log(snapshot_index: u64, indexes: &[u64]) -> Durable {
+    Durable {
+        snapshot_index,
+        snapshot_term: u64::from(snapshot_index > 0),
+        conf_state: ConfState {
+            voters: vec![1],
+            ..Default::default()
+        },
+        hard_state: HardState {
+            term: 1,
+            commit: indexes.last().copied().unwrap_or(snapshot_index),
+            ..Default::default()
+        },
+        entries: indexes
+            .iter()
+            .map(|index| Entry {
+                index: *index,
+                term: 1,
+                ..Default::default()
+            })
+            .collect(),
+    }
+}
+
+/// Simulator seed 7521034 restored a log with a hole (entries 20-77 and
+/// 153-182 behind snapshot 40), which raft-rs's MemStorage indexed out of
+/// bounds: a restart must refuse such a log with an error instead.
+#[test]
+fn a_restored_log_must_start_after_the_snapshot_and_have_no_hole() {
+    use raft::Storage;
+
+    let storage = storage_from(durable_log(40, &[20, 41, 42, 43])).expect("contiguous");
+    assert_eq!(storage.first_index().unwrap(), 41);
+    assert_eq!(storage.last_index().unwrap(), 43);
+
+    let error = storage_from(durable_log(40, &[42, 43]))
+        .err()
+        .expect("a gap");
+    assert!(matches!(
+        error,
+        ConsensusError::Gap {
+            snapshot_index: 40,
+            first_log_index: 42
+        }
+    ));
+
+    let mut indexes: Vec<u64> = (20..=77).collect();
+    indexes.extend(153..=182);
+    let error = storage_from(durable_log(40, &indexes))
+        .err()
+        .expect("a hole");
+    assert!(
+        matches!(
+            error,
+            ConsensusError::Hole {
+                after: 77,
+                next: 153
+            }
+        ),
+        "{error}"
+    );
+    assert_eq!(
+        error.to_string(),
+        "the log jumps from entry 77 to entry 153: entries are missing"
+    );
+}
+
+#[test]
+fn only_a_log_that_ends_before_the_snapshot_is_covered_by_it() {
+    use crate::core::log_covered;
+
+    assert!(log_covered(Some(77), 152), "a log that ends before it");
+    assert!(
+        !log_covered(Some(152), 152),
+        "its last entry is the snapshot's"
+    );
+    assert!(!log_covered(Some(153), 152), "entries after it");
+    assert!(!log_covered(None, 152), "an empty log");
+    assert!(!log_covered(Some(5), 0), "no snapshot");
+}

@@ -34,14 +34,37 @@ pub struct SimDisk {
 }
 
 impl SimDisk {
+    /// As raft-engine's append: an overwrite of a conflicting suffix is
+    /// kept, a hole after the last entry and an overwrite of compacted
+    /// entries are refused (raft-engine panics on both, so the server
+    /// would).
     fn append(&mut self, entries: &[Entry]) {
         if let Some(first) = entries.first() {
-            // Raft overwrites a conflicting suffix.
+            if let (Some(oldest), Some(last)) = (self.first_index(), self.last_index()) {
+                assert!(
+                    first.index <= last + 1,
+                    "an append at {} after the log's last entry {last} leaves a hole",
+                    first.index
+                );
+                assert!(
+                    first.index >= oldest,
+                    "an append at {} overwrites compacted entries (the log starts at {oldest})",
+                    first.index
+                );
+            }
             self.entries.split_off(&first.index);
         }
         for entry in entries {
             self.entries.insert(entry.index, entry.clone());
         }
+    }
+
+    pub fn first_index(&self) -> Option<u64> {
+        self.entries.keys().next().copied()
+    }
+
+    pub fn last_index(&self) -> Option<u64> {
+        self.entries.keys().next_back().copied()
     }
 
     /// The node died: its unsynced HardState reached the disk before the
@@ -323,6 +346,34 @@ mod tests {
         assert_eq!(
             disk.borrow().entries.keys().copied().collect::<Vec<_>>(),
             vec![2]
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "an append at 153 after the log's last entry 77 leaves a hole")]
+    fn an_append_past_the_last_entry_is_refused_as_raft_engine_refuses_it() {
+        let mut disk = SimDisk::default();
+        disk.append(&[entry(76, 1), entry(77, 1)]);
+        disk.append(&[entry(153, 2)]);
+    }
+
+    #[test]
+    #[should_panic(expected = "an append at 9 overwrites compacted entries (the log starts at 10)")]
+    fn an_append_below_the_compacted_log_is_refused_as_raft_engine_refuses_it() {
+        let mut disk = SimDisk::default();
+        disk.append(&[entry(10, 1), entry(11, 1)]);
+        disk.append(&[entry(9, 1)]);
+    }
+
+    #[test]
+    fn an_empty_log_takes_an_append_at_any_index() {
+        let mut disk = SimDisk::default();
+        disk.append(&[entry(76, 1), entry(77, 1)]);
+        disk.entries.clear();
+        disk.append(&[entry(153, 2)]);
+        assert_eq!(
+            (disk.first_index(), disk.last_index()),
+            (Some(153), Some(153))
         );
     }
 

@@ -8,7 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use keel_consensus::core::{storage_from, Core, CoreConfig, Durable, Outbound, PlantedBug};
+use keel_consensus::core::{
+    log_covered, storage_from, Core, CoreConfig, Durable, Outbound, PlantedBug,
+};
 use keel_consensus::transport::PeerInput;
 use keel_consensus::{Change, Member, Membership, RaftStatus, Role};
 use keel_jute::{opcode, ErrorCode, Request, SetWatches};
@@ -1024,6 +1026,12 @@ impl World {
                 Some(c) => (c.conf_state, c.membership),
                 None => (stored.conf_state.clone().expect("set above"), bootstrap),
             };
+            // As the server's `Store::drop_covered`: a log that ends before
+            // the snapshot (the node died installing the leader's snapshot,
+            // before compacting the log it covers) is dropped whole.
+            if log_covered(stored.last_index(), tree.applied_index()) {
+                stored.entries.clear();
+            }
             let durable = Durable {
                 snapshot_index: tree.applied_index(),
                 snapshot_term: tree.applied_term(),
