@@ -116,7 +116,9 @@ fn indexes(store: &LogStore) -> Vec<u64> {
 }
 
 /// A crash can tear entries off the log's tail after a snapshot of them
-/// was written: the log then ends before the snapshot, and appending the
+/// was written, or stop a follower that installs the leader's snapshot
+/// after it is saved and before the log is compacted (simulator seed
+/// 7521034): the log then ends before the snapshot, and appending the
 /// entry after the snapshot leaves a hole raft-engine panics on (a
 /// restart failed so once in tests/storage/test_storage_faults.py).
 #[test]
