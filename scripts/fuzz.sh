@@ -4,7 +4,8 @@
 #   scripts/fuzz.sh [target|all] [seconds]
 #
 # target: jute_request | jute_handshake | tree_apply | tree_batch_decode |
-#         snapshot_decode | all (default: all, one after another)
+#         snapshot_decode | kv_resp | kv_snapshot_decode | all (default: all,
+#         one after another)
 # seconds: -max_total_time per target (default 60)
 #
 # Installs cargo-fuzz if missing (needs the nightly toolchain), writes the
@@ -20,7 +21,7 @@
 # FUZZ_ARGS adds libFuzzer flags.
 set -euo pipefail
 
-ALL_TARGETS=(jute_request jute_handshake tree_apply tree_batch_decode snapshot_decode kv_resp)
+ALL_TARGETS=(jute_request jute_handshake tree_apply tree_batch_decode snapshot_decode kv_resp kv_snapshot_decode)
 target=${1:-all}
 seconds=${2:-60}
 

@@ -8,7 +8,9 @@
 //!   small tree with every kind of node (`keel_tree::fuzzing::seeds`);
 //! - `tree_apply`: a few pseudo-random programs;
 //! - `kv_resp`: RESP requests as redis-cli and redis-benchmark send them
-//!   (`keel_kv::fuzzing::seeds`).
+//!   (`keel_kv::fuzzing::seeds`);
+//! - `kv_snapshot_decode`: keyspace snapshot parts, empty and with every
+//!   encoding (`keel_kv::fuzzing::snapshot_seeds`).
 //!
 //! Seeds are named `seed-*` and rewritten on every run; files libFuzzer adds
 //! to the corpus are left alone.
@@ -83,6 +85,11 @@ fn main() {
         write(&corpus.join("kv_resp"), &i.to_string(), input);
     }
     counts.insert("kv_resp", kv.len());
+    let parts = keel_kv::fuzzing::snapshot_seeds();
+    for (i, part) in parts.iter().enumerate() {
+        write(&corpus.join("kv_snapshot_decode"), &i.to_string(), part);
+    }
+    counts.insert("kv_snapshot_decode", parts.len());
     for (target, count) in counts {
         println!("{target}: {count} seeds");
     }

@@ -27,16 +27,16 @@ use crate::shard::Shard;
 use crate::slot::{key_slot, shard_of_slot, shard_slots};
 use crate::value::{Aggregate, Bytes, Entry};
 
-const MAGIC: &[u8; 8] = b"KEELKVSN";
+pub(crate) const MAGIC: &[u8; 8] = b"KEELKVSN";
 pub const FORMAT_VERSION: u32 = 2;
 /// The oldest format this Keel reads (no remembered deletions).
 const FORMAT_VERSION_MIN: u32 = 1;
-const FILE_HEADER_BYTES: usize = 12;
-const FRAME_HEADER_BYTES: usize = 9;
+pub(crate) const FILE_HEADER_BYTES: usize = 12;
+pub(crate) const FRAME_HEADER_BYTES: usize = 9;
 const KIND_HEADER: u8 = 1;
 const KIND_DELETED: u8 = 2;
 const KIND_KEYS: u8 = 3;
-const KIND_END: u8 = 4;
+pub(crate) const KIND_END: u8 = 4;
 /// A KEYS frame is closed once its payload passes this size.
 pub const KEYS_FRAME_BYTES_TARGET: usize = 1 << 20;
 
@@ -431,14 +431,24 @@ fn decode_record(r: &mut Reader<'_>) -> Result<Entry, KvSnapshotError> {
             for _ in 0..count {
                 pairs.push((r.boxed()?, r.boxed()?));
             }
+            if pairs.is_empty() {
+                return Err(r.error("an empty hash"));
+            }
+            let distinct = pairs
+                .iter()
+                .map(|(field, _)| &field[..])
+                .collect::<HashSet<&[u8]>>()
+                .len();
+            if distinct != pairs.len() {
+                // A table would keep one of the two values, a small hash
+                // both (HLEN and HGETALL would count a field twice).
+                return Err(r.error("a hash field listed twice"));
+            }
             let hash = if encoding == ENCODING_SMALL_HASH {
                 Aggregate::SmallHash(pairs)
             } else {
                 Aggregate::Hash(pairs.into_iter().collect::<HashMap<_, _>>())
             };
-            if hash.is_empty() {
-                return Err(r.error("an empty hash"));
-            }
             Entry::aggregate(key, hash, version)
         }
         ENCODING_INT_SET => {
@@ -457,7 +467,9 @@ fn decode_record(r: &mut Reader<'_>) -> Result<Entry, KvSnapshotError> {
             let count = r.count()?;
             let mut members = HashSet::with_capacity(count);
             for _ in 0..count {
-                members.insert(r.boxed()?);
+                if !members.insert(r.boxed()?) {
+                    return Err(r.error("a set member listed twice"));
+                }
             }
             if members.is_empty() {
                 return Err(r.error("an empty set"));

@@ -387,6 +387,72 @@ fn flushdb_empties_every_shard_and_snapshots_round_trip() {
     assert_eq!(f.resp(&["DBSIZE"]), ":0\r\n");
 }
 
+/// A part whose frames are sound (a writer's bug, or damage the CRC
+/// missed) can still list a hash field or a set member twice: loaded, a
+/// small hash would keep both (HLEN and HGETALL count the field twice)
+/// and a table would keep one value and drop the other in silence.
+/// Found by the `kv_snapshot_decode` fuzz body's invariants.
+#[test]
+fn a_part_that_lists_a_field_or_a_member_twice_is_refused() {
+    use crate::value::{Aggregate, Entry};
+    let field = |f: &[u8], v: &[u8]| -> (Box<[u8]>, Box<[u8]>) { (f.into(), v.into()) };
+    let small = Aggregate::SmallHash(vec![field(b"f", b"1"), field(b"f", b"2")]);
+    let mut shard = crate::snapshot::empty(1).shards.remove(0);
+    shard.insert(Entry::aggregate(b"h", small, 6));
+    let bytes = crate::snapshot::encode(std::slice::from_ref(&shard), 6, 0);
+    let Err(error) = crate::snapshot::decode(&bytes, 2) else {
+        panic!("a field or a member twice loaded");
+    };
+    let error = error.to_string();
+    assert!(error.contains("a hash field listed twice"), "{error}");
+
+    // The same pairs as a table, and a set table, written with one
+    // element and its record patched to declare it twice.
+    for (aggregate, tag, reason) in [
+        (
+            Aggregate::Hash([field(b"f", b"1")].into_iter().collect()),
+            2u8,
+            "a hash field listed twice",
+        ),
+        (
+            Aggregate::Set([Box::from(&b"m"[..])].into_iter().collect()),
+            4u8,
+            "a set member listed twice",
+        ),
+    ] {
+        let mut shard = crate::snapshot::empty(1).shards.remove(0);
+        shard.insert(Entry::aggregate(b"k", aggregate, 6));
+        let bytes = crate::snapshot::encode(std::slice::from_ref(&shard), 6, 0);
+        // The record: encoding, key "k" (len 1), expiry 0, version 6,
+        // count 1, then the element.
+        let record = [tag, 1, b'k', 0, 6, 1];
+        let at = bytes
+            .windows(6)
+            .position(|w| w == record)
+            .expect("the record");
+        let element_len = if tag == 2 { 4 } else { 2 };
+        let element = bytes[at + 6..at + 6 + element_len].to_vec();
+        let mut patched = bytes[..at].to_vec();
+        patched.extend_from_slice(&record[..5]);
+        patched.push(2);
+        patched.extend_from_slice(&element);
+        patched.extend_from_slice(&bytes[at + 6..]);
+        // The record is its KEYS frame's only one: the frame grows by
+        // the element (sealing computes its CRC).
+        let frame = at - 9;
+        assert_eq!(patched[frame], 3, "a KEYS frame");
+        let len = u32::from_be_bytes(patched[frame + 1..frame + 5].try_into().unwrap());
+        let len = len + element_len as u32;
+        patched[frame + 1..frame + 5].copy_from_slice(&len.to_be_bytes());
+        let sealed = crate::fuzzing::seal_kv_snapshot(&patched);
+        let Err(error) = crate::snapshot::decode(&sealed, 2) else {
+            panic!("a field or a member twice loaded");
+        };
+        let error = error.to_string();
+        assert!(error.contains(reason), "{error}");
+    }
+}
+
 /// `bytes` (a version 2 KV part) rewritten as version 1: each DELETED
 /// frame without its remembered deletions, its CRC made again.
 fn version_1(bytes: &[u8]) -> Vec<u8> {
