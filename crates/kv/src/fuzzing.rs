@@ -12,7 +12,7 @@ use crate::session::{Action, ReadRoute, Server, Session};
 use crate::shard::Ctx;
 use crate::slot::key_slot;
 use crate::snapshot;
-use crate::value::{Aggregate, Entry};
+use crate::value::{Aggregate, Bytes, Entry};
 use crate::Keyspace;
 use hashbrown::HashSet;
 
@@ -458,14 +458,19 @@ pub fn snapshot_seeds() -> Vec<Vec<u8>> {
     let mut expiring = Entry::string(b"ttl", b"1", 5);
     expiring.expire_at_ms = 9_000;
     put(expiring);
-    let small = vec![(b"f".to_vec().into(), b"1".to_vec().into())];
+    // Two fields, and two members, one bit apart ('f' 0x66, 'g' 0x67):
+    // one flip lists a field or a member twice.
+    let pair = |f: &[u8], v: &[u8]| -> (Bytes, Bytes) { (f.into(), v.into()) };
+    let small = vec![pair(b"f", b"1"), pair(b"g", b"2")];
     put(Entry::aggregate(b"h", Aggregate::SmallHash(small), 6));
-    let table = [(b"g".to_vec().into(), vec![b'y'; 80].into())]
+    let table = [pair(b"f", &[b'y'; 80]), pair(b"g", b"3")]
         .into_iter()
         .collect();
     put(Entry::aggregate(b"ht", Aggregate::Hash(table), 7));
     put(Entry::aggregate(b"i", Aggregate::IntSet(vec![-3, 1, 9]), 8));
-    let members = [b"m".to_vec().into()].into_iter().collect();
+    let members = [Bytes::from(&b"f"[..]), Bytes::from(&b"g"[..])]
+        .into_iter()
+        .collect();
     put(Entry::aggregate(b"set", Aggregate::Set(members), 9));
     put(Entry::string(b"{gone}", b"", 1));
     for shard in &mut image.shards {
