@@ -434,20 +434,25 @@ fn decode_record(r: &mut Reader<'_>) -> Result<Entry, KvSnapshotError> {
             if pairs.is_empty() {
                 return Err(r.error("an empty hash"));
             }
-            let distinct = pairs
-                .iter()
-                .map(|(field, _)| &field[..])
-                .collect::<HashSet<&[u8]>>()
-                .len();
-            if distinct != pairs.len() {
-                // A table would keep one of the two values, a small hash
-                // both (HLEN and HGETALL would count a field twice).
-                return Err(r.error("a hash field listed twice"));
-            }
+            // A field listed twice: a small hash would keep both (HLEN and
+            // HGETALL would count it twice), a table one value of two.
+            const TWICE: &str = "a hash field listed twice";
             let hash = if encoding == ENCODING_SMALL_HASH {
+                let distinct = pairs
+                    .iter()
+                    .map(|(f, _)| &f[..])
+                    .collect::<HashSet<_>>()
+                    .len();
+                if distinct != count {
+                    return Err(r.error(TWICE));
+                }
                 Aggregate::SmallHash(pairs)
             } else {
-                Aggregate::Hash(pairs.into_iter().collect::<HashMap<_, _>>())
+                let table: HashMap<Bytes, Bytes> = pairs.into_iter().collect();
+                if table.len() != count {
+                    return Err(r.error(TWICE));
+                }
+                Aggregate::Hash(table)
             };
             Entry::aggregate(key, hash, version)
         }
