@@ -583,6 +583,24 @@ def transactions(r):
     r("DEL", "m1", "{m}3")
     r("EXEC")
     r("MGET", "m1", "m2", "{m}3")
+    # A WATCH abort runs none of the transaction's connection commands
+    # (found by test_redis_random_diff.py, seed 537); a transaction that
+    # runs renames the connection.
+    r("CLIENT", "SETNAME", "kept")
+    r("WATCH", "w")
+    other("SET", "w", "10")
+    r("MULTI")
+    r("CLIENT", "SETNAME", "lost")
+    r("SET", "w", "11")
+    r("CLIENT", "GETNAME")
+    r("EXEC")
+    r("CLIENT", "GETNAME")
+    r("WATCH", "w")
+    r("MULTI")
+    r("CLIENT", "SETNAME", "")
+    r("CLIENT", "GETNAME")
+    r("EXEC")
+    r("CLIENT", "GETNAME")
     other.close()
 
 
@@ -737,6 +755,25 @@ def test_pipelined_commands_answer_in_order(reference, kv):
             c.send(frames)
             replies.append([c.reply()[0] for _ in range(601)])
     assert replies[0] == replies[1]
+
+
+def test_a_command_pipelined_after_exec_sees_its_connection_commands(reference, kv):
+    """A transaction's CLIENT SETNAME runs when the transaction does
+    (after the log's reply, on Keel): what the client pipelined behind
+    the EXEC must wait for it, aborted by a WATCH or run."""
+    script = [["CLIENT", "SETNAME", "before"], ["WATCH", "pw"], ["MULTI"],
+              ["CLIENT", "SETNAME", "inside"], ["SET", "pw", "1"], ["EXEC"],
+              ["CLIENT", "GETNAME"], ["WATCH", "pw"], ["SET", "pw", "2"], ["MULTI"],
+              ["CLIENT", "SETNAME", "aborted"], ["EXEC"], ["CLIENT", "GETNAME"]]
+    replies = []
+    for port in (reference.port, kv.port):
+        with RespConnection(port) as c:
+            c.call("FLUSHDB")
+            c.send(b"".join(RespConnection.encode(args) for args in script))
+            replies.append([c.reply()[0] for _ in script])
+    assert replies[0] == replies[1]
+    assert replies[1][6] == b"$6\r\ninside\r\n"
+    assert replies[1][12] == b"$6\r\ninside\r\n"
 
 
 def client_fields(line, names=("name", "cmd", "multi", "flags", "resp")):

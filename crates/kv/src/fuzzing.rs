@@ -111,7 +111,7 @@ pub fn resp_session(bytes: &[u8]) {
                     commands,
                 };
                 let logged = keyspace.apply(index, now_ms, &op).expect("EXEC answers");
-                Session::merge_exec(logged, local)
+                session.finish_exec(logged, local, &NoServer)
             }
         };
         for protocol in [Protocol::Resp2, Protocol::Resp3] {

@@ -52,12 +52,16 @@ pub enum Action {
     /// WATCH: take tokens for these keys, hand them to `watched`, reply OK.
     Watch(Vec<Vec<u8>>),
     /// EXEC: one log entry. The log's reply is nil (a watched key
-    /// changed) or one reply per command; the connection's own replies go
-    /// in at their positions (`Session::merge_exec`).
+    /// changed) or one reply per command. The connection's own commands
+    /// (CLIENT SETNAME, ...; with their positions) run only once that
+    /// reply shows the transaction ran, their replies put in at their
+    /// positions (`Session::finish_exec`): a transaction a WATCH aborted
+    /// runs none of them, as in Redis. Until then the connection handles
+    /// nothing after the EXEC, which must see their effects.
     Exec {
         watches: Vec<Watch>,
         commands: Vec<Args>,
-        local: Vec<(usize, Reply)>,
+        local: Vec<(usize, Args)>,
     },
 }
 
@@ -301,15 +305,13 @@ impl Session {
         let mut local = Vec::new();
         for (position, (args, kind)) in multi.queued.into_iter().enumerate() {
             match kind {
-                Kind::Connection => {
-                    let spec = command::lookup(&args).expect("checked when queued");
-                    local.push((position, self.answer(spec, &args, server)));
-                }
+                Kind::Connection => local.push((position, args)),
                 Kind::Read | Kind::Write => commands.push(args),
             }
         }
         if commands.is_empty() && watches.is_empty() {
-            return Action::Reply(Reply::Array(local.into_iter().map(|(_, r)| r).collect()));
+            // Nothing can abort it: it runs here and now.
+            return Action::Reply(self.finish_exec(Reply::Array(Vec::new()), local, server));
         }
         Action::Exec {
             watches,
@@ -318,11 +320,34 @@ impl Session {
         }
     }
 
-    /// EXEC's reply: the log's replies with the connection's own ones put
-    /// back at their positions.
-    pub fn merge_exec(logged: Reply, local: Vec<(usize, Reply)>) -> Reply {
-        let Reply::Array(replies) = logged else {
+    /// EXEC's reply from the log's (`Action::Exec`): if the transaction
+    /// ran, the connection's own commands run now, in their order, and
+    /// their replies go in at their positions. If it did not (nil: a
+    /// watched key changed; or an error), none of them runs.
+    pub fn finish_exec(
+        &mut self,
+        logged: Reply,
+        local: Vec<(usize, Args)>,
+        server: &dyn Server,
+    ) -> Reply {
+        if !matches!(logged, Reply::Array(_)) {
             return logged;
+        }
+        let answered = local
+            .into_iter()
+            .map(|(position, args)| {
+                let spec = command::lookup(&args).expect("checked when queued");
+                (position, self.answer(spec, &args, server))
+            })
+            .collect();
+        Self::merge_exec(logged, answered)
+    }
+
+    /// The log's replies with the connection's own ones put back at their
+    /// positions.
+    fn merge_exec(logged: Reply, local: Vec<(usize, Reply)>) -> Reply {
+        let Reply::Array(replies) = logged else {
+            unreachable!("merged only into a transaction that ran");
         };
         let total = replies.len() + local.len();
         let mut logged = replies.into_iter();
@@ -642,6 +667,54 @@ mod tests {
         }
     }
 
+    /// Found by tests/kv/test_redis_random_diff.py (seed 537): a CLIENT
+    /// SETNAME queued in a transaction that a WATCH aborted renamed the
+    /// connection; in Redis nothing of an aborted transaction runs.
+    #[test]
+    fn a_transaction_aborted_by_watch_runs_none_of_its_connection_commands() {
+        let mut s = Session::new(7);
+        assert_eq!(reply(&mut s, &["CLIENT", "SETNAME", "kept"]), Reply::ok());
+        s.add_watches(vec![Watch {
+            key: b"w".to_vec(),
+            token: 3,
+            watched_ms: 9,
+        }]);
+        assert_eq!(reply(&mut s, &["MULTI"]), Reply::ok());
+        assert_eq!(
+            reply(&mut s, &["CLIENT", "SETNAME", "lost"]),
+            Reply::status("QUEUED")
+        );
+        let Action::Exec { local, .. } = run(&mut s, &["EXEC"]) else {
+            panic!("a watched EXEC goes to the log")
+        };
+        assert_eq!(reply(&mut s, &["CLIENT", "GETNAME"]), Reply::bulk(b"kept"));
+        assert_eq!(
+            s.finish_exec(Reply::NullArray, local, &Fixed),
+            Reply::NullArray
+        );
+        assert_eq!(reply(&mut s, &["CLIENT", "GETNAME"]), Reply::bulk(b"kept"));
+
+        // The same transaction, run: the name changes when its reply comes.
+        s.add_watches(vec![Watch {
+            key: b"w".to_vec(),
+            token: 3,
+            watched_ms: 9,
+        }]);
+        assert_eq!(reply(&mut s, &["MULTI"]), Reply::ok());
+        assert_eq!(
+            reply(&mut s, &["CLIENT", "SETNAME", "new"]),
+            Reply::status("QUEUED")
+        );
+        let Action::Exec { local, .. } = run(&mut s, &["EXEC"]) else {
+            panic!("a watched EXEC goes to the log")
+        };
+        assert_eq!(
+            s.finish_exec(Reply::Array(Vec::new()), local, &Fixed),
+            Reply::Array(vec![Reply::ok()])
+        );
+        assert_eq!(reply(&mut s, &["CLIENT", "GETNAME"]), Reply::bulk(b"new"));
+    }
+
     #[test]
     fn a_transaction_queues_then_goes_to_the_log_with_its_watches_and_local_replies() {
         let mut s = Session::new(7);
@@ -668,14 +741,15 @@ mod tests {
         };
         assert_eq!(watches.len(), 1);
         assert_eq!(commands.len(), 2);
-        assert_eq!(local, vec![(1, Reply::status("PONG"))]);
-        let merged = Session::merge_exec(Reply::Array(vec![Reply::ok(), Reply::bulk(b"1")]), local);
+        assert_eq!(local, vec![(1, vec![b"PING".to_vec()])]);
+        let logged = Reply::Array(vec![Reply::ok(), Reply::bulk(b"1")]);
+        let merged = s.finish_exec(logged, local, &Fixed);
         assert_eq!(
             merged,
             Reply::Array(vec![Reply::ok(), Reply::status("PONG"), Reply::bulk(b"1")])
         );
         assert_eq!(
-            Session::merge_exec(Reply::NullArray, Vec::new()),
+            s.finish_exec(Reply::NullArray, Vec::new(), &Fixed),
             Reply::NullArray
         );
         assert_eq!(s.watched(), 0, "EXEC forgets the watches");

@@ -60,8 +60,9 @@ struct Slot {
     protocol: Protocol,
     kind: SlotKind,
     reply: Option<Reply>,
-    /// EXEC: the connection's own replies to put back in.
-    exec_local: Option<Vec<(usize, Reply)>>,
+    /// EXEC: the connection's own commands, run when the log's reply
+    /// comes (`Session::finish_exec`).
+    exec_local: Option<Vec<(usize, Args)>>,
 }
 
 /// A read waiting for a barrier.
@@ -95,6 +96,9 @@ struct Connection {
     writes_open: usize,
     /// WATCH: shard answers still to come.
     watch_parts: usize,
+    /// An EXEC whose connection commands wait for the log's reply: what
+    /// follows it waits too, since it must see their effects.
+    exec_local_open: bool,
     watch_seq: u64,
     /// A barrier is in flight (its future lives in `run`); `covered` are
     /// the reads it serves, `next_group` those that came after it.
@@ -148,6 +152,7 @@ pub async fn serve(ctx: Arc<KvContext>, stream: TcpStream, peer: SocketAddr) {
         reads_open: 0,
         writes_open: 0,
         watch_parts: 0,
+        exec_local_open: false,
         watch_seq: 0,
         barrier_in_flight: false,
         covered: Vec::new(),
@@ -326,9 +331,20 @@ impl Connection {
             return;
         }
         let reply = match slot.exec_local.take() {
-            Some(local) => Session::merge_exec(reply, local),
+            Some(local) => {
+                self.exec_local_open = false;
+                let server = super::ServerView {
+                    ctx: &self.ctx,
+                    connection: self.id,
+                };
+                let reply = self.session.finish_exec(reply, local, &server);
+                let (_, now) = self.turn_clock();
+                self.info.update(&self.session, now);
+                reply
+            }
             None => reply,
         };
+        let slot = self.slot_mut(seq).expect("found above");
         let kind = slot.kind;
         slot.reply = Some(reply);
         match kind {
@@ -406,7 +422,7 @@ impl Connection {
     async fn dispatch_requests(&mut self) -> bool {
         let mut handled = false;
         loop {
-            if self.watch_parts > 0 || self.closing {
+            if self.watch_parts > 0 || self.exec_local_open || self.closing {
                 return handled;
             }
             let (seq, action) = match self.held.take() {
@@ -508,7 +524,10 @@ impl Connection {
                     ));
                 }
                 let seq = self.slot(SlotKind::Write);
-                self.slot_mut(seq).expect("just made").exec_local = Some(local);
+                if !local.is_empty() {
+                    self.exec_local_open = true;
+                    self.slot_mut(seq).expect("just made").exec_local = Some(local);
+                }
                 self.propose(
                     seq,
                     Op::Exec {
