@@ -672,46 +672,34 @@ mod tests {
     /// connection; in Redis nothing of an aborted transaction runs.
     #[test]
     fn a_transaction_aborted_by_watch_runs_none_of_its_connection_commands() {
+        // WATCH w, MULTI, CLIENT SETNAME `name`, EXEC: the EXEC's
+        // connection commands, waiting for the log's reply.
+        let watched_rename = |s: &mut Session, name: &str| {
+            s.add_watches(vec![Watch {
+                key: b"w".to_vec(),
+                token: 3,
+                watched_ms: 9,
+            }]);
+            assert_eq!(reply(s, &["MULTI"]), Reply::ok());
+            let queued = reply(s, &["CLIENT", "SETNAME", name]);
+            assert_eq!(queued, Reply::status("QUEUED"));
+            let Action::Exec { local, .. } = run(s, &["EXEC"]) else {
+                panic!("a watched EXEC goes to the log")
+            };
+            local
+        };
         let mut s = Session::new(7);
         assert_eq!(reply(&mut s, &["CLIENT", "SETNAME", "kept"]), Reply::ok());
-        s.add_watches(vec![Watch {
-            key: b"w".to_vec(),
-            token: 3,
-            watched_ms: 9,
-        }]);
-        assert_eq!(reply(&mut s, &["MULTI"]), Reply::ok());
-        assert_eq!(
-            reply(&mut s, &["CLIENT", "SETNAME", "lost"]),
-            Reply::status("QUEUED")
-        );
-        let Action::Exec { local, .. } = run(&mut s, &["EXEC"]) else {
-            panic!("a watched EXEC goes to the log")
-        };
+        let local = watched_rename(&mut s, "lost");
         assert_eq!(reply(&mut s, &["CLIENT", "GETNAME"]), Reply::bulk(b"kept"));
-        assert_eq!(
-            s.finish_exec(Reply::NullArray, local, &Fixed),
-            Reply::NullArray
-        );
+        let aborted = s.finish_exec(Reply::NullArray, local, &Fixed);
+        assert_eq!(aborted, Reply::NullArray);
         assert_eq!(reply(&mut s, &["CLIENT", "GETNAME"]), Reply::bulk(b"kept"));
 
         // The same transaction, run: the name changes when its reply comes.
-        s.add_watches(vec![Watch {
-            key: b"w".to_vec(),
-            token: 3,
-            watched_ms: 9,
-        }]);
-        assert_eq!(reply(&mut s, &["MULTI"]), Reply::ok());
-        assert_eq!(
-            reply(&mut s, &["CLIENT", "SETNAME", "new"]),
-            Reply::status("QUEUED")
-        );
-        let Action::Exec { local, .. } = run(&mut s, &["EXEC"]) else {
-            panic!("a watched EXEC goes to the log")
-        };
-        assert_eq!(
-            s.finish_exec(Reply::Array(Vec::new()), local, &Fixed),
-            Reply::Array(vec![Reply::ok()])
-        );
+        let local = watched_rename(&mut s, "new");
+        let ran = s.finish_exec(Reply::Array(Vec::new()), local, &Fixed);
+        assert_eq!(ran, Reply::Array(vec![Reply::ok()]));
         assert_eq!(reply(&mut s, &["CLIENT", "GETNAME"]), Reply::bulk(b"new"));
     }
 
