@@ -270,10 +270,8 @@ fn seal_frame(bytes: &mut [u8], offset: usize) -> usize {
     let declared = u32::from_be_bytes(bytes[offset + 1..offset + 5].try_into().expect("4"));
     let len = (declared as usize).min(bytes.len() - start);
     bytes[offset + 1..offset + 5].copy_from_slice(&(len as u32).to_be_bytes());
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&bytes[offset..offset + 1]);
-    crc.update(&bytes[start..start + len]);
-    bytes[offset + 5..offset + 9].copy_from_slice(&crc.finalize().to_be_bytes());
+    let crc = snapshot::frame_crc(bytes[offset], &bytes[start..start + len]);
+    bytes[offset + 5..offset + 9].copy_from_slice(&crc.to_be_bytes());
     start + len
 }
 

@@ -65,18 +65,24 @@ fn frame_error(offset: usize, reason: impl Into<String>) -> KvSnapshotError {
     }
 }
 
+/// A frame's CRC: it covers the kind byte and the payload.
+pub(crate) fn frame_crc(kind: u8, payload: &[u8]) -> u32 {
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&[kind]);
+    crc.update(payload);
+    crc.finalize()
+}
+
 fn frame(out: &mut Vec<u8>, kind: u8, body: impl FnOnce(&mut Vec<u8>)) {
     let start = out.len();
     out.push(kind);
     out.extend_from_slice(&[0; 8]);
     body(out);
     let len = out.len() - start - FRAME_HEADER_BYTES;
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&[kind]);
-    crc.update(&out[start + FRAME_HEADER_BYTES..]);
+    let crc = frame_crc(kind, &out[start + FRAME_HEADER_BYTES..]);
     out[start + 1..start + 5]
         .copy_from_slice(&u32::try_from(len).expect("frame fits").to_be_bytes());
-    out[start + 5..start + 9].copy_from_slice(&crc.finalize().to_be_bytes());
+    out[start + 5..start + 9].copy_from_slice(&crc.to_be_bytes());
 }
 
 fn varint(out: &mut Vec<u8>, mut value: u64) {
@@ -328,10 +334,7 @@ fn read_frame(bytes: &[u8], offset: usize) -> Result<(u8, &[u8], usize), KvSnaps
         ));
     }
     let payload = &bytes[start..start + len];
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&[kind]);
-    crc.update(payload);
-    if crc.finalize() != stored {
+    if frame_crc(kind, payload) != stored {
         return Err(KvSnapshotError::Checksum(offset));
     }
     Ok((kind, payload, start + len))

@@ -467,12 +467,10 @@ fn version_1(bytes: &[u8]) -> Vec<u8> {
             let slots = u32::from_be_bytes(payload[..4].try_into().unwrap()) as usize;
             payload.truncate(4 + slots * 10);
         }
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(&[kind]);
-        crc.update(&payload);
+        let crc = crate::snapshot::frame_crc(kind, &payload);
         out.push(kind);
         out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-        out.extend_from_slice(&crc.finalize().to_be_bytes());
+        out.extend_from_slice(&crc.to_be_bytes());
         out.extend_from_slice(&payload);
         at += 9 + len;
     }
