@@ -56,6 +56,17 @@ pub enum KvSnapshotError {
     Frame { offset: usize, reason: String },
     #[error("keyspace snapshot: checksum mismatch in the frame at offset {0}")]
     Checksum(usize),
+    /// END's counts differ from the frames and keys before it, or bytes
+    /// follow it.
+    #[error("keyspace snapshot: frame at offset {offset}: END declares {declared_frames} frames / {declared_keys} keys, found {frames} / {keys} ({trailing_bytes} bytes after it)")]
+    EndCounts {
+        offset: usize,
+        declared_frames: u32,
+        declared_keys: u64,
+        frames: u32,
+        keys: u64,
+        trailing_bytes: usize,
+    },
 }
 
 fn frame_error(offset: usize, reason: impl Into<String>) -> KvSnapshotError {
@@ -296,10 +307,14 @@ pub fn decode(bytes: &[u8], shard_count: usize) -> Result<Image, KvSnapshotError
                 let declared_frames = r.u32()? as u32;
                 let declared_keys = r.u64()?;
                 if declared_frames != frames || declared_keys != keys || next != bytes.len() {
-                    return Err(frame_error(
+                    return Err(KvSnapshotError::EndCounts {
                         offset,
-                        format!("END declares {declared_frames} frames / {declared_keys} keys, found {frames} / {keys} ({} bytes after it)", bytes.len() - next),
-                    ));
+                        declared_frames,
+                        declared_keys,
+                        frames,
+                        keys,
+                        trailing_bytes: bytes.len() - next,
+                    });
                 }
                 r.finish()?;
                 for shard in &mut image.shards {

@@ -96,6 +96,10 @@ pub enum SnapshotError {
     Decode(#[from] JuteError),
     #[error("snapshot is inconsistent: {0}")]
     Inconsistent(String),
+    /// Every record checked out, but the tree they build hashes to another
+    /// digest than the header stores.
+    #[error("snapshot is inconsistent: digest {computed:#x} != stored {stored:#x}")]
+    Digest { computed: u64, stored: u64 },
     #[error("no snapshot is being written (the tree was replaced)")]
     NotRunning,
 }
@@ -798,10 +802,10 @@ fn build(
         )));
     }
     if tree.digest != header.digest {
-        return Err(inconsistent(format!(
-            "digest {:#x} != stored {:#x}",
-            tree.digest, header.digest
-        )));
+        return Err(SnapshotError::Digest {
+            computed: tree.digest,
+            stored: header.digest,
+        });
     }
     if legacy {
         // Verified with format 3's content hash; kept from now on in this
@@ -1100,9 +1104,10 @@ mod legacy {
             place(&mut tree, &node_path, data, &acl, &stat)?;
         }
         if computed != digest {
-            return Err(inconsistent(format!(
-                "digest {computed:#x} != stored {digest:#x}"
-            )));
+            return Err(SnapshotError::Digest {
+                computed,
+                stored: digest,
+            });
         }
         tree.verify().map_err(inconsistent)?;
         Ok(tree)
