@@ -418,6 +418,10 @@ pub enum PlantedBug {
     /// Any node takes a read lease from a ReadIndex round it asked, led
     /// or not, and answers reads from its own state under it.
     LeaseWithoutLeadership,
+    /// A leader never sends a new member its first snapshot: a node that
+    /// joins with an empty disk (it answers nothing before one) never
+    /// catches up.
+    NoFirstSnapshot,
 }
 
 struct PendingRead {

@@ -34,4 +34,4 @@ pub mod rng;
 pub mod workload;
 pub mod world;
 
-pub use world::{run_seed, Options, Report, Stats, World};
+pub use world::{run_seed, Joiner, Options, Report, Stats, World};

@@ -84,6 +84,15 @@ pub const TREE_VERSION_FLIP_PER_MILLION: u64 = 250_000;
 pub const MEMBERSHIP_FAULT_PER_MILLION: u64 = 300_000;
 /// Times the operator asks to add a removed member back (a second apart).
 pub const MEMBERSHIP_ATTEMPTS_MAX: u32 = 30;
+/// Runs in which a brand-new node (id `nodes + 1`, empty disk) joins: it
+/// starts knowing no member, as `keel server --join` does, and an
+/// operator asks to add it until it is a member.
+pub const JOIN_RUN_PER_MILLION: u64 = 150_000;
+/// ... as an observer (else as a voter).
+pub const JOINER_OBSERVER_PER_MILLION: u64 = 250_000;
+/// ... that crashes a while after it starts (often while it installs
+/// its first snapshot), half of those in a log write.
+pub const JOINER_CRASH_PER_MILLION: u64 = 500_000;
 /// The reply routing of the operator's reconfigs: a session no node has.
 const OPERATOR_CONTEXT: [u8; 12] = [0; 12];
 /// Runs with Keel KV clients (1 or 2 of them).
@@ -106,11 +115,57 @@ fn bootstrap_membership(voters: &[u64], learners: &[u64]) -> Membership {
     keel_consensus::core::bootstrap_membership(&peers, learners, &BTreeMap::new())
 }
 
+/// A node that joins the running cluster (`Options::joiner`).
+#[derive(Debug, Clone)]
+pub struct Joiner {
+    /// Voter or observer, as the operator adds it.
+    pub role: Role,
+    /// When it starts and asks to be added (ms into the run).
+    pub at_ms: u64,
+    /// A crash this long after its start, with its restart delay and
+    /// whether it dies in a log write (a snapshot install persists too).
+    pub crash: Option<(u64, u64, bool)>,
+}
+
+impl Joiner {
+    /// Drawn from a generator of its own: a seed's other draws stay what
+    /// they were.
+    fn for_seed(seed: u64, duration_ms: u64) -> Option<Joiner> {
+        let mut rng = Rng::new(seed ^ 0x6a6f_696e);
+        rng.chance(JOIN_RUN_PER_MILLION)
+            .then(|| Joiner::draw(&mut rng, duration_ms))
+    }
+
+    /// A joiner for every run (`SIM_JOIN=1` on a batch soaks joins).
+    pub fn always(seed: u64, duration_ms: u64) -> Joiner {
+        Joiner::draw(&mut Rng::new(seed ^ 0x6a6f_696e ^ 1), duration_ms)
+    }
+
+    fn draw(rng: &mut Rng, duration_ms: u64) -> Joiner {
+        let role = if rng.chance(JOINER_OBSERVER_PER_MILLION) {
+            Role::Observer
+        } else {
+            Role::Voter
+        };
+        let at_ms = rng.between(500, duration_ms / 2);
+        let crash = rng.chance(JOINER_CRASH_PER_MILLION).then(|| {
+            (
+                rng.between(50, 2_000),
+                rng.between(200, 3_000),
+                rng.chance(500_000),
+            )
+        });
+        Joiner { role, at_ms, crash }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Options {
     pub seed: u64,
-    /// Members, voters and observers: ids 1..=nodes.
+    /// Members at the start, voters and observers: ids 1..=nodes.
     pub nodes: usize,
+    /// A brand-new node, id `nodes + 1`, that joins during the run.
+    pub joiner: Option<Joiner>,
     /// Ids of observers (raft learners: replicate, serve, forward writes,
     /// never vote or lead).
     pub observers: Vec<u64>,
@@ -184,9 +239,11 @@ impl Options {
         } else {
             0
         };
+        let duration_ms = 12_000;
         Options {
             seed,
             nodes,
+            joiner: Joiner::for_seed(seed, duration_ms),
             observers: if observer {
                 vec![nodes as u64]
             } else {
@@ -195,7 +252,7 @@ impl Options {
             preferred_leader,
             observers_vote: false,
             clients,
-            duration_ms: 12_000,
+            duration_ms,
             faults: true,
             planted_bug: PlantedBug::None,
             reads_skip_queue: false,
@@ -246,6 +303,11 @@ pub struct Stats {
     pub linearizability_undecided: u64,
     /// Members removed by an operator's reconfig (and added back).
     pub membership_changes: u64,
+    /// Brand-new nodes started to join (`Options::joiner`), and those a
+    /// leader's snapshot reached (the convergence check then holds them
+    /// to the others' state).
+    pub joins: u64,
+    pub joined: u64,
     /// Keel KV requests (with the final reads), writes acknowledged, and
     /// requests whose outcome stayed unknown.
     pub kv_operations: usize,
@@ -350,6 +412,8 @@ enum Ev {
         node: u64,
         attempt: u32,
     },
+    /// The brand-new node starts and an operator asks to add it.
+    Join,
     EndFaults,
     /// A KV client sends its next request.
     KvWake {
@@ -392,6 +456,30 @@ struct Node {
     /// The epoch's `RaftStatus::lease_reads` already added to the stats
     /// (read, not reset: the core renews its lease from that counter).
     lease_reads_counted: u64,
+}
+
+impl Node {
+    /// A node not started yet, with an empty disk.
+    fn new(id: u64, rng: &mut Rng) -> Node {
+        Node {
+            id,
+            epoch: 0,
+            core: None,
+            disk: SharedDisk::default(),
+            fsync_ms: rng.between(1, 6),
+            tick_ms: TICK_MS - 5 + rng.below(11),
+            advance_scheduled: false,
+            busy_until_us: 0,
+            next_session: 0,
+            outbox: Outbox::default(),
+            snapshot: None,
+            reaper: Reaper::default(),
+            corrupted: None,
+            kv: None,
+            kv_barrier: 0,
+            lease_reads_counted: 0,
+        }
+    }
 }
 
 /// A Keel KV client: one connection at a time, one request at a time.
@@ -600,30 +688,23 @@ pub struct World {
 impl World {
     pub fn new(options: Options) -> World {
         assert!(matches!(options.nodes, 1..=7), "1 to 7 nodes");
+        assert!(
+            options.joiner.is_none() || options.nodes < 7,
+            "a joiner makes at most 7 nodes"
+        );
         assert!(options.clients > 0, "at least one client");
         let mut rng = Rng::new(options.seed);
         let drop_per_million = if options.faults { rng.below(30_000) } else { 0 };
         let duplicate_per_million = if options.faults { rng.below(20_000) } else { 0 };
-        let nodes = (1..=options.nodes as u64)
-            .map(|id| Node {
-                id,
-                epoch: 0,
-                core: None,
-                disk: SharedDisk::default(),
-                fsync_ms: rng.between(1, 6),
-                tick_ms: TICK_MS - 5 + rng.below(11),
-                advance_scheduled: false,
-                busy_until_us: 0,
-                next_session: 0,
-                outbox: Outbox::default(),
-                snapshot: None,
-                reaper: Reaper::default(),
-                corrupted: None,
-                kv: None,
-                kv_barrier: 0,
-                lease_reads_counted: 0,
-            })
+        let mut nodes: Vec<Node> = (1..=options.nodes as u64)
+            .map(|id| Node::new(id, &mut rng))
             .collect();
+        if options.joiner.is_some() {
+            // Its disk and clock from a generator of their own: the run's
+            // other draws stay what they were.
+            let id = options.nodes as u64 + 1;
+            nodes.push(Node::new(id, &mut Rng::new(options.seed ^ 0x006e_6577)));
+        }
         let kv_clients = (0..options.kv_clients)
             .map(|_| KvClient {
                 conn: None,
@@ -734,6 +815,9 @@ impl World {
         if self.options.faults {
             self.plan_faults();
         }
+        if let Some(joiner) = &self.options.joiner {
+            self.schedule(joiner.at_ms * 1000, Ev::Join);
+        }
         let end_us = self.options.duration_ms * 1000;
         self.schedule(end_us, Ev::EndFaults);
         let stop_us = end_us + SETTLE_MS * 1000;
@@ -810,7 +894,9 @@ impl World {
     /// The member table an operator gives a re-added member (the simulator
     /// routes by id: addresses are names).
     fn member_entry(&self, id: u64) -> Member {
-        let role = if self.options.observers.contains(&id) && !self.options.observers_vote {
+        let role = if let Some(joiner) = self.joiner().filter(|j| j.0 == id) {
+            joiner.1
+        } else if self.options.observers.contains(&id) && !self.options.observers_vote {
             Role::Observer
         } else {
             Role::Voter
@@ -827,11 +913,7 @@ impl World {
 
     /// A live node that leads, else any live member, to ask a change of.
     fn operator_target(&self) -> Option<u64> {
-        let live = self.nodes.iter().filter(|n| {
-            n.core
-                .as_ref()
-                .is_some_and(|c| !c.machine().node().removed())
-        });
+        let live = self.nodes.iter().filter(|n| self.serves(n.id));
         let live: Vec<&Node> = live.collect();
         live.iter()
             .find(|n| n.core.as_ref().is_some_and(|c| c.is_leader()))
@@ -843,6 +925,7 @@ impl World {
         if self.faults_over {
             return;
         }
+        // The starting members' voters (a joiner is never the one removed).
         let voters = self.options.nodes - self.options.observers.len();
         if voters < 3 && !self.options.observers.contains(&id) {
             return; // a change must leave at least 2 voters
@@ -888,10 +971,18 @@ impl World {
                 attempt: attempt + 1,
             },
         );
-        let lacking = self.nodes.iter().filter_map(|n| n.core.as_ref()).any(|c| {
-            let membership = c.membership();
-            membership.pending.is_none() && !membership.members.contains_key(&id)
-        });
+        // A joiner that has no configuration yet lacks every member: it
+        // does not count until a leader's snapshot brought one.
+        let unjoined = self.joiner().map(|j| j.0).filter(|&j| !self.joined(j));
+        let lacking = self
+            .nodes
+            .iter()
+            .filter(|n| Some(n.id) != unjoined)
+            .filter_map(|n| n.core.as_ref())
+            .any(|c| {
+                let membership = c.membership();
+                membership.pending.is_none() && !membership.members.contains_key(&id)
+            });
         if !lacking {
             return;
         }
@@ -910,6 +1001,59 @@ impl World {
                 OPERATOR_CONTEXT.to_vec(),
             );
             self.request_advance(asked);
+        }
+    }
+
+    /// The joiner's id and role, in a run that has one.
+    fn joiner(&self) -> Option<(u64, Role)> {
+        let joiner = self.options.joiner.as_ref()?;
+        Some((self.options.nodes as u64 + 1, joiner.role))
+    }
+
+    /// Node `id` has a configuration that holds it: always for a starting
+    /// member, for the joiner once a leader's snapshot brought one.
+    fn joined(&self, id: u64) -> bool {
+        self.nodes[(id - 1) as usize]
+            .core
+            .as_ref()
+            .is_some_and(|c| c.applied() > 0 && c.membership().members.contains_key(&id))
+    }
+
+    /// Clients may use node `id`: it is up and a member (a removed node
+    /// closes its clients; a joining one serves once it is a member, as
+    /// the server starts serving only after it caught up).
+    fn serves(&self, id: u64) -> bool {
+        let Some(core) = self.nodes[(id - 1) as usize].core.as_ref() else {
+            return false;
+        };
+        !core.machine().node().removed() && (id <= self.options.nodes as u64 || self.joined(id))
+    }
+
+    /// The brand-new node starts with an empty disk, knowing no member,
+    /// and an operator asks a member to add it, every second until it is
+    /// one (`add_member`), as `keel server --join` asks.
+    fn join(&mut self) {
+        let (id, role) = self.joiner().expect("a run with a joiner");
+        self.stats.joins += 1;
+        self.note(format!("n{id} starts to join as {role:?}"));
+        self.start_node(id);
+        self.schedule(
+            0,
+            Ev::AddMember {
+                node: id,
+                attempt: 0,
+            },
+        );
+        let crash = self.options.joiner.as_ref().and_then(|j| j.crash);
+        if let Some((after_ms, restart_after_ms, mid_write)) = crash {
+            self.schedule(
+                after_ms * 1000,
+                Ev::Crash {
+                    node: id,
+                    restart_after_ms,
+                    mid_write,
+                },
+            );
         }
     }
 
@@ -967,6 +1111,7 @@ impl World {
                 back_after_ms,
             } => self.remove_member(node, back_after_ms),
             Ev::AddMember { node, attempt } => self.add_member(node, attempt),
+            Ev::Join => self.join(),
             Ev::EndFaults => self.end_faults(),
             Ev::KvWake { client } => self.kv_wake(client),
             Ev::KvTimeout {
@@ -1000,18 +1145,26 @@ impl World {
         let clock = self.clock_ms.clone();
         let seed = self.rng.next_u64();
         let planted_bug = self.options.planted_bug;
+        let joining = self.joiner().is_some_and(|j| j.0 == id);
         let node = self.node(id);
         let disk = node.disk.clone();
         let corrupted = node.corrupted.take();
-        let bootstrap = bootstrap_membership(&voters, &learners);
+        // A joiner starts as `keel server --join` does: no configuration
+        // and no member known (`recover`); a leader's snapshot brings both.
+        let (bootstrap, conf_state) = if joining {
+            (Membership::default(), ConfState::default())
+        } else {
+            let conf_state = ConfState {
+                voters: voters.clone(),
+                learners: learners.clone(),
+                ..Default::default()
+            };
+            (bootstrap_membership(&voters, &learners), conf_state)
+        };
         let (tree, keyspace, dedup, durable, refused, membership) = {
             let mut stored = disk.borrow_mut();
             if stored.conf_state.is_none() {
-                stored.conf_state = Some(ConfState {
-                    voters: voters.clone(),
-                    learners: learners.clone(),
-                    ..Default::default()
-                });
+                stored.conf_state = Some(conf_state);
             }
             let Loaded {
                 tree,
@@ -1184,7 +1337,10 @@ impl World {
         let Some(core) = node.core.as_mut() else {
             return;
         };
-        if !core.io().peers.contains(&from) {
+        // A joiner knows no member yet and lets any sender in (the
+        // server's `handshake::Acceptor`), until a snapshot names them.
+        let peers = &core.io().peers;
+        if !peers.is_empty() && !peers.contains(&from) {
             return; // refused at the handshake: not a member it knows
         }
         core.peer(input);
@@ -1193,7 +1349,8 @@ impl World {
 
     fn tick(&mut self, id: u64, epoch: u64) {
         let now_ms = self.now_us / 1000;
-        let is_observer = self.options.observers.contains(&id);
+        let is_observer =
+            self.options.observers.contains(&id) || self.joiner() == Some((id, Role::Observer));
         let node = self.node(id);
         if node.epoch != epoch {
             return;
@@ -1581,7 +1738,7 @@ impl World {
         self.stats.partitions += 1;
         self.note(format!("partition {isolated:?}"));
         for &inside in &isolated {
-            for other in 1..=self.options.nodes as u64 {
+            for other in 1..=self.nodes.len() as u64 {
                 if !isolated.contains(&other) {
                     self.cut.insert((inside, other));
                     self.cut.insert((other, inside));
@@ -1604,8 +1761,10 @@ impl World {
         self.drop_per_million = 0;
         self.duplicate_per_million = 0;
         self.heal();
-        for id in 1..=self.options.nodes as u64 {
-            if !self.alive(id) {
+        for id in 1..=self.nodes.len() as u64 {
+            // A joiner that never started (its time came after the end)
+            // stays down; convergence then reports it.
+            if !self.alive(id) && self.node(id).epoch > 0 {
                 self.start_node(id);
             }
             let node = self.node(id);
@@ -1637,13 +1796,8 @@ impl World {
                     engine.disconnect(conn.id);
                 }
             }
-            let candidates: Vec<u64> = (1..=self.options.nodes as u64)
-                .filter(|&id| {
-                    self.nodes[(id - 1) as usize]
-                        .core
-                        .as_ref()
-                        .is_some_and(|core| !core.machine().node().removed())
-                })
+            let candidates: Vec<u64> = (1..=self.nodes.len() as u64)
+                .filter(|&id| self.serves(id))
                 .collect();
             if candidates.is_empty() {
                 return self.kv_wake_later(client);
@@ -2105,15 +2259,13 @@ impl World {
     /// A live node that has seen at least what the client has seen.
     fn pick_node(&mut self, client: usize) -> Option<u64> {
         let last_zxid = self.clients[client].last_zxid;
-        let candidates: Vec<u64> = (1..=self.options.nodes as u64)
+        let candidates: Vec<u64> = (1..=self.nodes.len() as u64)
             .filter(|&id| {
-                self.nodes[(id - 1) as usize]
-                    .core
-                    .as_ref()
-                    .is_some_and(|core| {
-                        core.machine().node().last_zxid() >= last_zxid
-                            && !core.machine().node().removed()
-                    })
+                self.serves(id)
+                    && self.nodes[(id - 1) as usize]
+                        .core
+                        .as_ref()
+                        .is_some_and(|core| core.machine().node().last_zxid() >= last_zxid)
             })
             .collect();
         if candidates.is_empty() {
@@ -3044,6 +3196,9 @@ impl World {
     // ---- end of run --------------------------------------------------
 
     fn finish(mut self) -> Report {
+        if let Some((id, _)) = self.joiner() {
+            self.stats.joined += u64::from(self.joined(id));
+        }
         self.check_convergence();
         self.check_reaped_after_settle();
         self.check_affinity();

@@ -3,12 +3,13 @@
 //! - `SIM_SEEDS=<n>` sets the batch size (default 1,000), `SIM_FIRST_SEED`
 //!   its start (default 0): a soak is `SIM_FIRST_SEED=100000 SIM_SEEDS=50000`.
 //! - `SIM_SEED=<n>` makes `replay` run that one seed and print its trace.
+//! - `SIM_JOIN=1` (batch and replay): a brand-new node joins in every run.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use keel_consensus::PlantedBug;
-use sim::{run_seed, Options, Report, World};
+use sim::{run_seed, Joiner, Options, Report, World};
 
 /// How many failing seeds have a failure that `matches` accepts.
 fn caught_by(failing: &[Report], matches: impl Fn(&str) -> bool) -> usize {
@@ -90,6 +91,8 @@ fn add_stats(total: &mut sim::Stats, run: &sim::Stats) {
     total.reaped_ttl_nodes += run.reaped_ttl_nodes;
     total.linearizability_undecided += run.linearizability_undecided;
     total.membership_changes += run.membership_changes;
+    total.joins += run.joins;
+    total.joined += run.joined;
     total.kv_operations += run.kv_operations;
     total.kv_acknowledged_writes += run.kv_acknowledged_writes;
     total.kv_unknown_outcomes += run.kv_unknown_outcomes;
@@ -102,21 +105,33 @@ fn seed_batch_finds_no_violation() {
     let first = env_u64("SIM_FIRST_SEED", 0);
     let count = env_u64("SIM_SEEDS", 1_000);
     let started = std::time::Instant::now();
-    let (failing, stats) = run_batch((first..first + count).collect(), Options::for_seed);
+    // SIM_JOIN=1: a brand-new node joins in every run, not in 15%.
+    let (failing, stats) = run_batch((first..first + count).collect(), options_for_seed);
     eprintln!(
         "sim: {count} seeds in {:.1} s: {stats:?}",
         started.elapsed().as_secs_f64()
     );
     for report in &failing {
         eprintln!(
-            "seed {} FAILED (replay: SIM_SEED={} cargo test -p sim --release replay -- --nocapture):\n  {}",
+            "seed {} FAILED (replay: {}SIM_SEED={} cargo test -p sim --release replay -- --nocapture):\n  {}",
             report.seed,
+            if std::env::var("SIM_JOIN").is_ok_and(|v| v == "1") { "SIM_JOIN=1 " } else { "" },
             report.seed,
             report.failures.join("\n  ")
         );
     }
     let seeds: Vec<u64> = failing.iter().map(|r| r.seed).collect();
     assert!(failing.is_empty(), "failing seeds: {seeds:?}");
+}
+
+/// The batch's options; with SIM_JOIN=1 a brand-new node joins in every
+/// run, not in 15% (the batch's failures name it in their replay line).
+fn options_for_seed(seed: u64) -> Options {
+    let mut options = Options::for_seed(seed);
+    if std::env::var("SIM_JOIN").is_ok_and(|v| v == "1") {
+        options.joiner = Some(Joiner::always(seed, options.duration_ms));
+    }
+    options
 }
 
 #[test]
@@ -132,7 +147,7 @@ fn replay() {
             .without_time()
             .try_init();
     }
-    let mut options = Options::for_seed(seed);
+    let mut options = options_for_seed(seed);
     options.trace = true;
     match std::env::var("SIM_PLANTED_BUG").as_deref() {
         Ok("reads-skip-queue") => options.reads_skip_queue = true,
@@ -146,6 +161,7 @@ fn replay() {
         Ok("kv-snapshot-keys-dropped") => options.kv_snapshot_keys_dropped = true,
         Ok("no-leader-transfer") => options.planted_bug = PlantedBug::NoLeaderTransfer,
         Ok("lease-without-leadership") => options.planted_bug = PlantedBug::LeaseWithoutLeadership,
+        Ok("no-first-snapshot") => options.planted_bug = PlantedBug::NoFirstSnapshot,
         Ok(_) => options.planted_bug = PlantedBug::ApplyBeforeCommit,
         Err(_) => {}
     }
@@ -282,6 +298,50 @@ fn observers_that_vote_are_caught() {
         failing.len()
     );
     assert!(led > 0, "the observer check missed an observer that leads");
+}
+
+/// A brand-new node joins in every run, a voter in even seeds and an
+/// observer in odd ones, without a crash.
+fn with_joiner(seed: u64) -> Options {
+    let role = if seed.is_multiple_of(2) {
+        keel_consensus::Role::Voter
+    } else {
+        keel_consensus::Role::Observer
+    };
+    Options {
+        joiner: Some(Joiner {
+            role,
+            at_ms: 1_000 + seed % 4_000,
+            crash: None,
+        }),
+        ..Options::for_seed(seed)
+    }
+}
+
+#[test]
+fn a_leader_that_never_sends_a_joiner_its_first_snapshot_is_caught() {
+    let seeds: Vec<u64> = (0..40).collect();
+    let (failing, stats) = run_batch(seeds.clone(), with_joiner);
+    assert!(
+        failing.is_empty(),
+        "joins fail: {:?}",
+        first_failure(&failing)
+    );
+    assert_eq!(stats.joined, 40, "every joiner caught up");
+    let (failing, stats) = run_batch(seeds, |seed| Options {
+        planted_bug: PlantedBug::NoFirstSnapshot,
+        ..with_joiner(seed)
+    });
+    let stuck = caught_by(&failing, |f| f.starts_with("no convergence"));
+    eprintln!(
+        "no first snapshot caught by {} of 40 seeds ({stuck} by the convergence check); {} joiners joined",
+        failing.len(),
+        stats.joined
+    );
+    assert!(
+        stuck > 0,
+        "the convergence check missed a joiner that never caught up"
+    );
 }
 
 #[test]

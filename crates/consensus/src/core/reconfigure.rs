@@ -827,6 +827,10 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     /// gets one that holds it: a new member's log is empty and must not be
     /// filled from index 1 (the bootstrap configuration is not in the log).
     fn send_first_snapshots(&mut self) {
+        #[cfg(feature = "testing")]
+        if self.config.planted_bug == super::PlantedBug::NoFirstSnapshot {
+            return;
+        }
         let floors: Vec<(u64, u64)> = self
             .raw
             .store()
