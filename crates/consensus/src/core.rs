@@ -418,9 +418,9 @@ pub enum PlantedBug {
     /// Any node takes a read lease from a ReadIndex round it asked, led
     /// or not, and answers reads from its own state under it.
     LeaseWithoutLeadership,
-    /// A leader never sends a new member its first snapshot: a node that
-    /// joins with an empty disk (it answers nothing before one) never
-    /// catches up.
+    /// No new member gets its first snapshot: the leader never sends it
+    /// unasked and a joining node never asks (`ask_first_snapshot`), so a
+    /// node that joins with an empty disk never catches up.
     NoFirstSnapshot,
 }
 
@@ -966,7 +966,10 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     pub fn peer(&mut self, input: PeerInput) {
         match input {
             PeerInput::Raft(message) => {
-                if self.refuse_before_first_snapshot(&message) || self.refuse_vote(&message) {
+                if self.refuse_before_first_snapshot(&message) {
+                    return self.ask_first_snapshot(&message);
+                }
+                if self.refuse_vote(&message) {
                     return;
                 }
                 self.reconfig.heard.insert(message.from, self.ticks);

@@ -90,6 +90,9 @@ pub const MEMBERSHIP_ATTEMPTS_MAX: u32 = 30;
 pub const JOIN_RUN_PER_MILLION: u64 = 150_000;
 /// ... as an observer (else as a voter).
 pub const JOINER_OBSERVER_PER_MILLION: u64 = 250_000;
+/// ... that replaces a starting member of its role in the same change
+/// (joining and leaving in one reconfig: a joint configuration).
+pub const JOINER_REPLACES_PER_MILLION: u64 = 400_000;
 /// ... that crashes a while after it starts (often while it installs
 /// its first snapshot), half of those in a log write.
 pub const JOINER_CRASH_PER_MILLION: u64 = 500_000;
@@ -125,6 +128,10 @@ pub struct Joiner {
     /// A crash this long after its start, with its restart delay and
     /// whether it dies in a log write (a snapshot install persists too).
     pub crash: Option<(u64, u64, bool)>,
+    /// The same reconfig removes a starting member of the joiner's role
+    /// (the highest id that is not the preferred leader), as an operator
+    /// replaces a machine; the removed node is stopped after the settle.
+    pub replaces: bool,
 }
 
 impl Joiner {
@@ -155,7 +162,13 @@ impl Joiner {
                 rng.chance(500_000),
             )
         });
-        Joiner { role, at_ms, crash }
+        let replaces = rng.chance(JOINER_REPLACES_PER_MILLION);
+        Joiner {
+            role,
+            at_ms,
+            crash,
+            replaces,
+        }
     }
 }
 
@@ -683,6 +696,8 @@ pub struct World {
     /// The KV clients' choices, from a generator of their own: a seed's
     /// other requests and faults stay what they were.
     kv_rng: Rng,
+    /// The starting member the joiner replaces (`Joiner::replaces`).
+    replaced: Option<u64>,
 }
 
 impl World {
@@ -714,6 +729,17 @@ impl World {
             })
             .collect();
         let kv_rng = Rng::new(options.seed ^ 0x6b76);
+        let replaced = options
+            .joiner
+            .as_ref()
+            .filter(|j| j.replaces)
+            .and_then(|joiner| {
+                let observer = joiner.role == Role::Observer;
+                (1..=options.nodes as u64).rev().find(|id| {
+                    options.observers.contains(id) == observer
+                        && options.preferred_leader != Some(*id)
+                })
+            });
         let clients = (0..options.clients)
             .map(|id| Client {
                 id,
@@ -764,6 +790,7 @@ impl World {
             kv_clients,
             kv_history: Vec::new(),
             kv_rng,
+            replaced,
         }
     }
 
@@ -922,8 +949,8 @@ impl World {
     }
 
     fn remove_member(&mut self, id: u64, back_after_ms: u64) {
-        if self.faults_over {
-            return;
+        if self.faults_over || self.replaced == Some(id) {
+            return; // the joiner's change removes that one for good
         }
         // The starting members' voters (a joiner is never the one removed).
         let voters = self.options.nodes - self.options.observers.len();
@@ -971,37 +998,56 @@ impl World {
                 attempt: attempt + 1,
             },
         );
-        // A joiner that has no configuration yet lacks every member: it
-        // does not count until a leader's snapshot brought one.
-        let unjoined = self.joiner().map(|j| j.0).filter(|&j| !self.joined(j));
-        let lacking = self
-            .nodes
-            .iter()
-            .filter(|n| Some(n.id) != unjoined)
-            .filter_map(|n| n.core.as_ref())
-            .any(|c| {
+        // As an operator does: the configuration the node it asks (the
+        // leader if there is one) applied lacks `id`, with no change under
+        // way. (A removed node's or a joiner's own view would lack members
+        // added since and ask for changes that change nothing, which then
+        // hold back the ones that do: `SIM_JOIN=1`, seed 848.)
+        let Some(asked) = self.operator_target() else {
+            return;
+        };
+        let lacking = self.nodes[(asked - 1) as usize]
+            .core
+            .as_ref()
+            .is_some_and(|c| {
                 let membership = c.membership();
                 membership.pending.is_none() && !membership.members.contains_key(&id)
             });
         if !lacking {
             return;
         }
-        if let Some(asked) = self.operator_target() {
+        self.note(format!(
+            "reconfig: n{asked} asked to add n{id} (attempt {attempt})"
+        ));
+        // The joiner replaces a member in the same change while that
+        // one is still in the asked node's configuration.
+        let leaving: Vec<u64> = self
+            .replaced
+            .filter(|_| self.joiner().is_some_and(|j| j.0 == id))
+            .filter(|r| {
+                self.nodes[(asked - 1) as usize]
+                    .core
+                    .as_ref()
+                    .is_some_and(|c| c.membership().members.contains_key(r))
+            })
+            .into_iter()
+            .collect();
+        if !leaving.is_empty() {
             self.note(format!(
-                "reconfig: n{asked} asked to add n{id} (attempt {attempt})"
+                "reconfig: ... and to remove {leaving:?} in the same change"
             ));
-            let change = Change::Incremental {
-                joining: vec![self.member_entry(id)],
-                leaving: Vec::new(),
-            };
-            self.node(asked).core.as_mut().expect("alive").reconfigure(
-                change,
-                None,
-                true,
-                OPERATOR_CONTEXT.to_vec(),
-            );
-            self.request_advance(asked);
         }
+        let change = Change::Incremental {
+            joining: vec![self.member_entry(id)],
+            leaving,
+        };
+        self.node(asked).core.as_mut().expect("alive").reconfigure(
+            change,
+            None,
+            true,
+            OPERATOR_CONTEXT.to_vec(),
+        );
+        self.request_advance(asked);
     }
 
     /// The joiner's id and role, in a run that has one.
@@ -3199,6 +3245,7 @@ impl World {
         if let Some((id, _)) = self.joiner() {
             self.stats.joined += u64::from(self.joined(id));
         }
+        self.check_join();
         self.check_convergence();
         self.check_reaped_after_settle();
         self.check_affinity();
@@ -3256,6 +3303,45 @@ impl World {
         }
     }
 
+    /// After the settle every serving node's configuration holds the
+    /// joiner and not the member it replaced (the operator asked until
+    /// then); the replaced node, out of the configuration, is stopped as
+    /// an operator stops a removed server, and the checks after this one
+    /// look at the members only.
+    fn check_join(&mut self) {
+        let Some((joiner, _)) = self.joiner() else {
+            return;
+        };
+        // The replaced node may not know it is out (the change committed
+        // while it was cut off, and a leader sends nothing to a
+        // non-member): the others' configurations decide.
+        let serving: Vec<u64> = (1..=self.nodes.len() as u64)
+            .filter(|&id| self.serves(id) && Some(id) != self.replaced)
+            .collect();
+        let mut replaced_out = true;
+        for id in serving {
+            let core = self.nodes[(id - 1) as usize].core.as_ref().expect("serves");
+            let members: Vec<u64> = core.membership().members.keys().copied().collect();
+            let replaced_in = self.replaced.is_some_and(|r| members.contains(&r));
+            replaced_out &= !replaced_in;
+            if !members.contains(&joiner) || replaced_in {
+                self.fail(format!(
+                    "the join did not complete: n{id}'s configuration is {members:?} after the settle (joiner n{joiner}, replacing {:?})",
+                    self.replaced
+                ));
+            }
+        }
+        if let Some(replaced) = self.replaced.filter(|_| replaced_out) {
+            let node = self.node(replaced);
+            if node.core.is_some() {
+                node.core = None;
+                node.kv = None;
+                node.epoch += 1;
+                self.note(format!("n{replaced} removed: stopped"));
+            }
+        }
+    }
+
     fn check_convergence(&mut self) {
         let states: Vec<(u64, u64, u64)> = self
             .nodes
@@ -3266,7 +3352,8 @@ impl World {
                     .map(|c| (n.id, c.applied(), node_digest(n, c)))
             })
             .collect();
-        if states.len() != self.nodes.len() {
+        let stopped = usize::from(self.replaced.is_some_and(|r| !self.alive(r)));
+        if states.len() + stopped != self.nodes.len() {
             return self.fail("a node is down after the settle period".into());
         }
         let (first_id, first_applied, first_digest) = states[0];

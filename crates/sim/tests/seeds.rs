@@ -198,11 +198,41 @@ const FOUND_BUGS: [(u64, &str); 4] = [
     ),
 ];
 
+/// The same, found with a joiner in every run (`SIM_JOIN=1`).
+const FOUND_JOIN_BUGS: [(u64, &str); 4] = [
+    (
+        260,
+        "a joiner whose first snapshot was lost stayed empty: the leader had no floor for it",
+    ),
+    (
+        294,
+        "a joiner whose first snapshot was lost stayed empty: the leader had no floor for it",
+    ),
+    (
+        358,
+        "a joiner that crashed before its first snapshot stayed empty: the leaders after the restarts had no floor for it",
+    ),
+    (
+        848,
+        "the simulated operator asked changes that changed nothing, from a removed node's view, and held back a re-add",
+    ),
+];
+
 #[test]
 fn seeds_that_once_found_a_bug_pass() {
     for (seed, bug) in FOUND_BUGS {
         let report = World::new(Options::for_seed(seed)).run();
         assert!(report.ok(), "seed {seed} ({bug}): {:?}", report.failures);
+    }
+    for (seed, bug) in FOUND_JOIN_BUGS {
+        let mut options = Options::for_seed(seed);
+        options.joiner = Some(Joiner::always(seed, options.duration_ms));
+        let report = World::new(options).run();
+        assert!(
+            report.ok(),
+            "SIM_JOIN=1 seed {seed} ({bug}): {:?}",
+            report.failures
+        );
     }
 }
 
@@ -313,6 +343,7 @@ fn with_joiner(seed: u64) -> Options {
             role,
             at_ms: 1_000 + seed % 4_000,
             crash: None,
+            replaces: seed % 4 < 2,
         }),
         ..Options::for_seed(seed)
     }

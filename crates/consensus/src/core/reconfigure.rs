@@ -142,6 +142,13 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     }
 
     /// Raft's configuration as applied here.
+    /// Forgets the floors, as a restart from a snapshot taken after the
+    /// entries that added the members does (tests only).
+    #[cfg(test)]
+    pub(crate) fn forget_floors(&mut self) {
+        self.raw.mut_store().floors.clear();
+    }
+
     pub fn conf_state(&self) -> ConfState {
         self.raw.raft.prs().conf().to_conf_state()
     }
@@ -880,6 +887,10 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     /// stops asking raft-rs for one (raft-rs clears the request only on a
     /// snapshot report, and would otherwise send it again with its next
     /// append, in this very step).
+    /// A leader without a floor for the member (it applied the entry that
+    /// added it before the snapshot it restarted from) sent the snapshot
+    /// the member asked for (`ask_first_snapshot`): any acknowledgement
+    /// shows the member holds one.
     pub(super) fn settle_first_snapshot(&mut self, message: &Message) {
         if !self.leader
             || message.get_msg_type() != MessageType::MsgAppendResponse
@@ -887,10 +898,8 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         {
             return;
         }
-        let Some(floor) = self.raw.store().floors.get(&message.from).copied() else {
-            return;
-        };
-        if message.index < floor {
+        let floor = self.raw.store().floors.get(&message.from).copied();
+        if message.index < floor.unwrap_or(1) {
             return;
         }
         if let Some(progress) = self.raw.raft.mut_prs().get_mut(message.from) {
@@ -901,6 +910,13 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     /// A node with no configuration yet (joining) takes nothing from a
     /// leader but a snapshot: entries from index 1 would be applied on an
     /// empty configuration (the bootstrap one is not in the log).
+    ///
+    /// The leader learns that such a node needs a snapshot from its answer
+    /// (`ask_first_snapshot`), not only from the floor it keeps for a
+    /// member it added: a leader that restarted from a snapshot taken
+    /// after the member was added, or was elected after such a restart,
+    /// has no floor for it and would otherwise probe it with appends it
+    /// never answers, for good (simulator, `SIM_JOIN=1`, seed 358).
     pub(super) fn refuse_before_first_snapshot(&self, message: &Message) -> bool {
         let empty = self.conf().ids().is_empty() && self.applied == 0;
         empty
@@ -910,6 +926,36 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             )
     }
 }
+
+impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
+    /// Answers a leader's append or heartbeat refused before the first
+    /// snapshot with a rejection that asks for a snapshot (raft-rs's
+    /// `request_snapshot`, which resumes the member and sends it one at or
+    /// after `FIRST_SNAPSHOT_ASKED_INDEX`). The leader's `floors` still
+    /// decide the lowest snapshot it may send. The answer carries the
+    /// leader's term, which this node has not taken (it stepped nothing):
+    /// a rejection counts as no vote and no acknowledgement.
+    pub(super) fn ask_first_snapshot(&mut self, message: &Message) {
+        #[cfg(feature = "testing")]
+        if self.config.planted_bug == super::PlantedBug::NoFirstSnapshot {
+            return;
+        }
+        let mut ask = Message::default();
+        ask.set_msg_type(MessageType::MsgAppendResponse);
+        ask.to = message.from;
+        ask.from = self.config.node_id;
+        ask.term = message.term;
+        ask.reject = true;
+        ask.request_snapshot = FIRST_SNAPSHOT_ASKED_INDEX;
+        assert!(ask.request_snapshot != raft::INVALID_INDEX);
+        assert!(ask.index == 0 && ask.reject_hint == 0, "nothing held");
+        self.io.send(Outbound::Raft(ask));
+    }
+}
+
+/// The lowest index a joining node asks its first snapshot at (any
+/// snapshot: the leader's floor for it raises the bar).
+pub const FIRST_SNAPSHOT_ASKED_INDEX: u64 = 1;
 
 /// The configuration with which a node starts: the bootstrap member list
 /// (`peers`: id → peer address, election port 0; `observers`; `clients`:
