@@ -141,7 +141,6 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         Conf::of(&self.raw.raft.prs().conf().to_conf_state())
     }
 
-    /// Raft's configuration as applied here.
     /// Forgets the floors, as a restart from a snapshot taken after the
     /// entries that added the members does (tests only).
     #[cfg(test)]
@@ -149,6 +148,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         self.raw.mut_store().floors.clear();
     }
 
+    /// Raft's configuration as applied here.
     pub fn conf_state(&self) -> ConfState {
         self.raw.raft.prs().conf().to_conf_state()
     }
@@ -887,6 +887,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     /// stops asking raft-rs for one (raft-rs clears the request only on a
     /// snapshot report, and would otherwise send it again with its next
     /// append, in this very step).
+    ///
     /// A leader without a floor for the member (it applied the entry that
     /// added it before the snapshot it restarted from) sent the snapshot
     /// the member asked for (`ask_first_snapshot`): any acknowledgement
@@ -925,9 +926,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
                 MessageType::MsgAppend | MessageType::MsgHeartbeat
             )
     }
-}
 
-impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     /// Answers a leader's append or heartbeat refused before the first
     /// snapshot with a rejection that asks for a snapshot (raft-rs's
     /// `request_snapshot`, which resumes the member and sends it one at or
