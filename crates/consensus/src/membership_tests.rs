@@ -452,12 +452,9 @@ fn the_first_leader_gives_the_bootstrap_configuration_an_id() {
     }
 }
 
-#[test]
-fn a_node_with_an_empty_data_dir_joins_gets_a_snapshot_and_votes() {
-    let mut net = established();
-    let follower = (1..=3).find(|id| Some(*id) != net.leader()).unwrap();
-    net.add(4, ConfState::default(), Membership::default());
-    net.nodes.get_mut(&follower).unwrap().reconfigure(
+/// Asks `at` (as super, context "ask") to add member 4 as a voter.
+fn ask_to_add_voter_4(net: &mut Net, at: u64) {
+    net.nodes.get_mut(&at).unwrap().reconfigure(
         Change::Incremental {
             joining: vec![member(4, Role::Voter)],
             leaving: vec![],
@@ -466,6 +463,14 @@ fn a_node_with_an_empty_data_dir_joins_gets_a_snapshot_and_votes() {
         true,
         b"ask".to_vec(),
     );
+}
+
+#[test]
+fn a_node_with_an_empty_data_dir_joins_gets_a_snapshot_and_votes() {
+    let mut net = established();
+    let follower = (1..=3).find(|id| Some(*id) != net.leader()).unwrap();
+    net.add(4, ConfState::default(), Membership::default());
+    ask_to_add_voter_4(&mut net, follower);
     net.run_until(2_000, |net| net.everyone_has(&[1, 2, 3, 4]));
     let asked = net.nodes[&follower].machine();
     assert_eq!(
@@ -527,15 +532,7 @@ fn a_leader_without_a_floor_for_a_new_member_sends_the_snapshot_it_asks_for() {
     let leader = net.leader().unwrap();
     let follower = (1..=3).find(|id| *id != leader).unwrap();
     // The new member is down while it is added: its first snapshot is lost.
-    net.nodes.get_mut(&follower).unwrap().reconfigure(
-        Change::Incremental {
-            joining: vec![member(4, Role::Voter)],
-            leaving: vec![],
-        },
-        None,
-        true,
-        b"ask".to_vec(),
-    );
+    ask_to_add_voter_4(&mut net, follower);
     net.run_until(200, |net| {
         net.nodes[&leader].conf_state().learners.contains(&4)
     });

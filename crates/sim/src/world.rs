@@ -962,17 +962,13 @@ impl World {
         };
         self.stats.membership_changes += 1;
         self.note(format!("reconfig: n{asked} asked to remove n{id}"));
-        let change = Change::Incremental {
-            joining: Vec::new(),
-            leaving: vec![id],
-        };
-        self.node(asked).core.as_mut().expect("alive").reconfigure(
-            change,
-            None,
-            true,
-            OPERATOR_CONTEXT.to_vec(),
+        self.operator_asks(
+            asked,
+            Change::Incremental {
+                joining: Vec::new(),
+                leaving: vec![id],
+            },
         );
-        self.request_advance(asked);
         self.schedule(
             back_after_ms * 1000,
             Ev::AddMember {
@@ -1037,10 +1033,12 @@ impl World {
                 "reconfig: ... and to remove {leaving:?} in the same change"
             ));
         }
-        let change = Change::Incremental {
-            joining: vec![self.member_entry(id)],
-            leaving,
-        };
+        let joining = vec![self.member_entry(id)];
+        self.operator_asks(asked, Change::Incremental { joining, leaving });
+    }
+
+    /// The operator's reconfig, as super (its answer goes nowhere).
+    fn operator_asks(&mut self, asked: u64, change: Change) {
         self.node(asked).core.as_mut().expect("alive").reconfigure(
             change,
             None,
