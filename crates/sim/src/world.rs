@@ -118,6 +118,9 @@ fn bootstrap_membership(voters: &[u64], learners: &[u64]) -> Membership {
     keel_consensus::core::bootstrap_membership(&peers, learners, &BTreeMap::new())
 }
 
+/// Salts the seed of the joiner's own generator ("join").
+const JOIN_SALT: u64 = 0x6a6f_696e;
+
 /// A node that joins the running cluster (`Options::joiner`).
 #[derive(Debug, Clone)]
 pub struct Joiner {
@@ -138,14 +141,14 @@ impl Joiner {
     /// Drawn from a generator of its own: a seed's other draws stay what
     /// they were.
     fn for_seed(seed: u64, duration_ms: u64) -> Option<Joiner> {
-        let mut rng = Rng::new(seed ^ 0x6a6f_696e);
+        let mut rng = Rng::new(seed ^ JOIN_SALT);
         rng.chance(JOIN_RUN_PER_MILLION)
             .then(|| Joiner::draw(&mut rng, duration_ms))
     }
 
     /// A joiner for every run (`SIM_JOIN=1` on a batch soaks joins).
     pub fn always(seed: u64, duration_ms: u64) -> Joiner {
-        Joiner::draw(&mut Rng::new(seed ^ 0x6a6f_696e ^ 1), duration_ms)
+        Joiner::draw(&mut Rng::new(seed ^ JOIN_SALT ^ 1), duration_ms)
     }
 
     fn draw(rng: &mut Rng, duration_ms: u64) -> Joiner {
@@ -978,11 +981,12 @@ impl World {
         );
     }
 
-    /// Adds `id` back whenever a live node's applied configuration lacks
-    /// it with no change under way, checked every second to the end of the
-    /// run: the removal may be carried out late (a new leader finds it in
-    /// its log), and a request asked of a node whose leader changes is
-    /// lost, as a client's would be.
+    /// Adds `id` (back, or the joiner) whenever the configuration of the
+    /// node the operator asks lacks it with no change under way, checked
+    /// every second up to MEMBERSHIP_ATTEMPTS_MAX times: the removal may
+    /// be carried out late (a new leader finds it in its log), and a
+    /// request asked of a node whose leader changes is lost, as a
+    /// client's would be.
     fn add_member(&mut self, id: u64, attempt: u32) {
         if attempt >= MEMBERSHIP_ATTEMPTS_MAX {
             return;
@@ -1054,8 +1058,9 @@ impl World {
         Some((self.options.nodes as u64 + 1, joiner.role))
     }
 
-    /// Node `id` has a configuration that holds it: always for a starting
-    /// member, for the joiner once a leader's snapshot brought one.
+    /// Node `id` is up, has applied something and its configuration holds
+    /// it: a starting member soon after the start, the joiner once a
+    /// leader's snapshot brought one.
     fn joined(&self, id: u64) -> bool {
         self.nodes[(id - 1) as usize]
             .core
