@@ -25,7 +25,7 @@ use keel_server::node::{
 use keel_server::reaper::Reaper;
 use keel_tree::watch::WatchKind;
 use keel_tree::{owner_kind, Event, OwnerKind, Txn, TxnOp};
-use raft::eraftpb::ConfState;
+use raft::eraftpb::{ConfState, MessageType};
 
 use crate::disk::{verify_snapshot, Loaded, SharedDisk, SimIo, SimSnapshots};
 use crate::kv::{KvCall, KvOperation, KvRet, COUNTER_KEYS, REGISTER_KEYS};
@@ -117,6 +117,13 @@ fn bootstrap_membership(voters: &[u64], learners: &[u64]) -> Membership {
     peers.sort_unstable();
     keel_consensus::core::bootstrap_membership(&peers, learners, &BTreeMap::new())
 }
+
+/// A snapshot refused at the handshake (the receiver does not know the
+/// sender yet) is offered again this often, as the server's transport
+/// connects again (`HANDSHAKE_RETRY_MS`), ...
+pub const HANDSHAKE_RETRY_US: u64 = 1_000_000;
+/// ... this many times.
+pub const SNAPSHOT_HELD_MAX: u32 = 10;
 
 /// Salts the seed of the joiner's own generator ("join").
 const JOIN_SALT: u64 = 0x6a6f_696e;
@@ -359,6 +366,8 @@ enum Ev {
         to: u64,
         epoch: u64,
         input: PeerInput,
+        /// Times a snapshot was held back at a refused handshake.
+        held: u32,
     },
     Tick {
         node: u64,
@@ -1113,7 +1122,8 @@ impl World {
                 to,
                 epoch,
                 input,
-            } => self.deliver(from, to, epoch, input),
+                held,
+            } => self.deliver(from, to, epoch, input, held),
             Ev::Tick { node, epoch } => self.tick(node, epoch),
             Ev::Advance { node, epoch } => self.advance(node, epoch),
             Ev::SnapshotChunk { node, epoch } => self.snapshot_chunk(node, epoch),
@@ -1378,7 +1388,7 @@ impl World {
         self.schedule(after_us, Ev::Advance { node: id, epoch });
     }
 
-    fn deliver(&mut self, from: u64, to: u64, epoch: u64, input: PeerInput) {
+    fn deliver(&mut self, from: u64, to: u64, epoch: u64, input: PeerInput, held: u32) {
         let node = self.node(to);
         if node.epoch != epoch {
             return; // the connection died with the node
@@ -1390,7 +1400,24 @@ impl World {
         // server's `handshake::Acceptor`), until a snapshot names them.
         let peers = &core.io().peers;
         if !peers.is_empty() && !peers.contains(&from) {
-            return; // refused at the handshake: not a member it knows
+            // Refused at the handshake: not a member it knows. The server's
+            // transport keeps a snapshot queued and connects again every
+            // HANDSHAKE_RETRY_MS until the peer learns the sender (from a
+            // member's gossip); other messages go, as raft resends them. (A
+            // dropped snapshot waited out SNAPSHOT_RETRY_TICKS: `SIM_JOIN=1`,
+            // seed 8245064.)
+            let snapshot = matches!(&input, PeerInput::Raft(m) if m.get_msg_type() == MessageType::MsgSnapshot);
+            if snapshot && held < SNAPSHOT_HELD_MAX {
+                let input = Ev::Deliver {
+                    from,
+                    to,
+                    epoch,
+                    input,
+                    held: held + 1,
+                };
+                self.schedule(HANDSHAKE_RETRY_US, input);
+            }
+            return;
         }
         core.peer(input);
         self.request_advance(to);
@@ -1653,6 +1680,7 @@ impl World {
                     to,
                     epoch,
                     input: copy_input(&input),
+                    held: 0,
                 },
             );
         }
@@ -1663,6 +1691,7 @@ impl World {
                 to,
                 epoch,
                 input,
+                held: 0,
             },
         );
     }

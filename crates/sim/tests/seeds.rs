@@ -199,7 +199,7 @@ const FOUND_BUGS: [(u64, &str); 4] = [
 ];
 
 /// The same, found with a joiner in every run (`SIM_JOIN=1`).
-const FOUND_JOIN_BUGS: [(u64, &str); 4] = [
+const FOUND_JOIN_BUGS: [(u64, &str); 5] = [
     (
         260,
         "a joiner whose first snapshot was lost stayed empty: the leader had no floor for it",
@@ -215,6 +215,10 @@ const FOUND_JOIN_BUGS: [(u64, &str); 4] = [
     (
         848,
         "the simulated operator asked changes that changed nothing, from a removed node's view, and held back a re-add",
+    ),
+    (
+        8_245_064,
+        "the simulated network dropped a snapshot refused at the handshake (the server's transport keeps it queued): the re-added member waited out the retry timer past the settle",
     ),
 ];
 
