@@ -1403,7 +1403,7 @@ impl World {
             // Refused at the handshake: not a member it knows. The server's
             // transport keeps a snapshot queued and connects again every
             // HANDSHAKE_RETRY_MS until the peer learns the sender (from a
-X
+            // member's gossip); other messages are dropped (raft resends). (A
             // dropped snapshot waited out SNAPSHOT_RETRY_TICKS: `SIM_JOIN=1`,
             // seed 8245064.)
             let snapshot = matches!(&input, PeerInput::Raft(m) if m.get_msg_type() == MessageType::MsgSnapshot);
