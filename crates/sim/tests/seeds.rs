@@ -179,7 +179,7 @@ fn replay() {
 }
 
 /// Seeds that once found a bug, outside the default batch's range.
-const FOUND_BUGS: [(u64, &str); 4] = [
+const FOUND_BUGS: [(u64, &str); 5] = [
     (
         118_449,
         "linearize model: a plain create moves the sequential counter",
@@ -195,6 +195,10 @@ const FOUND_BUGS: [(u64, &str); 4] = [
     (
         846_868,
         "a read queued behind writes was answered ahead of the Close a node removed from the configuration had queued, past a change whose event the close dropped",
+    ),
+    (
+        8_300_134,
+        "the convergence check sampled a session expiry proposed 100 ms before the settle's end (a late leader change re-armed the session) before one replica applied it",
     ),
 ];
 
