@@ -1045,32 +1045,27 @@ impl World {
         let Some(asked) = self.operator_target() else {
             return;
         };
-        let lacking = self.nodes[(asked - 1) as usize]
+        let membership = self.nodes[(asked - 1) as usize]
             .core
             .as_ref()
-            .is_some_and(|c| {
-                let membership = c.membership();
-                membership.pending.is_none() && !membership.members.contains_key(&id)
-            });
+            .expect("the operator asks a live node")
+            .membership();
+        let lacking = membership.pending.is_none() && !membership.members.contains_key(&id);
+        // The joiner replaces a member in the same change while that
+        // one is still in the asked node's configuration.
+        let leaving: Vec<u64> = self
+            .replaced
+            .filter(|r| {
+                self.joiner().is_some_and(|j| j.0 == id) && membership.members.contains_key(r)
+            })
+            .into_iter()
+            .collect();
         if !lacking {
             return;
         }
         self.note(format!(
             "reconfig: n{asked} asked to add n{id} (attempt {attempt})"
         ));
-        // The joiner replaces a member in the same change while that
-        // one is still in the asked node's configuration.
-        let leaving: Vec<u64> = self
-            .replaced
-            .filter(|_| self.joiner().is_some_and(|j| j.0 == id))
-            .filter(|r| {
-                self.nodes[(asked - 1) as usize]
-                    .core
-                    .as_ref()
-                    .is_some_and(|c| c.membership().members.contains_key(r))
-            })
-            .into_iter()
-            .collect();
         if !leaving.is_empty() {
             self.note(format!(
                 "reconfig: ... and to remove {leaving:?} in the same change"
