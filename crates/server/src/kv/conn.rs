@@ -641,13 +641,18 @@ impl Connection {
         let clocks = Clocks::read(engine.clock_ms(), wall_ms);
         let shards = match one_or_many {
             Ok(shard) => {
-                // Served on the shard's own thread: no hand-off.
-                if let Some(reply) = engine.read_here(shard, &args, route, clocks) {
-                    self.fill(seq, reply);
-                    return;
+                // Served on the shard's own thread: no hand-off. Not once
+                // an earlier read of the turn waits to be sent: it will
+                // be queued at the turn's cut, later than now, and this
+                // later request must not read an older state than it.
+                if self.forwarded.is_empty() {
+                    if let Some(reply) = engine.read_here(shard, &args, route, clocks) {
+                        self.fill(seq, reply);
+                        return;
+                    }
                 }
-                // Another thread's shard: sent with the turn's other
-                // reads for it.
+                // Another thread's shard (or after a read that was sent
+                // on): sent with the turn's other reads for it.
                 assert!(self.forwarded.len() < PIPELINE_REQUESTS_MAX);
                 self.forwarded.push((shard, seq, args, route));
                 return;
@@ -663,8 +668,11 @@ impl Connection {
         self.fill(seq, reply);
     }
 
-    /// Sends the turn's reads for other threads' shards: one message per
-    /// shard, each with that shard's reads in request order.
+    /// Sends the turn's reads for other threads' shards (and those of this
+    /// thread's after the first of them): one message per shard, each with
+    /// that shard's reads in request order, all queued at one cut
+    /// (`KvEngine::reads_at_one_cut`), so the turn's reads see one state
+    /// whatever shards run them.
     fn forward(&mut self) {
         if self.forwarded.is_empty() {
             return;
@@ -674,22 +682,14 @@ impl Connection {
         let clocks = Clocks::read(engine.clock_ms(), wall_ms);
         // Stable: each shard's reads stay in request order.
         self.forwarded.sort_by_key(|read| read.0);
-        let mut reads = Vec::new();
-        let mut at = None;
+        let mut groups: Vec<(usize, Vec<(u64, Args, ReadRoute)>)> = Vec::new();
         for (shard, seq, args, route) in self.forwarded.drain(..) {
-            if let Some(previous) = at.filter(|&previous| previous != shard) {
-                engine.reads(
-                    previous,
-                    std::mem::take(&mut reads),
-                    clocks,
-                    self.outlet.clone(),
-                );
+            match groups.last_mut() {
+                Some((at, reads)) if *at == shard => reads.push((seq, args, route)),
+                _ => groups.push((shard, vec![(seq, args, route)])),
             }
-            at = Some(shard);
-            reads.push((seq, args, route));
         }
-        let shard = at.expect("a read was forwarded");
-        engine.reads(shard, reads, clocks, self.outlet.clone());
+        engine.reads_at_one_cut(groups, clocks, &self.outlet);
     }
 }
 

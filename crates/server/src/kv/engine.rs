@@ -512,6 +512,32 @@ impl KvEngine {
         );
     }
 
+    /// A connection's reads for several shards (per shard, request
+    /// number and command, in request order), queued at one cut of the
+    /// shards' order: no write is queued between two of the messages, so
+    /// each read sees exactly the writes queued before the cut, whatever
+    /// shard runs it and whichever runs first. Queued one after the other
+    /// without it, a read of a later request could be queued before a
+    /// batch that an earlier request's read, queued after it, sees: the
+    /// later request would read the older state.
+    pub fn reads_at_one_cut(
+        &self,
+        groups: Vec<(usize, Vec<(u64, Args, ReadRoute)>)>,
+        clocks: Clocks,
+        outlet: &Outlet,
+    ) {
+        assert!(!groups.is_empty());
+        assert!(
+            groups.windows(2).all(|pair| pair[0].0 < pair[1].0),
+            "one message per shard"
+        );
+        // One message is one cut already: no lock on the common path.
+        let _order = (groups.len() > 1).then(|| self.order.lock());
+        for (shard, reads) in groups {
+            self.reads(shard, reads, clocks, outlet.clone());
+        }
+    }
+
     /// WATCH tokens for `keys`, one message per shard; `to` receives one
     /// `Watched` per shard. Returns how many.
     pub fn watch(&self, keys: Vec<Vec<u8>>, to: Responder) -> usize {

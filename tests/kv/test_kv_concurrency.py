@@ -1,0 +1,242 @@
+"""Keel KV under concurrent clients, with its keys on different shards:
+what a single-threaded redis-server gives for free and a shard-per-core
+server must earn.
+
+- WATCH/MULTI/EXEC as optimistic locking: clients on every node increment
+  two keys of two shards in transactions guarded by WATCH; no update is
+  lost (every EXEC that succeeded moved both keys one step, from the value
+  its client read, and no two succeeded from the same value).
+- A write spanning shards (MSET, MULTI/EXEC) is seen whole or not at all:
+  MGET and a transaction of GETs always read equal values, and the values
+  one connection reads never go back, whichever shard each read runs on
+  (reads pipelined to different shard threads included).
+
+The differential suites check each command's reply against redis-server;
+these check what only concurrency shows. KEEL_KV_CONCURRENCY_SECONDS sets
+the length of each load (default 5)."""
+
+import os
+import threading
+import time
+
+import pytest
+
+from conftest import report_summary
+from harness.redis import RespConnection
+
+SECONDS = float(os.environ.get("KEEL_KV_CONCURRENCY_SECONDS", "5"))
+# Four shard threads even on two cores: more shards, more interleavings.
+SHARDS = 4
+SLOTS = 16384
+CAS_CLIENTS = 4
+READERS = 3
+# Requests one reader sends in one write (see `READ_ROUND`).
+WRITES_PER_ROUND = 16
+
+
+def crc16(data):
+    """CRC16/XMODEM, Redis Cluster's key hash."""
+    crc = 0
+    for byte in data:
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+            crc &= 0xFFFF
+    return crc
+
+
+def shard_of(key, shards=SHARDS):
+    """The shard Keel KV gives `key` (no hash tags in these names)."""
+    return crc16(key.encode()) % SLOTS * shards // SLOTS
+
+
+def keys_on_distinct_shards(prefix, count):
+    """`count` key names, each on a shard of its own."""
+    found = {}
+    n = 0
+    while len(found) < count:
+        key = "%s%d" % (prefix, n)
+        found.setdefault(shard_of(key), key)
+        n += 1
+    return [found[shard] for shard in sorted(found)]
+
+
+def test_the_shard_hash_is_redis_clusters():
+    # CRC16/XMODEM's check value, and slots Redis Cluster documents.
+    assert crc16(b"123456789") == 0x31C3
+    assert crc16(b"foo") % SLOTS == 12182
+    assert crc16(b"bar") % SLOTS == 5061
+    keys = keys_on_distinct_shards("x", 3)
+    assert len({shard_of(k) for k in keys}) == 3
+
+
+@pytest.fixture(params=["single", "cluster3"])
+def target(request, kv_factory):
+    return kv_factory(request.param, kv_shards=SHARDS)
+
+
+def connect(port):
+    return RespConnection(port, timeout=15.0)
+
+
+def as_int(value):
+    return 0 if value is None else int(value)
+
+
+def test_watch_transactions_across_shards_lose_no_update(target):
+    a, b = keys_on_distinct_shards("cas", 2)
+    with connect(target.leader_port()) as c:
+        assert c.call("MSET", a, "0", b, "0")[1] == "OK"
+    ports = target.ports
+    deadline = time.monotonic() + SECONDS
+    lock = threading.Lock()
+    committed = []  # the value each successful EXEC moved both keys from
+    aborted = [0]
+    errors = []
+
+    def client(index):
+        try:
+            with connect(ports[index % len(ports)]) as c:
+                while time.monotonic() < deadline:
+                    assert c.call("WATCH", a, b)[1] == "OK"
+                    x = as_int(c.call("GET", a)[1])
+                    y = as_int(c.call("GET", b)[1])
+                    assert c.call("MULTI")[1] == "OK"
+                    assert c.call("SET", a, str(x + 1))[1] == "QUEUED"
+                    assert c.call("SET", b, str(y + 1))[1] == "QUEUED"
+                    reply = c.call("EXEC")[1]
+                    with lock:
+                        if reply is None:
+                            aborted[0] += 1
+                        else:
+                            assert reply == ["OK", "OK"], reply
+                            # Both keys were read after the WATCH: a
+                            # change between the two reads aborts EXEC.
+                            assert x == y, "EXEC succeeded on a torn read: %s=%d %s=%d" % (a, x, b, y)
+                            committed.append(x)
+        except Exception as error:  # reported by the main thread
+            errors.append(repr(error))
+
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(CAS_CLIENTS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(SECONDS + 60)
+    assert not errors, errors
+    assert not any(t.is_alive() for t in threads), "a client hung"
+    total = len(committed)
+    # Each success moved the keys from the value it read: no two from the
+    # same value (a lost update) and none skipped.
+    assert sorted(committed) == list(range(total)), "lost or doubled updates: %r" % sorted(committed)[:40]
+    assert total >= 20, "only %d transactions committed in %.0f s" % (total, SECONDS)
+    for port in ports:
+        with connect(port) as c:
+            assert [as_int(v) for v in c.call("MGET", a, b)[1]] == [total, total], port
+    line = ("KV WATCH across shards (%s, %d clients, %.0f s): %d EXECs committed, %d aborted by WATCH, "
+            "no update lost" % (target.topology, CAS_CLIENTS, SECONDS, total, aborted[0]))
+    print("\n" + line)
+    report_summary(line)
+
+
+# One reader's pipelined round: every value read must not be older than
+# any read before it on the connection, and each multi-key read is whole.
+READ_ROUND = [
+    ("MGET", "a", "b", "c"),
+    ("GET", "a"), ("GET", "b"), ("GET", "c"),
+    ("MULTI",), ("GET", "c"), ("GET", "a"), ("GET", "b"), ("EXEC",),
+    ("GET", "c"), ("GET", "b"), ("GET", "a"),
+]
+
+
+def test_a_write_spanning_shards_is_read_whole_or_not_at_all(target):
+    names = dict(zip("abc", keys_on_distinct_shards("span", 3)))
+    ports = target.ports
+    deadline = time.monotonic() + SECONDS
+    errors = []
+    acked = [0]
+    reads = [0]
+
+    def writer():
+        """Every key set to the same growing value, by MSET and by
+        MULTI/EXEC in turn, WRITES_PER_ROUND pipelined at a time."""
+        try:
+            with connect(target.leader_port()) as c:
+                value = 0
+                while time.monotonic() < deadline:
+                    batch = []
+                    for _ in range(WRITES_PER_ROUND):
+                        value += 1
+                        if value % 2:
+                            batch.append(("MSET",) + sum(((k, str(value)) for k in names.values()), ()))
+                        else:
+                            batch += [("MULTI",)] + [("SET", k, str(value)) for k in names.values()] + [("EXEC",)]
+                    c.send(b"".join(RespConnection.encode(args) for args in batch))
+                    replies = [c.reply()[1] for _ in batch]
+                    assert all(r in ("OK", "QUEUED", ["OK"] * len(names)) for r in replies), replies
+                    acked[0] = value
+        except Exception as error:
+            errors.append("writer: %r" % error)
+
+    def reader(index):
+        try:
+            with connect(ports[index % len(ports)]) as c:
+                newest = 0
+                while time.monotonic() < deadline:
+                    round_ = [(cmd[0],) + tuple(names[k] for k in cmd[1:]) for cmd in READ_ROUND]
+                    c.send(b"".join(RespConnection.encode(args) for args in round_))
+                    seen = []
+                    queued = False
+                    for args in round_:
+                        reply = c.reply()[1]
+                        if args[0] in ("MGET", "EXEC"):
+                            values = [as_int(v) for v in reply]
+                            assert len(set(values)) == 1, "%s read a spanning write in part: %r" % (args[0], values)
+                            seen.append(values[0])
+                            queued = False
+                        elif args[0] == "MULTI":
+                            assert reply == "OK", reply
+                            queued = True
+                        elif queued:
+                            assert reply == "QUEUED", reply
+                        else:
+                            seen.append(as_int(reply))
+                    for value in seen:
+                        assert value >= newest, "a read went back from %d to %d on one connection: %r" % (
+                            newest, value, seen)
+                        newest = value
+                    reads[0] += len(round_)
+        except Exception as error:
+            errors.append("reader %d: %r" % (index, error))
+
+    threads = [threading.Thread(target=writer, daemon=True)]
+    threads += [threading.Thread(target=reader, args=(i,), daemon=True) for i in range(READERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(SECONDS + 60)
+    assert not errors, errors
+    assert not any(t.is_alive() for t in threads), "a client hung"
+    assert acked[0] >= 100 and reads[0] >= 100, (acked[0], reads[0])
+    with connect(target.leader_port()) as c:
+        final = [as_int(v) for v in c.call("MGET", *names.values())[1]]
+    assert final == [acked[0]] * len(names), (final, acked[0])
+    line = ("KV spanning writes (%s): %d writes over %d shards, %d reads, none saw one in part" % (
+        target.topology, acked[0], len(names), reads[0]))
+    print("\n" + line)
+    report_summary(line)
+
+
+def test_a_connection_closed_inside_multi_leaves_no_half_transaction(target):
+    """A connection closed after MULTI and its queued writes, before EXEC:
+    nothing of the transaction is applied."""
+    a, b = keys_on_distinct_shards("drop", 2)
+    port = target.ports[-1]
+    with connect(target.leader_port()) as c:
+        assert c.call("MSET", a, "1", b, "1")[1] == "OK"
+    with connect(port) as c:
+        c.send(b"".join(RespConnection.encode(args) for args in
+                        [("MULTI",), ("SET", a, "2"), ("SET", b, "2")]))
+        assert [c.reply()[1] for _ in range(3)] == ["OK", "QUEUED", "QUEUED"]
+    with connect(port) as d:
+        assert d.call("PING")[1] == "PONG"
+        assert [as_int(v) for v in d.call("MGET", a, b)[1]] == [1, 1]
