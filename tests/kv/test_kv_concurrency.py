@@ -28,7 +28,7 @@ SECONDS = float(os.environ.get("KEEL_KV_CONCURRENCY_SECONDS", "5"))
 # Four shard threads even on two cores: more shards, more interleavings.
 SHARDS = 4
 SLOTS = 16384
-CAS_CLIENTS = 4
+CAS_CLIENTS = 8
 READERS = 3
 # Requests one reader sends in one write (see `READ_ROUND`).
 WRITES_PER_ROUND = 16

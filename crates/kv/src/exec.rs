@@ -135,7 +135,7 @@ impl Clocks {
     pub fn read(log_ms: i64, wall_ms: i64) -> Clocks {
         Clocks {
             ctx: Ctx {
-                index: 0,
+                stamp: 0,
                 now_ms: log_ms,
             },
             display_ms: wall_ms.max(log_ms),
@@ -396,7 +396,7 @@ fn write(view: &mut View<'_>, command: &Command<'_>, ctx: Ctx) -> Reply {
             if shard.live(key, ctx).is_some() {
                 return Reply::Integer(0);
             }
-            shard.insert(Entry::string(key, value, ctx.index));
+            shard.insert(Entry::string(key, value, ctx.stamp));
             Reply::Integer(1)
         }
         Command::GetSet(key, value) => {
@@ -448,7 +448,7 @@ fn write(view: &mut View<'_>, command: &Command<'_>, ctx: Ctx) -> Reply {
             let shard = view.shard(key);
             match shard.live(key, ctx) {
                 None => {
-                    shard.insert(Entry::string(key, tail, ctx.index));
+                    shard.insert(Entry::string(key, tail, ctx.stamp));
                     Reply::Integer(tail.len() as i64)
                 }
                 Some(e) if e.value_type() != ValueType::String => wrong_type(),
@@ -460,7 +460,7 @@ fn write(view: &mut View<'_>, command: &Command<'_>, ctx: Ctx) -> Reply {
                         );
                     }
                     e.append(tail);
-                    e.version = ctx.index;
+                    e.version = ctx.stamp;
                     Reply::Integer((len + tail.len()) as i64)
                 }
             }
@@ -496,7 +496,7 @@ fn write(view: &mut View<'_>, command: &Command<'_>, ctx: Ctx) -> Reply {
             if when <= ctx.now_ms {
                 shard.delete(key, ctx);
             } else {
-                entry.version = ctx.index;
+                entry.version = ctx.stamp;
                 shard.set_expiry(key, when);
             }
             Reply::Integer(1)
@@ -505,7 +505,7 @@ fn write(view: &mut View<'_>, command: &Command<'_>, ctx: Ctx) -> Reply {
             let shard = view.shard(key);
             match shard.live(key, ctx) {
                 Some(e) if e.expire_at_ms != 0 => {
-                    e.version = ctx.index;
+                    e.version = ctx.stamp;
                     shard.set_expiry(key, 0);
                     Reply::Integer(1)
                 }
@@ -521,7 +521,7 @@ fn write(view: &mut View<'_>, command: &Command<'_>, ctx: Ctx) -> Reply {
                 Ok(hash) => hash,
                 Err(reply) => return reply,
             };
-            *version = ctx.index;
+            *version = ctx.stamp;
             hash.hash_prepare(pairs.iter().flat_map(|(f, v)| [*f, *v]));
             let created = pairs.iter().filter(|(f, v)| hash.hash_set(f, v)).count();
             if *replies_ok {
@@ -538,7 +538,7 @@ fn write(view: &mut View<'_>, command: &Command<'_>, ctx: Ctx) -> Reply {
             if hash.hash_get(field).is_some() {
                 return Reply::Integer(0);
             }
-            *version = ctx.index;
+            *version = ctx.stamp;
             hash.hash_prepare([*field, *value]);
             hash.hash_set(field, value);
             Reply::Integer(1)
@@ -564,7 +564,7 @@ fn write(view: &mut View<'_>, command: &Command<'_>, ctx: Ctx) -> Reply {
                 return Reply::error(OVERFLOW);
             };
             let (hash, version) = hash_for_write(shard, key, ctx).expect("checked above");
-            *version = ctx.index;
+            *version = ctx.stamp;
             let text = new.to_string();
             hash.hash_prepare([*field, text.as_bytes()]);
             hash.hash_set(field, text.as_bytes());
@@ -590,7 +590,7 @@ fn write(view: &mut View<'_>, command: &Command<'_>, ctx: Ctx) -> Reply {
             }
             let empty = hash.is_empty();
             if deleted > 0 {
-                entry.version = ctx.index;
+                entry.version = ctx.stamp;
             }
             if empty {
                 shard.delete(key, ctx);
@@ -604,7 +604,7 @@ fn write(view: &mut View<'_>, command: &Command<'_>, ctx: Ctx) -> Reply {
                     .insert(Entry::aggregate(
                         key,
                         Aggregate::new_set(members[0]),
-                        ctx.index,
+                        ctx.stamp,
                     ))
                     .aggregate_mut()
                     .expect("a set"),
@@ -613,7 +613,7 @@ fn write(view: &mut View<'_>, command: &Command<'_>, ctx: Ctx) -> Reply {
             };
             let added = members.iter().filter(|m| set.set_add(m)).count();
             if added > 0 {
-                shard.live(key, ctx).expect("present").version = ctx.index;
+                shard.live(key, ctx).expect("present").version = ctx.stamp;
             }
             Reply::Integer(added as i64)
         }
@@ -637,7 +637,7 @@ fn write(view: &mut View<'_>, command: &Command<'_>, ctx: Ctx) -> Reply {
             }
             let empty = set.is_empty();
             if removed > 0 {
-                entry.version = ctx.index;
+                entry.version = ctx.stamp;
             }
             if empty {
                 shard.delete(key, ctx);
@@ -674,11 +674,11 @@ fn old_string(shard: &mut Shard, key: &[u8], ctx: Ctx) -> Result<Reply, Reply> {
 fn put_string(shard: &mut Shard, key: &[u8], value: &[u8], keep_ttl: bool, ctx: Ctx) {
     match shard.live(key, ctx) {
         None => {
-            shard.insert(Entry::string(key, value, ctx.index));
+            shard.insert(Entry::string(key, value, ctx.stamp));
         }
         Some(e) => {
             e.set_string(value);
-            e.version = ctx.index;
+            e.version = ctx.stamp;
             let had = e.expire_at_ms != 0;
             if had && !keep_ttl {
                 shard.set_expiry(key, 0);
@@ -750,7 +750,7 @@ fn incr_by(shard: &mut Shard, key: &[u8], by: i64, ctx: Ctx) -> Reply {
 }
 
 /// The hash of `key` for a write (created if missing: a new key's
-/// version is already `ctx.index`) and its version, which the caller
+/// version is already `ctx.stamp`) and its version, which the caller
 /// bumps if it changes the hash.
 fn hash_for_write<'s>(
     shard: &'s mut Shard,
@@ -758,7 +758,7 @@ fn hash_for_write<'s>(
     ctx: Ctx,
 ) -> Result<(&'s mut Aggregate, &'s mut u64), Reply> {
     if shard.live(key, ctx).is_none() {
-        shard.insert(Entry::aggregate(key, Aggregate::new_hash(), ctx.index));
+        shard.insert(Entry::aggregate(key, Aggregate::new_hash(), ctx.stamp));
     }
     let entry = shard.live(key, ctx).expect("present");
     if entry.value_type() != ValueType::Hash {

@@ -389,7 +389,7 @@ fn dump(image: &snapshot::Image) -> Vec<String> {
 /// member, a longer string) or is deleted, then every key due is.
 fn take_writes(mut image: snapshot::Image) {
     let ctx = Ctx {
-        index: image.index.saturating_add(1),
+        stamp: crate::shard::stamp(image.index.saturating_add(1), 0),
         now_ms: image.clock_ms,
     };
     for shard in &mut image.shards {
@@ -429,7 +429,7 @@ pub fn snapshot_seeds() -> Vec<Vec<u8>> {
     let empty = snapshot::encode(&snapshot::empty(2).shards, 0, 0);
     let mut image = snapshot::empty(2);
     let ctx = Ctx {
-        index: 40,
+        stamp: crate::shard::stamp(40, 0),
         now_ms: 1_000,
     };
     let mut put = |entry: Entry| {

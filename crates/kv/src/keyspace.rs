@@ -9,7 +9,7 @@ use crate::op::{Op, Watch};
 use crate::reply::Reply;
 use crate::resp::Args;
 use crate::session::ReadRoute;
-use crate::shard::{Ctx, Shard, PREFETCH_KEYS_MAX};
+use crate::shard::{stamp, Ctx, Shard, PREFETCH_KEYS_MAX};
 use crate::slot::{key_slot, shard_of_slot, shard_slots};
 
 /// Prefetches (`Shard::prefetch_owned`) the lookups of the commands of `kind`
@@ -173,7 +173,7 @@ pub fn apply(view: &mut View<'_>, op: &Op, ctx: Ctx) -> Option<Reply> {
         }
     };
     for shard in view.shards() {
-        shard.applied_index = shard.applied_index.max(ctx.index);
+        shard.applied_stamp = shard.applied_stamp.max(ctx.stamp);
     }
     reply
 }
@@ -252,7 +252,7 @@ impl Keyspace {
         self.index = index;
         self.clock_ms = self.clock_ms.max(time_ms);
         let ctx = Ctx {
-            index,
+            stamp: stamp(index, 0),
             now_ms: self.clock_ms,
         };
         let mut view = self.view();
@@ -278,7 +278,7 @@ impl Keyspace {
         let shard = &self.shards[shard_of_slot(key_slot(key), self.shards.len())];
         Watch {
             key: key.to_vec(),
-            token: shard.applied_index,
+            token: shard.applied_stamp,
             watched_ms: self.clock_ms,
         }
     }

@@ -17,12 +17,46 @@ use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 use crate::slot::key_slot;
 use crate::value::{Bytes, Entry};
 
-/// The position of a write: the log index (a changed key's new version)
-/// and the apply clock (the log's time, decided by the leader).
+/// The position of a write: its stamp (a changed key's new version, see
+/// `stamp`) and the apply clock (the log's time, decided by the leader).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ctx {
-    pub index: u64,
+    pub stamp: u64,
     pub now_ms: i64,
+}
+
+/// Bits of a write stamp below its log index: the write's ordinal among
+/// the entry's KV operations.
+pub const STAMP_ORDINAL_BITS: u32 = 16;
+/// Operations one entry may carry (`keel_consensus`'s
+/// BATCH_PROPOSALS_MAX, 4,096, is well below).
+pub const STAMP_ORDINALS_MAX: u64 = 1 << STAMP_ORDINAL_BITS;
+/// Log indexes a stamp can hold.
+pub const STAMP_INDEX_MAX: u64 = u64::MAX >> STAMP_ORDINAL_BITS;
+
+/// The stamp of the `ordinal`-th KV operation of the entry at log `index`:
+/// what a key's version and a WATCH token are. One entry carries many
+/// connections' writes, and a shard may be observed between two of them
+/// (a transaction spanning shards borrows it and gives it back before the
+/// entry's next write), so a token must tell the entry's writes apart:
+/// the log index alone would make a write later in the entry look as old
+/// as the token, and the EXEC would miss it. Every replica applies an
+/// entry's operations in the same order, so stamps are replicated state.
+/// Versions written before stamps were plain indexes, below every stamp of
+/// their entry: still older than any later token, as they should be.
+pub fn stamp(index: u64, ordinal: u64) -> u64 {
+    assert!(index <= STAMP_INDEX_MAX, "log index {index} beyond stamps");
+    assert!(
+        ordinal < STAMP_ORDINALS_MAX,
+        "ordinal {ordinal} of one entry"
+    );
+    (index << STAMP_ORDINAL_BITS) | ordinal
+}
+
+/// A stamp after every operation of the entry at `index` (what a shard
+/// loaded from a snapshot at `index` has applied).
+pub fn entry_end_stamp(index: u64) -> u64 {
+    stamp(index, STAMP_ORDINALS_MAX - 1)
 }
 
 /// Counters INFO reports (not part of the replicated state). Cells, so a
@@ -52,14 +86,14 @@ pub struct Shard {
     hasher: DefaultHashBuilder,
     /// (deadline, key) of every key with an expiry.
     deadlines: BTreeSet<(i64, Bytes)>,
-    /// Per slot of the range: the log index of the newest deletion not
+    /// Per slot of the range: the stamp of the newest deletion not
     /// remembered in `tombstones` (FLUSHDB's, or one pushed out).
     deleted_at: Vec<u64>,
     /// Per slot of the range that saw a deletion: its last few, key by key.
     tombstones: HashMap<u16, Tombstones>,
     keys: usize,
-    /// The highest log index applied here (a WATCH token).
-    pub applied_index: u64,
+    /// The highest write stamp applied here (a WATCH token, `stamp`).
+    pub applied_stamp: u64,
     pub stats: ShardStats,
 }
 
@@ -179,7 +213,7 @@ impl Shard {
             hasher: DefaultHashBuilder::default(),
             deadlines: BTreeSet::new(),
             keys: 0,
-            applied_index: 0,
+            applied_stamp: 0,
             stats: ShardStats::default(),
         }
     }
@@ -279,7 +313,7 @@ impl Shard {
 
     /// The live entry of `key` for a write: an expired key is deleted
     /// first, as Redis's lookupKeyWrite does. The caller sets the entry's
-    /// version to `ctx.index` if it changes it.
+    /// version to `ctx.stamp` if it changes it.
     pub fn live(&mut self, key: &[u8], ctx: Ctx) -> Option<&mut Entry> {
         // The slot and hash once; the second probe finds the entry in the
         // cache (a returned `&mut` cannot outlive a branch that deletes).
@@ -325,7 +359,7 @@ impl Shard {
                 .remove(&(entry.expire_at_ms, entry.key().into())));
         }
         self.keys -= 1;
-        self.remember_deletion(at, key, ctx.index);
+        self.remember_deletion(at, key, ctx.stamp);
         true
     }
 
@@ -396,13 +430,13 @@ impl Shard {
         for at in 0..self.tables.len() {
             let table = std::mem::replace(&mut self.tables[at], HashTable::new());
             if table.len() > TOMBSTONES_PER_SLOT {
-                self.deleted_at[at] = ctx.index;
+                self.deleted_at[at] = ctx.stamp;
                 let offset = slot_offset(at);
                 self.tombstones.remove(&offset);
                 continue;
             }
             for entry in &table {
-                self.remember_deletion(at, entry.key(), ctx.index);
+                self.remember_deletion(at, entry.key(), ctx.stamp);
             }
         }
         self.deadlines.clear();
@@ -497,7 +531,10 @@ mod tests {
     use super::*;
 
     fn ctx(index: u64, now_ms: i64) -> Ctx {
-        Ctx { index, now_ms }
+        Ctx {
+            stamp: index,
+            now_ms,
+        }
     }
 
     #[test]

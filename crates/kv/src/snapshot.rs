@@ -14,7 +14,9 @@
 //! The layout does not depend on the shard count: a node with another
 //! number of cores routes every record to its own shards by slot.
 //!
-//! Record: `[encoding u8][key][expire_at_ms varint][version varint]` then
+//! Record: `[encoding u8][key][expire_at_ms varint][version varint]` (the
+//! write stamp of its last change, `shard::stamp`; a plain log index in
+//! files written before stamps) then
 //! the value: a string `[bytes]`; a hash (small or table) `[count
 //! varint]{[field][value]}`; an integer set `[count varint]{[zigzag
 //! varint]}`; a set table `[count varint]{[member]}`. `[bytes]` is a
@@ -264,6 +266,12 @@ pub fn decode(bytes: &[u8], shard_count: usize) -> Result<Image, KvSnapshotError
             KIND_HEADER if !header_seen => {
                 header_seen = true;
                 image.index = r.u64()?;
+                if image.index >= crate::shard::STAMP_INDEX_MAX {
+                    return Err(frame_error(
+                        offset,
+                        format!("log index {} leaves no room for write stamps", image.index),
+                    ));
+                }
                 image.clock_ms = r.u64()? as i64;
             }
             KIND_DELETED if header_seen => {
@@ -318,7 +326,7 @@ pub fn decode(bytes: &[u8], shard_count: usize) -> Result<Image, KvSnapshotError
                 }
                 r.finish()?;
                 for shard in &mut image.shards {
-                    shard.applied_index = image.index;
+                    shard.applied_stamp = crate::shard::entry_end_stamp(image.index);
                 }
                 return Ok(image);
             }

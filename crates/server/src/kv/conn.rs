@@ -34,7 +34,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use super::barrier::BarrierTimeout;
-use super::engine::{Outbound, Responder};
+use super::engine::{Outbound, Responder, ShardRead};
 use super::KvContext;
 use crate::shared::wall_clock_ms;
 
@@ -682,7 +682,7 @@ impl Connection {
         let clocks = Clocks::read(engine.clock_ms(), wall_ms);
         // Stable: each shard's reads stay in request order.
         self.forwarded.sort_by_key(|read| read.0);
-        let mut groups: Vec<(usize, Vec<(u64, Args, ReadRoute)>)> = Vec::new();
+        let mut groups: Vec<(usize, Vec<ShardRead>)> = Vec::new();
         for (shard, seq, args, route) in self.forwarded.drain(..) {
             match groups.last_mut() {
                 Some((at, reads)) if *at == shard => reads.push((seq, args, route)),

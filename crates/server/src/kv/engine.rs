@@ -37,7 +37,7 @@ use keel_kv::keyspace;
 use keel_kv::op::{Op, Watch};
 use keel_kv::resp::Args;
 use keel_kv::session::ReadRoute;
-use keel_kv::shard::{Ctx, Shard, PREFETCH_KEYS_MAX};
+use keel_kv::shard::{stamp, Ctx, Shard, PREFETCH_KEYS_MAX};
 use keel_kv::slot::{key_slot, shard_of_slot};
 use keel_kv::snapshot::{self as kv_snapshot, Image};
 use keel_kv::Reply;
@@ -47,6 +47,10 @@ use tokio::sync::{mpsc, oneshot, Notify};
 /// Messages a shard's queue may hold without waking its thread (batches
 /// no connection of this node waits for).
 pub const QUIET_MESSAGES_MAX: usize = 64;
+
+/// A connection's read for a shard: its request number, the command and
+/// the route its session checked.
+pub type ShardRead = (u64, Args, ReadRoute);
 
 /// What a KV connection receives from the shards and the apply step.
 #[derive(Debug)]
@@ -137,7 +141,7 @@ enum Message {
     /// Reads of one connection (request number, command, its route), in
     /// its order.
     Reads {
-        reads: Vec<(u64, Args, ReadRoute)>,
+        reads: Vec<ShardRead>,
         clocks: Clocks,
         outlet: Outlet,
     },
@@ -497,7 +501,7 @@ impl KvEngine {
     pub fn reads(
         &self,
         shard: usize,
-        reads: Vec<(u64, Args, ReadRoute)>,
+        reads: Vec<ShardRead>,
         clocks: Clocks,
         outlet: Outlet,
     ) {
@@ -512,17 +516,19 @@ impl KvEngine {
         );
     }
 
-    /// A connection's reads for several shards (per shard, request
-    /// number and command, in request order), queued at one cut of the
-    /// shards' order: no write is queued between two of the messages, so
-    /// each read sees exactly the writes queued before the cut, whatever
-    /// shard runs it and whichever runs first. Queued one after the other
-    /// without it, a read of a later request could be queued before a
-    /// batch that an earlier request's read, queued after it, sees: the
-    /// later request would read the older state.
+    /// A connection's reads for other shards (per shard, request number
+    /// and command, in request order), queued at one cut of the shards'
+    /// order (under `order`): no write batch is queued between two of the
+    /// messages, so each read sees exactly the batches queued before the
+    /// cut, whatever shard runs it and whichever runs first. The lock is
+    /// taken for one message too: a batch being queued (`KvApplier::flush`
+    /// holds `order` from its first shard to its last) is waited for, so a
+    /// read that the connection ran on its own shard before (`read_here`)
+    /// and that saw a batch's part there is never followed by a read that
+    /// misses the part on another shard.
     pub fn reads_at_one_cut(
         &self,
-        groups: Vec<(usize, Vec<(u64, Args, ReadRoute)>)>,
+        groups: Vec<(usize, Vec<ShardRead>)>,
         clocks: Clocks,
         outlet: &Outlet,
     ) {
@@ -531,8 +537,7 @@ impl KvEngine {
             groups.windows(2).all(|pair| pair[0].0 < pair[1].0),
             "one message per shard"
         );
-        // One message is one cut already: no lock on the common path.
-        let _order = (groups.len() > 1).then(|| self.order.lock());
+        let _order = self.order.lock();
         for (shard, reads) in groups {
             self.reads(shard, reads, clocks, outlet.clone());
         }
@@ -1032,6 +1037,72 @@ mod tests {
         engine.stop();
     }
 
+    /// A Raft entry carries many connections' writes, and a shard is
+    /// observable between them (a transaction spanning shards borrows it,
+    /// then gives it back before the entry's next write). A WATCH token
+    /// taken there must still tell the entry's later writes from its
+    /// earlier ones, or an EXEC misses a change made after its WATCH.
+    #[test]
+    fn a_watch_between_two_writes_of_one_entry_sees_the_second() {
+        let engine = KvEngine::start_inline(kv_snapshot::empty(2), first_connection_id(5));
+        let (id, mut replies) = engine.connect();
+        let mut applier = KvApplier::new(engine.clone());
+        let (a, b) = (b"a".as_slice(), b"b".as_slice());
+        assert_ne!(engine.shard_of(a), engine.shard_of(b), "keys of two shards");
+        let transaction = |seq: u64, watches: Vec<Watch>, value: &str| Op::Exec {
+            seq,
+            watches,
+            commands: vec![
+                vec![b"SET".to_vec(), a.to_vec(), value.as_bytes().to_vec()],
+                vec![b"SET".to_vec(), b.to_vec(), value.as_bytes().to_vec()],
+            ],
+        };
+        // Entry 7: one transaction, then (after a WATCH of both keys in
+        // between) another one.
+        applier.apply(
+            7,
+            1_000,
+            id as i64,
+            &transaction(1, Vec::new(), "1").to_bytes(),
+            true,
+        );
+        let outlet = engine.outlet_of(id).unwrap();
+        assert_eq!(
+            engine.watch(vec![a.to_vec(), b.to_vec()], Responder { outlet, seq: 2 }),
+            2
+        );
+        applier.apply(
+            7,
+            1_000,
+            id as i64,
+            &transaction(3, Vec::new(), "2").to_bytes(),
+            true,
+        );
+        applier.flush();
+        let mut watches = Vec::new();
+        let mut exec_replies = Vec::new();
+        while let Ok(message) = replies.try_recv() {
+            match message {
+                Outbound::Watched(2, parts) => watches.extend(parts),
+                Outbound::Reply(seq, reply) => exec_replies.push((seq, reply)),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(watches.len(), 2);
+        assert_eq!(exec_replies.len(), 2);
+        // Entry 8: the watching connection's transaction must fail: both
+        // keys changed after its WATCH (by the second transaction of 7).
+        applier.apply(
+            8,
+            1_001,
+            id as i64,
+            &transaction(4, watches, "3").to_bytes(),
+            true,
+        );
+        applier.flush();
+        assert_eq!(reply(&mut replies), (4, Reply::NullArray));
+    }
+
     #[test]
     fn an_mset_spanning_shards_splits_by_shard_keeping_pair_order() {
         let keys: Vec<String> = (0..40).map(|i| format!("k{i}")).collect();
@@ -1093,12 +1164,21 @@ pub struct KvApplier {
     engine: Arc<KvEngine>,
     /// Per shard: the entry's writes not yet queued.
     pending: Vec<Vec<Item>>,
+    /// The entry of the last operation applied, and its ordinal there
+    /// (each operation's write stamp, `keel_kv::shard::stamp`).
+    last_index: u64,
+    ordinal: u64,
 }
 
 impl KvApplier {
     pub fn new(engine: Arc<KvEngine>) -> KvApplier {
         let pending = (0..engine.shard_count()).map(|_| Vec::new()).collect();
-        KvApplier { engine, pending }
+        KvApplier {
+            engine,
+            pending,
+            last_index: 0,
+            ordinal: 0,
+        }
     }
 
     pub fn engine(&self) -> &Arc<KvEngine> {
@@ -1116,6 +1196,14 @@ impl KvApplier {
         body: &[u8],
         asked_here: bool,
     ) {
+        // Counted before decoding: every replica numbers the same bytes.
+        if index == self.last_index {
+            self.ordinal += 1;
+        } else {
+            assert!(index > self.last_index, "entries apply in log order");
+            self.last_index = index;
+            self.ordinal = 0;
+        }
         let op = match Op::decode(body) {
             Ok(op) => op,
             Err(error) => {
@@ -1130,7 +1218,7 @@ impl KvApplier {
         let clock_ms = engine.clock_ms().max(time_ms);
         engine.clock_ms.store(clock_ms, Ordering::Release);
         let ctx = Ctx {
-            index,
+            stamp: stamp(index, self.ordinal),
             now_ms: clock_ms,
         };
         if matches!(op, Op::Expire { .. }) && asked_here {
@@ -1465,7 +1553,7 @@ impl Home {
                     .into_iter()
                     .map(|key| Watch {
                         key,
-                        token: current.applied_index,
+                        token: current.applied_stamp,
                         watched_ms: watched.max(*clock_ms),
                     })
                     .collect();
