@@ -3,7 +3,7 @@
 //! keyspace is empty, so a node that never served KV writes the same
 //! file as before and every older snapshot loads as an empty keyspace.
 //!
-//! Format (version 2): `KEELKVSN`, version u32, then frames
+//! Format (version 3; 2 had the same layout): `KEELKVSN`, version u32, then frames
 //! `[kind u8][len u32][crc32 u32][payload]` (the CRC covers kind and
 //! payload): HEADER (log index u64, log clock i64), per shard DELETED
 //! (`[count u32]{[slot u16][index u64]}`, then `[count u32]{[slot
@@ -30,7 +30,11 @@ use crate::slot::{key_slot, shard_of_slot, shard_slots};
 use crate::value::{Aggregate, Bytes, Entry};
 
 pub(crate) const MAGIC: &[u8; 8] = b"KEELKVSN";
-pub const FORMAT_VERSION: u32 = 2;
+/// Version 3: keys' versions and deletion marks are write stamps
+/// (`shard::stamp`); version 2's were log indexes, in the same layout.
+/// An older Keel refuses version 3: it would compare stamps with its own
+/// indexes (and its deletion records assert that they only grow).
+pub const FORMAT_VERSION: u32 = 3;
 /// The oldest format this Keel reads (no remembered deletions).
 const FORMAT_VERSION_MIN: u32 = 1;
 pub(crate) const FILE_HEADER_BYTES: usize = 12;

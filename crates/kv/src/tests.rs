@@ -382,6 +382,19 @@ fn flushdb_empties_every_shard_and_snapshots_round_trip() {
     let image = crate::snapshot::decode(&v1, 2).unwrap();
     let loaded = Keyspace::from_shards(image.shards, image.index, image.clock_ms);
     assert_eq!(loaded.key_count(), 4);
+    // Version 3 (versions are write stamps) has version 2's layout: a
+    // version 2 file loads; a newer one is refused, as an older Keel
+    // refuses version 3 (its versions would not order with its own).
+    assert_eq!(crate::snapshot::FORMAT_VERSION, 3);
+    let mut v2 = bytes.clone();
+    v2[8..12].copy_from_slice(&2u32.to_be_bytes());
+    assert_eq!(crate::snapshot::decode(&v2, 2).unwrap().shards.len(), 2);
+    let mut v4 = bytes.clone();
+    v4[8..12].copy_from_slice(&4u32.to_be_bytes());
+    assert!(matches!(
+        crate::snapshot::decode(&v4, 2),
+        Err(crate::snapshot::KvSnapshotError::Version(4))
+    ));
     let mut flipped = bytes.clone();
     let last = flipped.len() - 20;
     flipped[last] ^= 1;

@@ -498,13 +498,7 @@ impl KvEngine {
 
     /// Runs a connection's reads (request number, command) on one shard,
     /// in order; their replies go to `outlet` together.
-    pub fn reads(
-        &self,
-        shard: usize,
-        reads: Vec<ShardRead>,
-        clocks: Clocks,
-        outlet: Outlet,
-    ) {
+    pub fn reads(&self, shard: usize, reads: Vec<ShardRead>, clocks: Clocks, outlet: Outlet) {
         assert!(!reads.is_empty() && reads.len() <= super::conn::PIPELINE_REQUESTS_MAX);
         self.send(
             shard,
