@@ -9,7 +9,10 @@ server must earn.
 - A write spanning shards (MSET, MULTI/EXEC) is seen whole or not at all:
   MGET and a transaction of GETs always read equal values, and the values
   one connection reads never go back, whichever shard each read runs on
-  (reads pipelined to different shard threads included).
+  (reads pipelined to different shard threads included), on a follower
+  with READONLY's local reads too.
+- The WATCH transactions again while the leader is killed and restarted:
+  no update lost or doubled, none applied in part.
 
 The differential suites check each command's reply against redis-server;
 these check what only concurrency shows. KEEL_KV_CONCURRENCY_SECONDS sets
@@ -22,7 +25,7 @@ import time
 import pytest
 
 from conftest import report_summary
-from harness.redis import RespConnection
+from harness.redis import Closed, RespConnection, wait_kv
 
 SECONDS = float(os.environ.get("KEEL_KV_CONCURRENCY_SECONDS", "5"))
 # Four shard threads even on two cores: more shards, more interleavings.
@@ -177,9 +180,13 @@ def test_a_write_spanning_shards_is_read_whole_or_not_at_all(target):
         except Exception as error:
             errors.append("writer: %r" % error)
 
-    def reader(index):
+    def reader(index, local=False):
         try:
             with connect(ports[index % len(ports)]) as c:
+                if local:
+                    # Local reads on a follower may lag the leader, but
+                    # they too never go back and never see half a write.
+                    assert c.call("READONLY")[1] == "OK"
                 newest = 0
                 while time.monotonic() < deadline:
                     round_ = [(cmd[0],) + tuple(names[k] for k in cmd[1:]) for cmd in READ_ROUND]
@@ -210,6 +217,9 @@ def test_a_write_spanning_shards_is_read_whole_or_not_at_all(target):
 
     threads = [threading.Thread(target=writer, daemon=True)]
     threads += [threading.Thread(target=reader, args=(i,), daemon=True) for i in range(READERS)]
+    if target.topology != "single":
+        follower = ports.index(target.port)
+        threads.append(threading.Thread(target=reader, args=(follower, True), daemon=True))
     for t in threads:
         t.start()
     for t in threads:
@@ -240,3 +250,116 @@ def test_a_connection_closed_inside_multi_leaves_no_half_transaction(target):
     with connect(port) as d:
         assert d.call("PING")[1] == "PONG"
         assert [as_int(v) for v in d.call("MGET", a, b)[1]] == [1, 1]
+
+
+class Retry(Exception):
+    """A reply that ends a client's attempt (an error during a leader
+    change): it moves to another node."""
+
+
+def test_watch_transactions_lose_no_update_across_a_leader_kill(kv_factory):
+    """The WATCH test's clients on every node while the leader is killed
+    (kill -9) and restarted: a transaction whose reply was lost may or may
+    not have happened, every other one happened once or not at all."""
+    target = kv_factory("cluster3", kv_shards=SHARDS)
+    cluster = target.server
+    a, b = keys_on_distinct_shards("fail", 2)
+    with connect(target.leader_port()) as c:
+        assert c.call("MSET", a, "0", b, "0")[1] == "OK"
+    ports = target.ports
+    stop = threading.Event()
+    lock = threading.Lock()
+    committed = []
+    outcomes = {"aborted": 0, "unknown": 0, "retries": 0}
+    errors = []
+
+    def attempt(c, sent):
+        """One WATCH transaction; (reply of EXEC, x, y). Raises Retry or a
+        connection error; sent[0] turns true once EXEC went out."""
+        if c.call("WATCH", a, b)[1] != "OK":
+            raise Retry()
+        values = [c.call("GET", key)[1] for key in (a, b)]
+        if not all(isinstance(v, bytes) for v in values):
+            raise Retry()
+        x, y = (int(v) for v in values)
+        if c.call("MULTI")[1] != "OK":
+            raise Retry()
+        for key, value in ((a, x + 1), (b, y + 1)):
+            if c.call("SET", key, str(value))[1] != "QUEUED":
+                raise Retry()
+        sent[0] = True
+        return c.call("EXEC")[1], x, y
+
+    def client(index):
+        turn = index
+        c = None
+        try:
+            while not stop.is_set():
+                if c is None:
+                    try:
+                        c = RespConnection(ports[turn % len(ports)], timeout=5.0)
+                    except OSError:
+                        turn += 1
+                        time.sleep(0.05)
+                        continue
+                sent = [False]
+                try:
+                    reply, x, y = attempt(c, sent)
+                except (OSError, Closed, Retry):
+                    with lock:
+                        outcomes["unknown" if sent[0] else "retries"] += 1
+                    c.close()
+                    c = None
+                    turn += 1
+                    time.sleep(0.05)
+                    continue
+                with lock:
+                    if reply is None:
+                        outcomes["aborted"] += 1
+                    elif reply == ["OK", "OK"]:
+                        assert x == y, "EXEC succeeded on a torn read: %d %d" % (x, y)
+                        committed.append(x)
+                    else:  # an error reply: it may have been applied
+                        outcomes["unknown"] += 1
+        except Exception as error:
+            errors.append(repr(error))
+        finally:
+            if c is not None:
+                c.close()
+
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(CAS_CLIENTS)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(1.5)
+        leader = cluster.leader()
+        leader.kill()
+        time.sleep(1.0)
+        assert cluster.leader(timeout=20) is not leader
+        leader.start()
+        wait_kv(int(leader.settings["resp_port"]))
+        time.sleep(1.5)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert not errors, errors
+    assert not any(t.is_alive() for t in threads), "a client hung"
+    cluster.wait_replicated()
+    finals = []
+    for port in ports:
+        with connect(port) as c:
+            finals.append(tuple(as_int(v) for v in c.call("MGET", a, b)[1]))
+    assert len(set(finals)) == 1, "the nodes disagree: %r" % finals
+    final_a, final_b = finals[0]
+    assert final_a == final_b, "a transaction applied in part: %r" % (finals[0],)
+    known = len(committed)
+    assert len(set(committed)) == known, "two transactions committed from one value: %r" % sorted(committed)
+    assert known <= final_a <= known + outcomes["unknown"], (known, final_a, outcomes)
+    assert all(x < final_a for x in committed)
+    assert known >= 20, (known, outcomes)
+    line = ("KV WATCH across a leader kill (%d clients): %d EXECs committed, %d aborted by WATCH, %d unknown "
+            "(connection lost after EXEC), final %d: no update lost or doubled" % (
+                CAS_CLIENTS, known, outcomes["aborted"], outcomes["unknown"], final_a))
+    print("\n" + line)
+    report_summary(line)
