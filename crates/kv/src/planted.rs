@@ -25,3 +25,25 @@ pub(crate) fn snapshot_keys_dropped() -> bool {
 pub(crate) fn snapshot_keys_dropped() -> bool {
     false
 }
+
+#[cfg(any(test, feature = "testing"))]
+thread_local! {
+    static EXEC_PARTIAL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// EXEC answers every command but does not apply the last one: a
+/// transaction applied in part (on this thread, until switched off).
+#[cfg(any(test, feature = "testing"))]
+pub fn set_exec_partial(on: bool) {
+    EXEC_PARTIAL.with(|flag| flag.set(on));
+}
+
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn exec_partial() -> bool {
+    EXEC_PARTIAL.with(|flag| flag.get())
+}
+
+#[cfg(not(any(test, feature = "testing")))]
+pub(crate) fn exec_partial() -> bool {
+    false
+}

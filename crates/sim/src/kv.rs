@@ -23,41 +23,101 @@ pub const REGISTER_KEYS: [&str; 3] = ["ka", "kb", "kc"];
 /// Keys INCR and GET use, never deleted: their final value counts the
 /// INCRs applied (the lost-write check).
 pub const COUNTER_KEYS: [&str; 2] = ["n0", "n1"];
+/// Keys only written all together, to one value (MSET, or MULTI/EXEC of
+/// SETs) and read all together (MGET): they span both of a node's shards
+/// (`ma` is in shard 0, `mb` and `mc` in shard 1 of two), so every such
+/// command runs with both shards borrowed, or as an MSET split by shard.
+/// A read that finds them unequal saw a spanning write in part.
+pub const SPAN_KEYS: [&str; 3] = ["ma", "mb", "mc"];
 /// States the search of one key may visit before it gives up
 /// (undecided, counted in the stats).
 pub const SEARCH_STATES_MAX: usize = 200_000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KvCall {
-    Set { key: String, value: Vec<u8> },
-    Incr { key: String },
-    Del { key: String },
-    Get { key: String },
+    Set {
+        key: String,
+        value: Vec<u8>,
+    },
+    Incr {
+        key: String,
+    },
+    Del {
+        key: String,
+    },
+    Get {
+        key: String,
+    },
+    /// MSET of every SPAN_KEYS key to `value` (split by shard when applied).
+    Mset {
+        value: Vec<u8>,
+    },
+    /// MULTI, SET of every SPAN_KEYS key to `value`, EXEC (one transaction
+    /// with both shards borrowed).
+    Exec {
+        value: Vec<u8>,
+    },
+    /// MGET of the SPAN_KEYS (a read spanning shards).
+    Mget,
 }
 
 impl KvCall {
-    pub fn key(&self) -> &str {
+    /// The single key of a one-key command (`None` for the spanning ones:
+    /// see `per_key`).
+    pub fn key(&self) -> Option<&str> {
         match self {
             KvCall::Set { key, .. }
             | KvCall::Incr { key }
             | KvCall::Del { key }
-            | KvCall::Get { key } => key,
+            | KvCall::Get { key } => Some(key),
+            KvCall::Mset { .. } | KvCall::Exec { .. } | KvCall::Mget => None,
         }
     }
 
     pub fn is_read(&self) -> bool {
-        matches!(self, KvCall::Get { .. })
+        matches!(self, KvCall::Get { .. } | KvCall::Mget)
     }
 
-    /// The command's arguments, as a client sends them.
+    /// The command's arguments, as a client sends them (a transaction's:
+    /// `commands`).
     pub fn args(&self) -> Vec<Vec<u8>> {
-        let words: Vec<&[u8]> = match self {
+        let mut words: Vec<&[u8]> = match self {
             KvCall::Set { key, value } => vec![b"SET", key.as_bytes(), value],
             KvCall::Incr { key } => vec![b"INCR", key.as_bytes()],
             KvCall::Del { key } => vec![b"DEL", key.as_bytes()],
             KvCall::Get { key } => vec![b"GET", key.as_bytes()],
+            KvCall::Mset { value } | KvCall::Exec { value } => {
+                let mut words: Vec<&[u8]> = vec![b"MSET"];
+                for key in SPAN_KEYS {
+                    words.extend([key.as_bytes(), value.as_slice()]);
+                }
+                words
+            }
+            KvCall::Mget => vec![b"MGET"],
         };
+        if matches!(self, KvCall::Mget) {
+            words.extend(SPAN_KEYS.iter().map(|key| key.as_bytes()));
+        }
         words.into_iter().map(<[u8]>::to_vec).collect()
+    }
+
+    /// A write's log operation, as `server::kv::conn` proposes it.
+    pub fn op(&self, seq: u64) -> keel_kv::Op {
+        assert!(!self.is_read(), "reads are not proposed");
+        match self {
+            KvCall::Exec { value } => keel_kv::Op::Exec {
+                seq,
+                watches: Vec::new(),
+                commands: SPAN_KEYS
+                    .iter()
+                    .map(|key| vec![b"SET".to_vec(), key.as_bytes().to_vec(), value.clone()])
+                    .collect(),
+            },
+            _ => keel_kv::Op::Command {
+                seq,
+                args: self.args(),
+            },
+        }
     }
 }
 
@@ -68,6 +128,8 @@ pub enum KvRet {
     Int(i64),
     Value(Option<Vec<u8>>),
     Error(String),
+    /// MGET's values, EXEC's replies.
+    Array(Vec<KvRet>),
 }
 
 impl KvRet {
@@ -78,9 +140,84 @@ impl KvRet {
             Reply::Bulk(value) => KvRet::Value(Some(value.clone())),
             Reply::Null => KvRet::Value(None),
             Reply::Error(text) => KvRet::Error(text.to_string()),
+            Reply::Array(items) => KvRet::Array(items.iter().map(KvRet::of).collect()),
             other => KvRet::Error(format!("unexpected reply {other:?}")),
         }
     }
+}
+
+/// `op` as operations on one key each: a spanning write is a SET of each
+/// SPAN_KEYS key and a spanning read a GET of each, all over the same
+/// interval (linearizable as a whole only if each key's part is; that
+/// it is one step, not three, is `torn_spanning_reads`' check and the
+/// keys' equality at the end). A reply that is not the expected shape
+/// stays an error on every key (no order fits it).
+pub fn per_key(op: &KvOperation) -> Vec<KvOperation> {
+    let one = |call: KvCall, ret: Option<(u64, KvRet)>| KvOperation {
+        client: op.client,
+        call,
+        invoke: op.invoke,
+        ret,
+    };
+    let part = |i: usize| -> Option<(u64, KvRet)> {
+        let (at, ret) = op.ret.as_ref()?;
+        let ret = match (&op.call, ret) {
+            (KvCall::Mset { .. }, KvRet::Ok) => KvRet::Ok,
+            (KvCall::Exec { .. }, KvRet::Array(items)) if items.len() == SPAN_KEYS.len() => {
+                items[i].clone()
+            }
+            (KvCall::Mget, KvRet::Array(items)) if items.len() == SPAN_KEYS.len() => {
+                items[i].clone()
+            }
+            (_, other) => KvRet::Error(format!("{other:?} as the reply to {:?}", op.call)),
+        };
+        Some((*at, ret))
+    };
+    match &op.call {
+        KvCall::Mset { value } | KvCall::Exec { value } => SPAN_KEYS
+            .iter()
+            .enumerate()
+            .map(|(i, key)| {
+                let call = KvCall::Set {
+                    key: key.to_string(),
+                    value: value.clone(),
+                };
+                one(call, part(i))
+            })
+            .collect(),
+        KvCall::Mget => SPAN_KEYS
+            .iter()
+            .enumerate()
+            .map(|(i, key)| {
+                one(
+                    KvCall::Get {
+                        key: key.to_string(),
+                    },
+                    part(i),
+                )
+            })
+            .collect(),
+        _ => vec![op.clone()],
+    }
+}
+
+/// Spanning reads (MGET of the SPAN_KEYS) whose values differ: they saw a
+/// spanning write in part (every write of those keys sets all three to
+/// one value).
+pub fn torn_spanning_reads(history: &[KvOperation]) -> Vec<String> {
+    history
+        .iter()
+        .filter(|op| op.call == KvCall::Mget)
+        .filter_map(|op| match &op.ret {
+            Some((at, KvRet::Array(values))) if values.windows(2).any(|w| w[0] != w[1]) => {
+                Some(format!(
+                    "kv{} MGET at {at} read a spanning write in part: {values:?}",
+                    op.client
+                ))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// One KV request: invoked at `invoke` (µs), answered at `ret`'s time, or
@@ -114,6 +251,9 @@ fn step(value: &Option<Vec<u8>>, call: &KvCall) -> (Option<Vec<u8>>, KvRet) {
                 ),
             }
         }
+        KvCall::Mset { .. } | KvCall::Exec { .. } | KvCall::Mget => {
+            unreachable!("per_key splits spanning calls into one-key ones")
+        }
     }
 }
 
@@ -129,12 +269,15 @@ pub struct Checked {
 /// Every key's history checked against one key's model, from an absent
 /// key. Reads with no reply are left out (they change nothing).
 pub fn check(history: &[KvOperation]) -> Checked {
+    let parts: Vec<KvOperation> = history
+        .iter()
+        .filter(|op| op.ret.is_some() || !op.call.is_read())
+        .flat_map(per_key)
+        .collect();
     let mut by_key: BTreeMap<&str, Vec<&KvOperation>> = BTreeMap::new();
-    for op in history {
-        if op.ret.is_none() && op.call.is_read() {
-            continue;
-        }
-        by_key.entry(op.call.key()).or_default().push(op);
+    for op in &parts {
+        let key = op.call.key().expect("per_key gives one-key operations");
+        by_key.entry(key).or_default().push(op);
     }
     let mut checked = Checked::default();
     for (key, ops) in by_key {
@@ -296,5 +439,43 @@ mod tests {
             op(get(), 5, Some((6, KvRet::Value(None)))),
         ];
         assert_eq!(check(&history).violations.len(), 1);
+    }
+
+    #[test]
+    fn spanning_requests_are_checked_key_by_key_and_whole() {
+        let value = |v: &str| KvRet::Value(Some(v.as_bytes().to_vec()));
+        let all = |v: &str| KvRet::Array(vec![value(v), value(v), value(v)]);
+        let mset = op(
+            KvCall::Mset {
+                value: b"x".to_vec(),
+            },
+            0,
+            Some((1, KvRet::Ok)),
+        );
+        let exec = op(
+            KvCall::Exec {
+                value: b"y".to_vec(),
+            },
+            2,
+            Some((3, KvRet::Array(vec![KvRet::Ok; 3]))),
+        );
+        let parts = per_key(&exec);
+        assert_eq!(parts.len(), SPAN_KEYS.len());
+        assert!(parts.iter().all(|p| p.ret == Some((3, KvRet::Ok))));
+        let history = [
+            mset.clone(),
+            op(KvCall::Mget, 1, Some((2, all("x")))),
+            exec.clone(),
+            op(KvCall::Mget, 4, Some((5, all("y")))),
+        ];
+        assert!(check(&history).violations.is_empty());
+        assert!(torn_spanning_reads(&history).is_empty());
+        // An MGET after the EXEC that reads the MSET's value on one key:
+        // that key's history is not linearizable; an MGET that reads two
+        // values saw a write in part.
+        let torn = KvRet::Array(vec![value("y"), value("x"), value("y")]);
+        let history = [mset, exec, op(KvCall::Mget, 4, Some((5, torn)))];
+        assert_eq!(check(&history).violations.len(), 1);
+        assert_eq!(torn_spanning_reads(&history).len(), 1);
     }
 }

@@ -28,7 +28,7 @@ use keel_tree::{owner_kind, Event, OwnerKind, Txn, TxnOp};
 use raft::eraftpb::{ConfState, MessageType};
 
 use crate::disk::{verify_snapshot, Loaded, SharedDisk, SimIo, SimSnapshots};
-use crate::kv::{KvCall, KvOperation, KvRet, COUNTER_KEYS, REGISTER_KEYS};
+use crate::kv::{KvCall, KvOperation, KvRet, COUNTER_KEYS, REGISTER_KEYS, SPAN_KEYS};
 use crate::machine::{
     fnv, kv_digest, new_machine, state_digest, Outbox, SimMachine, SimOutlet, FNV_OFFSET,
 };
@@ -108,6 +108,13 @@ pub const KV_THINK_MIN_US: u64 = 100_000;
 pub const KV_THINK_MAX_US: u64 = 500_000;
 /// A KV client moves to another node (or the same) before a request.
 pub const KV_MOVE_PER_MILLION: u64 = 250_000;
+/// KV runs whose clients also write and read the SPAN_KEYS (keys of both
+/// shards) all together, and their share of such a run's requests. Drawn
+/// from generators of their own, so the runs without them stay what they
+/// were.
+pub const KV_SPAN_RUN_PER_MILLION: u64 = 500_000;
+pub const KV_SPAN_REQUEST_PER_MILLION: u64 = 250_000;
+const KV_SPAN_SALT: u64 = 0x7370_616e;
 
 /// The members a simulated cluster starts with (addresses are names: the
 /// simulator routes by id).
@@ -241,6 +248,13 @@ pub struct Options {
     /// (`keel_kv::planted::set_snapshot_keys_dropped`): it holds no keys.
     /// The snapshot, digest and lost-write checks must see it.
     pub kv_snapshot_keys_dropped: bool,
+    /// The KV clients also send MSET, MULTI/EXEC and MGET of the
+    /// SPAN_KEYS (`crate::kv`): writes and reads spanning shards.
+    pub kv_spans: bool,
+    /// A planted bug in EXEC (`keel_kv::planted::set_exec_partial`): a
+    /// transaction's last command is answered but not applied. The KV
+    /// checks must see a spanning write applied in part.
+    pub kv_exec_partial: bool,
     /// The reaper's pass interval on every node (the server's
     /// `container_check_interval_ms`), in logical ms.
     pub container_check_interval_ms: u64,
@@ -290,6 +304,9 @@ impl Options {
             kv_clients,
             kv_reads_skip_barrier: false,
             kv_snapshot_keys_dropped: false,
+            kv_spans: kv_clients > 0
+                && Rng::new(seed ^ KV_SPAN_SALT).chance(KV_SPAN_RUN_PER_MILLION),
+            kv_exec_partial: false,
             container_check_interval_ms,
             trace: false,
         }
@@ -339,6 +356,8 @@ pub struct Stats {
     pub kv_operations: usize,
     pub kv_acknowledged_writes: usize,
     pub kv_unknown_outcomes: usize,
+    /// KV requests spanning shards (MSET, EXEC, MGET of the SPAN_KEYS).
+    pub kv_spanning_requests: usize,
     /// Keys whose KV linearizability search ran out of budget.
     pub kv_linearizability_undecided: u64,
     /// Reads leaders served from their read lease (KV reads, syncs).
@@ -711,6 +730,8 @@ pub struct World {
     /// The KV clients' choices, from a generator of their own: a seed's
     /// other requests and faults stay what they were.
     kv_rng: Rng,
+    /// Which KV requests are spanning ones (`Options::kv_spans`).
+    kv_span_rng: Rng,
     /// The starting member the joiner replaces (`Joiner::replaces`).
     replaced: Option<u64>,
 }
@@ -744,6 +765,7 @@ impl World {
             })
             .collect();
         let kv_rng = Rng::new(options.seed ^ 0x6b76);
+        let kv_span_rng = Rng::new(options.seed ^ KV_SPAN_SALT ^ 0x7271);
         let replaced = options
             .joiner
             .as_ref()
@@ -805,6 +827,7 @@ impl World {
             kv_clients,
             kv_history: Vec::new(),
             kv_rng,
+            kv_span_rng,
             replaced,
         }
     }
@@ -871,6 +894,7 @@ impl World {
         keel_tree::planted::set_reap_late(self.options.reap_late);
         keel_tree::planted::set_snapshot_torn(self.options.snapshot_torn);
         keel_kv::planted::set_snapshot_keys_dropped(self.options.kv_snapshot_keys_dropped);
+        keel_kv::planted::set_exec_partial(self.options.kv_exec_partial);
         for id in 1..=self.options.nodes as u64 {
             self.start_node(id);
         }
@@ -911,6 +935,7 @@ impl World {
         keel_tree::planted::set_reap_late(false);
         keel_tree::planted::set_snapshot_torn(false);
         keel_kv::planted::set_snapshot_keys_dropped(false);
+        keel_kv::planted::set_exec_partial(false);
         self.finish()
     }
 
@@ -1938,6 +1963,7 @@ impl World {
                 _ => KvCall::Del { key: register },
             }
         };
+        let call = self.kv_span_call(client).unwrap_or(call);
         let conn = self.kv_clients[client]
             .conn
             .as_mut()
@@ -1990,11 +2016,7 @@ impl World {
                 .expect("just set")
                 .barrier = Some(number);
         } else {
-            let body = keel_kv::Op::Command {
-                seq,
-                args: call.args(),
-            }
-            .to_bytes();
+            let body = call.op(seq).to_bytes();
             let txn = Txn {
                 session_id: connection as i64,
                 xid: 0,
@@ -2005,6 +2027,24 @@ impl World {
             core.propose(txn.encode());
         }
         self.request_advance(node);
+    }
+
+    /// In a run with `kv_spans`, a share of the requests write or read all
+    /// the SPAN_KEYS at once instead (drawn from `kv_span_rng` every time,
+    /// so `kv_rng`'s draws stay the same).
+    fn kv_span_call(&mut self, client: usize) -> Option<KvCall> {
+        let draw = self.kv_span_rng.below(1_000_000);
+        if !self.options.kv_spans || draw >= KV_SPAN_REQUEST_PER_MILLION {
+            return None;
+        }
+        self.stats.kv_spanning_requests += 1;
+        let c = &self.kv_clients[client];
+        let value = format!("kv{client}-{}", c.sent).into_bytes();
+        Some(match draw % 3 {
+            0 => KvCall::Mset { value },
+            1 => KvCall::Exec { value },
+            _ => KvCall::Mget,
+        })
     }
 
     fn kv_wake_later(&mut self, client: usize) {
@@ -2020,7 +2060,8 @@ impl World {
             return;
         };
         let (node, connection, seq) = (conn.node, conn.id, pending.seq);
-        let args = self.kv_history[pending.history].call.args();
+        let call = self.kv_history[pending.history].call.clone();
+        let args = call.args();
         let now_ms = (self.now_us / 1000) as i64;
         let engine = self
             .node(node)
@@ -2031,6 +2072,13 @@ impl World {
             return;
         };
         let clocks = keel_kv::exec::Clocks::read(engine.clock_ms(), now_ms);
+        if call == KvCall::Mget {
+            // A read spanning shards: the connection borrows them all
+            // (`conn.rs` `read_now`), here at once (`inspect` borrows
+            // every shard, as the inline engine's `borrow` would).
+            let reply = engine.inspect(|view| keel_kv::keyspace::run(view, &args, clocks));
+            return self.kv_reply(client, seq, reply);
+        }
         let shard = engine.shard_of(&args[1]);
         let route = keel_kv::session::ReadRoute::checked(&args)
             .expect("a client's read is a keyspace read that passes its checks");
@@ -2149,7 +2197,12 @@ impl World {
             return;
         }
         let mut at = self.now_us + 1_000;
-        let keys: Vec<&str> = REGISTER_KEYS.iter().chain(&COUNTER_KEYS).copied().collect();
+        let keys: Vec<&str> = REGISTER_KEYS
+            .iter()
+            .chain(&COUNTER_KEYS)
+            .chain(&SPAN_KEYS)
+            .copied()
+            .collect();
         for n in 0..self.nodes.len() {
             let Some(engine) = self.nodes[n].kv.clone() else {
                 continue;
@@ -2198,7 +2251,7 @@ impl World {
                 .iter()
                 .filter(|op| op.client > SYSTEM_CLIENT - 64)
             {
-                if op.call.key() != key {
+                if op.call.key() != Some(key) {
                     continue;
                 }
                 let value = match &op.ret {
@@ -2222,6 +2275,10 @@ impl World {
                 }
             }
         }
+        for torn in crate::kv::torn_spanning_reads(&self.kv_history) {
+            self.fail(torn);
+        }
+        self.check_span_keys_end_equal();
         let checked = crate::kv::check(&self.kv_history);
         self.stats.kv_linearizability_undecided += checked.undecided.len() as u64;
         for key in checked.undecided {
@@ -2229,6 +2286,28 @@ impl World {
         }
         for violation in checked.violations {
             self.fail(format!("kv history is not linearizable: {violation}"));
+        }
+    }
+
+    /// Every node ends with the SPAN_KEYS equal (all absent, or one
+    /// value): every write of them sets all three at once.
+    fn check_span_keys_end_equal(&mut self) {
+        let mut ends: BTreeMap<u64, Vec<KvRet>> = BTreeMap::new();
+        for op in &self.kv_history {
+            let final_read = op.client > SYSTEM_CLIENT - 64;
+            let span_key = op.call.key().is_some_and(|key| SPAN_KEYS.contains(&key));
+            if let (true, true, Some((_, ret))) = (final_read, span_key, &op.ret) {
+                ends.entry(SYSTEM_CLIENT - op.client)
+                    .or_default()
+                    .push(ret.clone());
+            }
+        }
+        for (node, values) in ends {
+            if values.windows(2).any(|w| w[0] != w[1]) {
+                self.fail(format!(
+                    "kv: n{node} ends with the spanning keys unequal, a write applied in part: {values:?}"
+                ));
+            }
         }
     }
 

@@ -96,6 +96,7 @@ fn add_stats(total: &mut sim::Stats, run: &sim::Stats) {
     total.kv_operations += run.kv_operations;
     total.kv_acknowledged_writes += run.kv_acknowledged_writes;
     total.kv_unknown_outcomes += run.kv_unknown_outcomes;
+    total.kv_spanning_requests += run.kv_spanning_requests;
     total.lease_reads += run.lease_reads;
     total.kv_linearizability_undecided += run.kv_linearizability_undecided;
 }
@@ -159,6 +160,10 @@ fn replay() {
         Ok("snapshot-torn") => options.snapshot_torn = true,
         Ok("kv-reads-skip-barrier") => options.kv_reads_skip_barrier = true,
         Ok("kv-snapshot-keys-dropped") => options.kv_snapshot_keys_dropped = true,
+        Ok("kv-exec-partial") => {
+            options.kv_spans = options.kv_clients > 0;
+            options.kv_exec_partial = true;
+        }
         Ok("no-leader-transfer") => options.planted_bug = PlantedBug::NoLeaderTransfer,
         Ok("lease-without-leadership") => options.planted_bug = PlantedBug::LeaseWithoutLeadership,
         Ok("no-first-snapshot") => options.planted_bug = PlantedBug::NoFirstSnapshot,
@@ -562,5 +567,42 @@ fn kv_snapshots_without_keys_are_caught() {
     assert!(
         snapshot > 0,
         "the snapshot check missed a keyspace left out"
+    );
+}
+
+#[test]
+fn a_transaction_applied_in_part_is_caught() {
+    // EXEC answers every SET of the spanning keys but applies only the
+    // first two (keel_kv::planted::set_exec_partial): the spanning reads,
+    // the keys' equality at the end and their linearizability must show
+    // it. The same seeds without the bug pass, with spanning requests.
+    let seeds = kv_seeds(40);
+    let spanning = |seed| Options {
+        kv_spans: true,
+        ..Options::for_seed(seed)
+    };
+    let (clean, stats) = run_batch(seeds.clone(), spanning);
+    assert!(
+        clean.is_empty(),
+        "spanning requests fail without the bug: {:?}",
+        first_failure(&clean)
+    );
+    assert!(
+        stats.kv_spanning_requests > 0,
+        "no spanning request was sent"
+    );
+    let (failing, _) = run_batch(seeds, |seed| Options {
+        kv_exec_partial: true,
+        ..spanning(seed)
+    });
+    let torn = caught_by(&failing, |f| f.contains("in part"));
+    eprintln!(
+        "a transaction applied in part caught by {} of 40 KV seeds ({torn} by the spanning checks); first: {:?}",
+        failing.len(),
+        first_failure(&failing)
+    );
+    assert!(
+        torn > 0,
+        "the spanning checks missed a transaction applied in part"
     );
 }
