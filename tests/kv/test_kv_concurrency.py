@@ -86,6 +86,14 @@ def as_int(value):
     return 0 if value is None else int(value)
 
 
+def join_clients(threads, errors, timeout_s):
+    """Waits for the client threads: none may have failed or hung."""
+    for t in threads:
+        t.join(timeout_s)
+    assert not errors, errors
+    assert not any(t.is_alive() for t in threads), "a client hung"
+
+
 def test_watch_transactions_across_shards_lose_no_update(target):
     a, b = keys_on_distinct_shards("cas", 2)
     with connect(target.leader_port()) as c:
@@ -123,10 +131,7 @@ def test_watch_transactions_across_shards_lose_no_update(target):
     threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(CAS_CLIENTS)]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join(SECONDS + 60)
-    assert not errors, errors
-    assert not any(t.is_alive() for t in threads), "a client hung"
+    join_clients(threads, errors, SECONDS + 60)
     total = len(committed)
     # Each success moved the keys from the value it read: no two from the
     # same value (a lost update) and none skipped.
@@ -222,10 +227,7 @@ def test_a_write_spanning_shards_is_read_whole_or_not_at_all(target):
         threads.append(threading.Thread(target=reader, args=(follower, True), daemon=True))
     for t in threads:
         t.start()
-    for t in threads:
-        t.join(SECONDS + 60)
-    assert not errors, errors
-    assert not any(t.is_alive() for t in threads), "a client hung"
+    join_clients(threads, errors, SECONDS + 60)
     assert acked[0] >= 100 and reads[0] >= 100, (acked[0], reads[0])
     with connect(target.leader_port()) as c:
         final = [as_int(v) for v in c.call("MGET", *names.values())[1]]
@@ -341,10 +343,7 @@ def test_watch_transactions_lose_no_update_across_a_leader_kill(kv_factory):
         time.sleep(1.5)
     finally:
         stop.set()
-        for t in threads:
-            t.join(30)
-    assert not errors, errors
-    assert not any(t.is_alive() for t in threads), "a client hung"
+    join_clients(threads, errors, 30)
     cluster.wait_replicated()
     finals = []
     for port in ports:
