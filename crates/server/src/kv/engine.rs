@@ -510,9 +510,10 @@ impl KvEngine {
         );
     }
 
-    /// A connection's reads for other shards (per shard, request number
-    /// and command, in request order), queued at one cut of the shards'
-    /// order (under `order`): no write batch is queued between two of the
+    /// A connection's reads for other shards, and for its own thread's
+    /// shard after the first of those (per shard, request number and
+    /// command, in request order), queued at one cut of the shards' order
+    /// (under `order`): no write batch is queued between two of the
     /// messages, so each read sees exactly the batches queued before the
     /// cut, whatever shard runs it and whichever runs first. The lock is
     /// taken for one message too: a batch being queued (`KvApplier::flush`
