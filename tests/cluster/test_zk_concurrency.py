@@ -77,6 +77,19 @@ def replies(c, xids):
         yield ("reply", xid, r.buf(), r.stat())
 
 
+def keep_writing(port, deadline, request):
+    """Sends `request(value)` ((opcode, body)) for value 1, 2, ... on one
+    session until `deadline`, each answered before the next; the last
+    value written."""
+    with session(port) as c:
+        value = 0
+        while time.monotonic() < deadline:
+            value += 1
+            hdr, _ = c.request(*request(value))
+            assert hdr["err"] == 0, hdr
+    return value
+
+
 def run_clients(targets, errors):
     threads = [threading.Thread(target=target, args=args, daemon=True) for target, args in targets]
     for t in threads:
@@ -98,14 +111,10 @@ def test_a_watch_event_comes_before_any_reply_that_shows_the_change(system):
 
     def writer():
         try:
-            with session(ports[0]) as c:
-                value = 0
-                while time.monotonic() < deadline:
-                    value += 1
-                    hdr, _ = c.request(P.SET_DATA, P.set_data_body("/w", str(value).encode()))
-                    assert hdr["err"] == 0, hdr
-                with lock:
-                    counts["writes"] = value
+            written = keep_writing(ports[0], deadline,
+                                   lambda value: (P.SET_DATA, P.set_data_body("/w", str(value).encode())))
+            with lock:
+                counts["writes"] = written
         except Exception as error:
             errors.append("writer: %r" % error)
 
@@ -169,18 +178,16 @@ def test_a_multi_is_read_whole_and_a_sessions_reads_never_go_back(system):
     counts = {"multis": 0, "reads": 0}
     lock = threading.Lock()
 
+    def both(value):
+        """A multi setting /a and /b to `value`."""
+        data = str(value).encode()
+        return P.MULTI, P.multi_body([(P.SET_DATA, P.set_data_body(path, data)) for path in ("/a", "/b")])
+
     def writer():
         try:
-            with session(ports[0]) as c:
-                value = 0
-                while time.monotonic() < deadline:
-                    value += 1
-                    data = str(value).encode()
-                    ops = [(P.SET_DATA, P.set_data_body(path, data)) for path in ("/a", "/b")]
-                    hdr, _ = c.request(P.MULTI, P.multi_body(ops))
-                    assert hdr["err"] == 0, hdr
-                with lock:
-                    counts["multis"] = value
+            written = keep_writing(ports[0], deadline, both)
+            with lock:
+                counts["multis"] = written
         except Exception as error:
             errors.append("writer: %r" % error)
 

@@ -81,23 +81,22 @@ impl KvCall {
     /// The command's arguments, as a client sends them (a transaction's:
     /// `commands`).
     pub fn args(&self) -> Vec<Vec<u8>> {
-        let mut words: Vec<&[u8]> = match self {
+        let words: Vec<&[u8]> = match self {
             KvCall::Set { key, value } => vec![b"SET", key.as_bytes(), value],
             KvCall::Incr { key } => vec![b"INCR", key.as_bytes()],
             KvCall::Del { key } => vec![b"DEL", key.as_bytes()],
             KvCall::Get { key } => vec![b"GET", key.as_bytes()],
-            KvCall::Mset { value } | KvCall::Exec { value } => {
-                let mut words: Vec<&[u8]> = vec![b"MSET"];
-                for key in SPAN_KEYS {
-                    words.extend([key.as_bytes(), value.as_slice()]);
-                }
-                words
-            }
-            KvCall::Mget => vec![b"MGET"],
+            KvCall::Mset { value } | KvCall::Exec { value } => std::iter::once(b"MSET".as_slice())
+                .chain(
+                    SPAN_KEYS
+                        .iter()
+                        .flat_map(|key| [key.as_bytes(), value.as_slice()]),
+                )
+                .collect(),
+            KvCall::Mget => std::iter::once(b"MGET".as_slice())
+                .chain(SPAN_KEYS.iter().map(|key| key.as_bytes()))
+                .collect(),
         };
-        if matches!(self, KvCall::Mget) {
-            words.extend(SPAN_KEYS.iter().map(|key| key.as_bytes()));
-        }
         words.into_iter().map(<[u8]>::to_vec).collect()
     }
 
