@@ -1,8 +1,9 @@
 """Keel KV keeps every acknowledged write: kill -9 of a single node under
 write load (restarted on its data dir: snapshot with its keyspace part, then
 the log), kill -9 of a 3-node cluster's leader under load, reads that are
-linearizable across nodes, and a lagging follower that catches up by a
-snapshot holding the keyspace.
+linearizable across nodes, a lagging follower that catches up by a
+snapshot holding the keyspace, and keys that expire on every replica when
+the leader that saw them set is killed before they are due.
 
 KEEL_KV_CRASH_KILLS (default 3) and KEEL_KV_CLUSTER_KILLS (default 2) set the
 number of kills, KEEL_KV_CRASH_SEED the seed."""
@@ -328,3 +329,54 @@ def test_a_lagging_follower_gets_the_keyspace_by_snapshot(kv_factory):
         assert 990 <= c.call("TTL", "snap:ttl")[1] <= 1000
     report_summary("kv snapshot catch-up: %d keys on the restarted follower, by a snapshot install"
                    % expected)
+
+
+def test_keys_expire_on_every_replica_across_a_leader_kill(kv_factory):
+    """Expiry is the leader's: keys set to expire go from every replica
+    once they are due even when the leader that saw them set is killed
+    before, and keys without a deadline stay. The new leader's expiry
+    cycle proposes their deletion; a read hides a key as soon as the log's
+    clock passes its deadline."""
+    target = kv_factory("cluster3")
+    cluster = target.server
+    leader = cluster.leader()
+    follower_port = next(int(n.settings["resp_port"]) for n in cluster.nodes if n is not leader)
+    expiring, kept = 150, 150
+    with RespConnection(follower_port) as c:
+        for i in range(expiring):
+            assert c.call("SET", "exp:%d" % i, "v", "PX", "1500")[1] == "OK"
+        for i in range(kept):
+            assert c.call("SET", "keep:%d" % i, "v")[1] == "OK"
+        assert c.call("PEXPIRE", "keep:0", "1500")[1] == 1
+        assert c.call("PERSIST", "keep:0")[1] == 1
+    set_at = time.time()
+    leader.kill()
+    assert cluster.leader(timeout=20) is not leader
+    live = [int(n.settings["resp_port"]) for n in cluster.nodes if n is not leader]
+    deadline = set_at + 20
+    gone_after = None
+    while time.time() < deadline:
+        sizes = []
+        for port in live:
+            with RespConnection(port) as c:
+                c.call("READONLY")
+                sizes.append(c.call("DBSIZE")[1])
+        if sizes == [kept] * len(live):
+            gone_after = time.time() - set_at
+            break
+        time.sleep(0.1)
+    assert gone_after is not None, "replicas still hold %r keys, %d expected" % (sizes, kept)
+    leader.start()
+    port = int(leader.settings["resp_port"])
+    wait_kv(port)
+    with RespConnection(port) as c:
+        c.call("READONLY")
+        wait_until = time.time() + 30
+        while c.call("DBSIZE")[1] != kept and time.time() < wait_until:
+            time.sleep(0.1)
+        assert c.call("DBSIZE")[1] == kept, "the restarted node holds expired keys"
+        assert c.call("GET", "exp:7")[1] is None
+        assert c.call("GET", "keep:0")[1] == b"v"
+        assert c.call("TTL", "keep:0")[1] == -1
+    report_summary("kv expiry: %d keys due 1.5 s after they were set, the leader killed at once: "
+                   "gone from both live replicas %.1f s after the writes" % (expiring, gone_after))

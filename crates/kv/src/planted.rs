@@ -47,3 +47,26 @@ pub(crate) fn exec_partial() -> bool {
 pub(crate) fn exec_partial() -> bool {
     false
 }
+
+#[cfg(any(test, feature = "testing"))]
+thread_local! {
+    static EXPIRE_EARLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// SET's EX/PX sets a deadline half as far as asked: a key disappears
+/// while its client still counts on it (on this thread, until switched
+/// off).
+#[cfg(any(test, feature = "testing"))]
+pub fn set_expire_early(on: bool) {
+    EXPIRE_EARLY.with(|flag| flag.set(on));
+}
+
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn expire_early() -> bool {
+    EXPIRE_EARLY.with(|flag| flag.get())
+}
+
+#[cfg(not(any(test, feature = "testing")))]
+pub(crate) fn expire_early() -> bool {
+    false
+}

@@ -13,6 +13,16 @@
 //! history is linearizable if each key's is (linearizability is local):
 //! `check` searches each key's operations (Wing and Gong's search, with
 //! the states seen memoized) against a model of one key.
+//!
+//! Keys may expire (SET PX, PEXPIRE, PERSIST). Whether a key exists is
+//! decided by the log's clock, not the reader's: a key is gone once an
+//! entry whose clock reaches its deadline has applied. A read knows the
+//! log clock it ran at (`KvOperation::read_clock_ms`); a write ran at a
+//! clock between its invocation and its reply (its transaction carries
+//! the proposer's clock at the invocation, and the log's clock is the
+//! newest such time applied). So the model keeps a deadline as an
+//! interval, and where it cannot tell whether a key has expired it tries
+//! both (`KeyState::lives`).
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -59,6 +69,21 @@ pub enum KvCall {
     },
     /// MGET of the SPAN_KEYS (a read spanning shards).
     Mget,
+    /// SET with a deadline `px_ms` after the log clock it applies at.
+    SetPx {
+        key: String,
+        value: Vec<u8>,
+        px_ms: i64,
+    },
+    /// PEXPIRE: a deadline `ms` after the log clock, if the key exists.
+    Pexpire {
+        key: String,
+        ms: i64,
+    },
+    /// PERSIST: the key's deadline removed.
+    Persist {
+        key: String,
+    },
 }
 
 impl KvCall {
@@ -69,7 +94,10 @@ impl KvCall {
             KvCall::Set { key, .. }
             | KvCall::Incr { key }
             | KvCall::Del { key }
-            | KvCall::Get { key } => Some(key),
+            | KvCall::Get { key }
+            | KvCall::SetPx { key, .. }
+            | KvCall::Pexpire { key, .. }
+            | KvCall::Persist { key } => Some(key),
             KvCall::Mset { .. } | KvCall::Exec { .. } | KvCall::Mget => None,
         }
     }
@@ -81,7 +109,16 @@ impl KvCall {
     /// The command's arguments, as a client sends them (a transaction's:
     /// `commands`).
     pub fn args(&self) -> Vec<Vec<u8>> {
+        let amount = match self {
+            KvCall::SetPx { px_ms: ms, .. } | KvCall::Pexpire { ms, .. } => ms.to_string(),
+            _ => String::new(),
+        };
         let words: Vec<&[u8]> = match self {
+            KvCall::SetPx { key, value, .. } => {
+                vec![b"SET", key.as_bytes(), value, b"PX", amount.as_bytes()]
+            }
+            KvCall::Pexpire { key, .. } => vec![b"PEXPIRE", key.as_bytes(), amount.as_bytes()],
+            KvCall::Persist { key } => vec![b"PERSIST", key.as_bytes()],
             KvCall::Set { key, value } => vec![b"SET", key.as_bytes(), value],
             KvCall::Incr { key } => vec![b"INCR", key.as_bytes()],
             KvCall::Del { key } => vec![b"DEL", key.as_bytes()],
@@ -157,6 +194,7 @@ pub fn per_key(op: &KvOperation) -> Vec<KvOperation> {
         call,
         invoke: op.invoke,
         ret,
+        read_clock_ms: op.read_clock_ms,
     };
     let part = |i: usize| -> Option<(u64, KvRet)> {
         let (at, ret) = op.ret.as_ref()?;
@@ -227,14 +265,108 @@ pub struct KvOperation {
     pub call: KvCall,
     pub invoke: u64,
     pub ret: Option<(u64, KvRet)>,
+    /// A read's log clock (ms): what decided which keys had expired.
+    pub read_clock_ms: Option<i64>,
 }
 
-/// One key's value after `call`, and the reply Redis gives.
-fn step(value: &Option<Vec<u8>>, call: &KvCall) -> (Option<Vec<u8>>, KvRet) {
+impl KvOperation {
+    /// The log clocks (ms) the operation may have run at: a read's own;
+    /// for a write, from its invocation (its transaction's time, which
+    /// the clock never stays below) to its reply (no transaction applied
+    /// before it was proposed later), unbounded when never answered.
+    fn clock_bounds_ms(&self) -> (i64, i64) {
+        if let Some(clock_ms) = self.read_clock_ms {
+            return (clock_ms, clock_ms);
+        }
+        assert!(!self.call.is_read(), "a read records its clock: {self:?}");
+        let low = (self.invoke / 1000) as i64;
+        let high = self
+            .ret
+            .as_ref()
+            .map_or(i64::MAX, |(at, _)| (at / 1000) as i64);
+        assert!(low <= high, "answered before invoked: {self:?}");
+        (low, high)
+    }
+}
+
+/// One key in the model: its value and, if it expires, the interval its
+/// deadline (log clock, ms) lies in.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+struct KeyState {
+    value: Option<Vec<u8>>,
+    deadline_ms: Option<(i64, i64)>,
+}
+
+impl KeyState {
+    /// Whether the key exists for an operation at a log clock within
+    /// `clock_ms`: one answer, or both when the deadline and the clock
+    /// overlap.
+    fn lives(&self, clock_ms: (i64, i64)) -> &'static [bool] {
+        match (&self.value, self.deadline_ms) {
+            (None, _) => &[false],
+            (Some(_), None) => &[true],
+            (Some(_), Some((low, high))) => {
+                if high <= clock_ms.0 {
+                    &[false]
+                } else if low > clock_ms.1 {
+                    &[true]
+                } else {
+                    &[true, false]
+                }
+            }
+        }
+    }
+}
+
+/// A deadline `ms` after a log clock within `clock_ms`.
+fn deadline_after(clock_ms: (i64, i64), ms: i64) -> Option<(i64, i64)> {
+    assert!(ms > 0, "the clients ask positive expiries");
+    Some((clock_ms.0.saturating_add(ms), clock_ms.1.saturating_add(ms)))
+}
+
+/// The key's possible states after `call` at a log clock within
+/// `clock_ms`, each with the reply Redis gives.
+fn steps(state: &KeyState, call: &KvCall, clock_ms: (i64, i64)) -> Vec<(KeyState, KvRet)> {
+    let mut out: Vec<(KeyState, KvRet)> = Vec::new();
+    for &live in state.lives(clock_ms) {
+        let current = if live {
+            state.clone()
+        } else {
+            KeyState::default()
+        };
+        let next = step(&current, call, clock_ms);
+        if !out.contains(&next) {
+            out.push(next);
+        }
+    }
+    out
+}
+
+/// A live (or absent) key's state after `call`, and Redis's reply.
+fn step(state: &KeyState, call: &KvCall, clock_ms: (i64, i64)) -> (KeyState, KvRet) {
+    let value = &state.value;
+    let with = |value: Option<Vec<u8>>, deadline_ms| KeyState { value, deadline_ms };
     match call {
-        KvCall::Set { value: new, .. } => (Some(new.clone()), KvRet::Ok),
-        KvCall::Get { .. } => (value.clone(), KvRet::Value(value.clone())),
-        KvCall::Del { .. } => (None, KvRet::Int(i64::from(value.is_some()))),
+        KvCall::Set { value: new, .. } => (with(Some(new.clone()), None), KvRet::Ok),
+        KvCall::SetPx {
+            value: new, px_ms, ..
+        } => (
+            with(Some(new.clone()), deadline_after(clock_ms, *px_ms)),
+            KvRet::Ok,
+        ),
+        KvCall::Pexpire { ms, .. } => match value {
+            Some(_) => (
+                with(value.clone(), deadline_after(clock_ms, *ms)),
+                KvRet::Int(1),
+            ),
+            None => (KeyState::default(), KvRet::Int(0)),
+        },
+        KvCall::Persist { .. } => {
+            let had = value.is_some() && state.deadline_ms.is_some();
+            (with(value.clone(), None), KvRet::Int(i64::from(had)))
+        }
+        KvCall::Get { .. } => (state.clone(), KvRet::Value(value.clone())),
+        KvCall::Del { .. } => (KeyState::default(), KvRet::Int(i64::from(value.is_some()))),
         KvCall::Incr { .. } => {
             let current = match value {
                 None => Some(0),
@@ -242,10 +374,14 @@ fn step(value: &Option<Vec<u8>>, call: &KvCall) -> (Option<Vec<u8>>, KvRet) {
                     .ok()
                     .and_then(|s| s.parse::<i64>().ok()),
             };
+            // INCR keeps the key's deadline, as Redis does.
             match current.and_then(|n| n.checked_add(1)) {
-                Some(n) => (Some(n.to_string().into_bytes()), KvRet::Int(n)),
+                Some(n) => (
+                    with(Some(n.to_string().into_bytes()), state.deadline_ms),
+                    KvRet::Int(n),
+                ),
                 None => (
-                    value.clone(),
+                    state.clone(),
                     KvRet::Error(keel_kv::reply::NOT_INTEGER.to_string()),
                 ),
             }
@@ -286,7 +422,7 @@ pub fn check(history: &[KvOperation]) -> Checked {
             seen: HashSet::new(),
             budget: SEARCH_STATES_MAX,
         };
-        match search.run(&None) {
+        match search.run(&KeyState::default()) {
             Some(true) => {}
             Some(false) => checked
                 .violations
@@ -307,8 +443,11 @@ fn describe(ops: &[&KvOperation]) -> String {
             Some((at, ret)) => format!("-> {ret:?} at {at}"),
             None => "-> unknown".to_string(),
         };
+        let clock = op
+            .read_clock_ms
+            .map_or(String::new(), |ms| format!(" (log clock {ms} ms)"));
         lines.push(format!(
-            "    c{} {:?} at {} {ret}",
+            "    c{} {:?} at {}{clock} {ret}",
             op.client, op.call, op.invoke
         ));
     }
@@ -318,14 +457,14 @@ fn describe(ops: &[&KvOperation]) -> String {
 struct Search<'a> {
     ops: &'a [&'a KvOperation],
     done: Vec<bool>,
-    seen: HashSet<(Vec<bool>, Option<Vec<u8>>)>,
+    seen: HashSet<(Vec<bool>, KeyState)>,
     budget: usize,
 }
 
 impl Search<'_> {
-    /// Whether the operations not done yet can follow from `value`;
+    /// Whether the operations not done yet can follow from `state`;
     /// `None` when the budget ran out.
-    fn run(&mut self, value: &Option<Vec<u8>>) -> Option<bool> {
+    fn run(&mut self, state: &KeyState) -> Option<bool> {
         // The earliest reply among those still to place: whatever goes
         // next must have been invoked before it.
         let first_ret = self
@@ -343,31 +482,34 @@ impl Search<'_> {
             if self.done[i] || op.invoke > first_ret {
                 continue;
             }
-            let (next, expected) = step(value, &op.call);
-            if let Some((_, ret)) = &op.ret {
-                if *ret != expected {
+            for (next, expected) in steps(state, &op.call, op.clock_bounds_ms()) {
+                if op.ret.as_ref().is_some_and(|(_, ret)| *ret != expected) {
                     continue;
                 }
-            }
-            self.done[i] = true;
-            let fresh = self.seen.insert((self.done.clone(), next.clone()));
-            let found = if fresh {
-                if self.budget == 0 {
-                    self.done[i] = false;
-                    return None;
+                match self.place(i, next) {
+                    Some(false) => {}
+                    other => return other,
                 }
-                self.budget -= 1;
-                self.run(&next)
-            } else {
-                Some(false)
-            };
-            self.done[i] = false;
-            match found {
-                Some(false) => {}
-                other => return other,
             }
         }
         Some(false)
+    }
+
+    /// Operation `i` placed next, leaving the key in `next`.
+    fn place(&mut self, i: usize, next: KeyState) -> Option<bool> {
+        self.done[i] = true;
+        let found = if self.seen.insert((self.done.clone(), next.clone())) {
+            if self.budget == 0 {
+                self.done[i] = false;
+                return None;
+            }
+            self.budget -= 1;
+            self.run(&next)
+        } else {
+            Some(false)
+        };
+        self.done[i] = false;
+        found
     }
 }
 
@@ -378,10 +520,144 @@ mod tests {
     fn op(call: KvCall, invoke: u64, ret: Option<(u64, KvRet)>) -> KvOperation {
         KvOperation {
             client: 0,
+            read_clock_ms: call.is_read().then_some((invoke / 1000) as i64),
             call,
             invoke,
             ret,
         }
+    }
+
+    /// An operation invoked at `from_ms` and answered at `to_ms` (a
+    /// read runs at log clock `from_ms`).
+    fn timed(call: KvCall, from_ms: u64, to_ms: u64, ret: KvRet) -> KvOperation {
+        op(call, from_ms * 1000, Some((to_ms * 1000, ret)))
+    }
+
+    fn set_px(value: &str, px_ms: i64) -> KvCall {
+        KvCall::SetPx {
+            key: "ka".into(),
+            value: value.into(),
+            px_ms,
+        }
+    }
+
+    fn holds(value: &str) -> KvRet {
+        KvRet::Value(Some(value.as_bytes().to_vec()))
+    }
+
+    fn linearizable(history: &[KvOperation]) -> bool {
+        let checked = check(history);
+        assert!(checked.undecided.is_empty());
+        checked.violations.is_empty()
+    }
+
+    #[test]
+    fn a_key_expires_at_its_deadline_by_the_log_clock() {
+        let written = timed(set_px("a", 100), 0, 10, KvRet::Ok);
+        let read = |at_ms, ret| timed(get(), at_ms, at_ms + 1, ret);
+        // Deadline between 100 and 110 ms.
+        assert!(linearizable(&[written.clone(), read(50, holds("a"))]));
+        assert!(linearizable(&[
+            written.clone(),
+            read(150, KvRet::Value(None))
+        ]));
+        assert!(!linearizable(&[written.clone(), read(150, holds("a"))]));
+        assert!(!linearizable(&[
+            written.clone(),
+            read(50, KvRet::Value(None))
+        ]));
+        // At a clock the deadline may or may not have reached: either.
+        assert!(linearizable(&[written.clone(), read(100, holds("a"))]));
+        assert!(linearizable(&[
+            written.clone(),
+            read(100, KvRet::Value(None))
+        ]));
+        // Gone once is gone for good.
+        let back = [
+            written.clone(),
+            read(100, KvRet::Value(None)),
+            read(105, holds("a")),
+        ];
+        assert!(!linearizable(&back));
+        // A write after the expiry starts a new key.
+        let again = [
+            written,
+            read(150, KvRet::Value(None)),
+            timed(set("b"), 160, 170, KvRet::Ok),
+            read(5_000, holds("b")),
+        ];
+        assert!(linearizable(&again));
+    }
+
+    #[test]
+    fn pexpire_and_persist_move_the_deadline() {
+        let written = timed(set("a"), 0, 1, KvRet::Ok);
+        let pexpire = |ms, at_ms, ret| {
+            timed(
+                KvCall::Pexpire {
+                    key: "ka".into(),
+                    ms,
+                },
+                at_ms,
+                at_ms + 1,
+                KvRet::Int(ret),
+            )
+        };
+        let persist = |at_ms, ret| {
+            timed(
+                KvCall::Persist { key: "ka".into() },
+                at_ms,
+                at_ms + 1,
+                KvRet::Int(ret),
+            )
+        };
+        let read = |at_ms, ret| timed(get(), at_ms, at_ms + 1, ret);
+        let kept = [
+            written.clone(),
+            pexpire(100, 10, 1),
+            persist(20, 1),
+            read(1_000, holds("a")),
+        ];
+        assert!(linearizable(&kept));
+        let expired = [
+            written.clone(),
+            pexpire(100, 10, 1),
+            read(1_000, KvRet::Value(None)),
+            persist(1_010, 0),
+            pexpire(100, 1_020, 0),
+        ];
+        assert!(linearizable(&expired));
+        // PERSIST of a key without a deadline answers 0, not 1.
+        assert!(!linearizable(&[written.clone(), persist(20, 1)]));
+        // A deadline PERSIST removed does not come back.
+        let resurrected = [
+            written,
+            pexpire(100, 10, 1),
+            persist(20, 1),
+            read(1_000, KvRet::Value(None)),
+        ];
+        assert!(!linearizable(&resurrected));
+    }
+
+    #[test]
+    fn an_unanswered_expiring_write_may_apply_late() {
+        // SET PX 100 never answered: it may apply at any later clock, so
+        // a read long after may still see it, or not.
+        let unknown = op(set_px("a", 100), 0, None);
+        let read = |at_ms, ret| timed(get(), at_ms, at_ms + 1, ret);
+        assert!(linearizable(&[unknown.clone(), read(5_000, holds("a"))]));
+        assert!(linearizable(&[
+            unknown.clone(),
+            read(5_000, KvRet::Value(None))
+        ]));
+        // Once read gone after its deadline, it is gone.
+        let history = [
+            unknown,
+            read(50, holds("a")),
+            read(5_000, KvRet::Value(None)),
+            read(5_010, holds("a")),
+        ];
+        assert!(!linearizable(&history));
     }
 
     fn set(value: &str) -> KvCall {

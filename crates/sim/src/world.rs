@@ -115,6 +115,22 @@ pub const KV_MOVE_PER_MILLION: u64 = 250_000;
 pub const KV_SPAN_RUN_PER_MILLION: u64 = 500_000;
 pub const KV_SPAN_REQUEST_PER_MILLION: u64 = 250_000;
 const KV_SPAN_SALT: u64 = 0x7370_616e;
+/// KV runs whose clients also make keys expire (SET PX, PEXPIRE, PERSIST
+/// on the REGISTER_KEYS; the leaders run the server's expiry step every
+/// tick), and their share of such a run's requests. Drawn from
+/// generators of their own, as the spans are.
+pub const KV_EXPIRY_RUN_PER_MILLION: u64 = 500_000;
+pub const KV_EXPIRY_REQUEST_PER_MILLION: u64 = 300_000;
+const KV_EXPIRY_SALT: u64 = 0x7474_6c73;
+/// The expiries the clients ask (ms): from under a client's pause to
+/// several of them.
+pub const KV_EXPIRY_MIN_MS: u64 = 20;
+pub const KV_EXPIRY_MAX_MS: u64 = 1_500;
+/// After the settle, no key may still be held this long (ms) past its
+/// deadline: a few expiry steps, plus the resend of a proposal lost in a
+/// leader change.
+pub const KV_EXPIRE_LATE_AFTER_MS: u64 = keel_server::kv::EXPIRE_RESEND_AFTER_MS + 4 * 200;
+const _: () = assert!(KV_EXPIRE_LATE_AFTER_MS < SETTLE_MS);
 
 /// The members a simulated cluster starts with (addresses are names: the
 /// simulator routes by id).
@@ -255,6 +271,12 @@ pub struct Options {
     /// transaction's last command is answered but not applied. The KV
     /// checks must see a spanning write applied in part.
     pub kv_exec_partial: bool,
+    /// The KV clients also make keys expire (`KV_EXPIRY_RUN_PER_MILLION`).
+    pub kv_expiry: bool,
+    /// A planted bug in SET's EX/PX (`keel_kv::planted::set_expire_early`):
+    /// the deadline is half as far as asked. The KV linearizability check
+    /// must see keys gone too soon.
+    pub kv_expire_early: bool,
     /// The reaper's pass interval on every node (the server's
     /// `container_check_interval_ms`), in logical ms.
     pub container_check_interval_ms: u64,
@@ -307,6 +329,9 @@ impl Options {
             kv_spans: kv_clients > 0
                 && Rng::new(seed ^ KV_SPAN_SALT).chance(KV_SPAN_RUN_PER_MILLION),
             kv_exec_partial: false,
+            kv_expiry: kv_clients > 0
+                && Rng::new(seed ^ KV_EXPIRY_SALT).chance(KV_EXPIRY_RUN_PER_MILLION),
+            kv_expire_early: false,
             container_check_interval_ms,
             trace: false,
         }
@@ -358,6 +383,10 @@ pub struct Stats {
     pub kv_unknown_outcomes: usize,
     /// KV requests spanning shards (MSET, EXEC, MGET of the SPAN_KEYS).
     pub kv_spanning_requests: usize,
+    /// KV requests that set or remove a deadline (SET PX, PEXPIRE,
+    /// PERSIST), and the leaders' expiry proposals.
+    pub kv_expiry_requests: usize,
+    pub kv_expiry_proposals: u64,
     /// Keys whose KV linearizability search ran out of budget.
     pub kv_linearizability_undecided: u64,
     /// Reads leaders served from their read lease (KV reads, syncs).
@@ -732,6 +761,8 @@ pub struct World {
     kv_rng: Rng,
     /// Which KV requests are spanning ones (`Options::kv_spans`).
     kv_span_rng: Rng,
+    /// Which KV requests set or remove deadlines (`Options::kv_expiry`).
+    kv_expiry_rng: Rng,
     /// The starting member the joiner replaces (`Joiner::replaces`).
     replaced: Option<u64>,
 }
@@ -766,6 +797,7 @@ impl World {
             .collect();
         let kv_rng = Rng::new(options.seed ^ 0x6b76);
         let kv_span_rng = Rng::new(options.seed ^ KV_SPAN_SALT ^ 0x7271);
+        let kv_expiry_rng = Rng::new(options.seed ^ KV_EXPIRY_SALT ^ 0x7271);
         let replaced = options
             .joiner
             .as_ref()
@@ -828,6 +860,7 @@ impl World {
             kv_history: Vec::new(),
             kv_rng,
             kv_span_rng,
+            kv_expiry_rng,
             replaced,
         }
     }
@@ -895,6 +928,7 @@ impl World {
         keel_tree::planted::set_snapshot_torn(self.options.snapshot_torn);
         keel_kv::planted::set_snapshot_keys_dropped(self.options.kv_snapshot_keys_dropped);
         keel_kv::planted::set_exec_partial(self.options.kv_exec_partial);
+        keel_kv::planted::set_expire_early(self.options.kv_expire_early);
         for id in 1..=self.options.nodes as u64 {
             self.start_node(id);
         }
@@ -936,6 +970,7 @@ impl World {
         keel_tree::planted::set_snapshot_torn(false);
         keel_kv::planted::set_snapshot_keys_dropped(false);
         keel_kv::planted::set_exec_partial(false);
+        keel_kv::planted::set_expire_early(false);
         self.finish()
     }
 
@@ -1512,6 +1547,7 @@ impl World {
         for (session, _) in expired {
             self.record_expiry(session);
         }
+        self.kv_expire(id);
         self.schedule(tick_us, Ev::Tick { node: id, epoch });
         self.request_advance(id);
     }
@@ -1963,7 +1999,17 @@ impl World {
                 _ => KvCall::Del { key: register },
             }
         };
-        let call = self.kv_span_call(client).unwrap_or(call);
+        let expiring = self.kv_expiry_call(client);
+        let call = match self.kv_span_call(client) {
+            Some(spanning) => spanning,
+            None => expiring.unwrap_or(call),
+        };
+        if matches!(
+            call,
+            KvCall::SetPx { .. } | KvCall::Pexpire { .. } | KvCall::Persist { .. }
+        ) {
+            self.stats.kv_expiry_requests += 1;
+        }
         let conn = self.kv_clients[client]
             .conn
             .as_mut()
@@ -1977,6 +2023,7 @@ impl World {
             call: call.clone(),
             invoke: self.now_us,
             ret: None,
+            read_clock_ms: None,
         });
         let read = call.is_read();
         self.kv_clients[client].pending = Some(KvPending {
@@ -2047,6 +2094,88 @@ impl World {
         })
     }
 
+    /// In a run with `kv_expiry`, a share of the requests set or remove a
+    /// register key's deadline instead (drawn from `kv_expiry_rng` every
+    /// time, so `kv_rng`'s draws stay the same).
+    fn kv_expiry_call(&mut self, client: usize) -> Option<KvCall> {
+        let rng = &mut self.kv_expiry_rng;
+        let draw = rng.below(1_000_000);
+        let key = REGISTER_KEYS[rng.below(REGISTER_KEYS.len() as u64) as usize].to_string();
+        let ms = rng.between(KV_EXPIRY_MIN_MS, KV_EXPIRY_MAX_MS) as i64;
+        if !self.options.kv_expiry || draw >= KV_EXPIRY_REQUEST_PER_MILLION {
+            return None;
+        }
+        let c = &self.kv_clients[client];
+        let value = format!("kv{client}-{}", c.sent).into_bytes();
+        Some(match draw % 10 {
+            0..=4 => KvCall::SetPx {
+                key,
+                value,
+                px_ms: ms,
+            },
+            5..=7 => KvCall::Pexpire { key, ms },
+            _ => KvCall::Persist { key },
+        })
+    }
+
+    /// The leader's KV expiry step, as the server's `kv::run_expiry` runs
+    /// it every EXPIRE_CYCLE_MS (here every tick): the keys due by its
+    /// clock go into one proposal, one in flight at a time.
+    fn kv_expire(&mut self, id: u64) {
+        if self.kv_clients.is_empty() {
+            return;
+        }
+        let now_ms = self.now_us / 1000;
+        let node = self.node(id);
+        let Some(engine) = node.kv.clone() else {
+            return;
+        };
+        let core = node.core.as_mut().expect("a ticking node has a core");
+        if !core.is_leader()
+            || !engine.expiry_may_propose(now_ms, keel_server::kv::EXPIRE_RESEND_AFTER_MS)
+        {
+            return;
+        }
+        let due = engine.due(now_ms as i64, keel_server::kv::EXPIRE_KEYS_PER_CYCLE_MAX);
+        let keys = answered_at_once(due);
+        let count = keys.len();
+        let Some(txn) = keel_server::kv::expiry_txn(keys, now_ms as i64) else {
+            return;
+        };
+        core.propose(txn.encode());
+        engine.expiry_proposed(now_ms);
+        self.stats.kv_expiry_proposals += 1;
+        self.note(format!("n{id} proposes the expiry of {count} keys"));
+    }
+
+    /// After the settle, no node holds a key more than
+    /// KV_EXPIRE_LATE_AFTER_MS past its deadline: the leaders' expiry
+    /// steps caught up, whatever leader changes came between.
+    fn check_kv_expired_after_settle(&mut self) {
+        let now_ms = (self.now_us / 1000) as i64;
+        let late_ms = now_ms - KV_EXPIRE_LATE_AFTER_MS as i64;
+        let mut problems = Vec::new();
+        for node in &self.nodes {
+            let Some(engine) = node.kv.clone() else {
+                continue;
+            };
+            let keys = answered_at_once(engine.due(late_ms, 16));
+            if !keys.is_empty() {
+                let keys: Vec<String> = keys
+                    .iter()
+                    .map(|k| String::from_utf8_lossy(k).into_owned())
+                    .collect();
+                problems.push(format!(
+                    "kv: n{} still holds {keys:?}, due before {late_ms} ms, at {now_ms} ms",
+                    node.id
+                ));
+            }
+        }
+        for problem in problems {
+            self.fail(problem);
+        }
+    }
+
     fn kv_wake_later(&mut self, client: usize) {
         let delay = self.kv_rng.between(KV_THINK_MIN_US, KV_THINK_MAX_US);
         self.schedule(delay, Ev::KvWake { client });
@@ -2059,8 +2188,8 @@ impl World {
         let (Some(conn), Some(pending)) = (&c.conn, &c.pending) else {
             return;
         };
-        let (node, connection, seq) = (conn.node, conn.id, pending.seq);
-        let call = self.kv_history[pending.history].call.clone();
+        let (node, connection, seq, at) = (conn.node, conn.id, pending.seq, pending.history);
+        let call = self.kv_history[at].call.clone();
         let args = call.args();
         let now_ms = (self.now_us / 1000) as i64;
         let engine = self
@@ -2072,6 +2201,7 @@ impl World {
             return;
         };
         let clocks = keel_kv::exec::Clocks::read(engine.clock_ms(), now_ms);
+        self.kv_history[at].read_clock_ms = Some(clocks.ctx.now_ms);
         if call == KvCall::Mget {
             // A read spanning shards: the connection borrows them all
             // (`conn.rs` `read_now`), here at once (`inspect` borrows
@@ -2212,18 +2342,14 @@ impl World {
                     key: key.to_string(),
                 };
                 let args = call.args();
-                let reply = engine.inspect(|view| {
-                    keel_kv::keyspace::run(
-                        view,
-                        &args,
-                        keel_kv::exec::Clocks::read(engine.clock_ms(), (at / 1000) as i64),
-                    )
-                });
+                let clocks = keel_kv::exec::Clocks::read(engine.clock_ms(), (at / 1000) as i64);
+                let reply = engine.inspect(|view| keel_kv::keyspace::run(view, &args, clocks));
                 self.kv_history.push(KvOperation {
                     client: SYSTEM_CLIENT - 1 - n as u64,
                     call,
                     invoke: at,
                     ret: Some((at + 1, KvRet::of(&reply))),
+                    read_clock_ms: Some(clocks.ctx.now_ms),
                 });
                 at += 2;
             }
@@ -3389,6 +3515,7 @@ impl World {
         self.check_linearizable();
         self.kv_final_reads();
         self.check_kv();
+        self.check_kv_expired_after_settle();
         self.stats.operations = self.history.len();
         self.stats.kv_operations = self.kv_history.len();
         let mut fingerprint = self.fingerprint;
@@ -3698,4 +3825,15 @@ fn tree_version_low_byte(file: &[u8]) -> Option<usize> {
 fn outcome_key(xid: i32, outcome: &keel_server::node::LocalRead) -> (i32, i64, bool) {
     let expired = outcome.result == Err(ErrorCode::SessionExpired);
     (xid, outcome.zxid, !expired)
+}
+
+/// The output of a future of the simulator's inline KV engine, which
+/// runs every message on the sender's thread: it is ready when made.
+fn answered_at_once<F: std::future::Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut context) {
+        std::task::Poll::Ready(output) => output,
+        std::task::Poll::Pending => panic!("the inline KV engine answers at once"),
+    }
 }

@@ -97,6 +97,8 @@ fn add_stats(total: &mut sim::Stats, run: &sim::Stats) {
     total.kv_acknowledged_writes += run.kv_acknowledged_writes;
     total.kv_unknown_outcomes += run.kv_unknown_outcomes;
     total.kv_spanning_requests += run.kv_spanning_requests;
+    total.kv_expiry_requests += run.kv_expiry_requests;
+    total.kv_expiry_proposals += run.kv_expiry_proposals;
     total.lease_reads += run.lease_reads;
     total.kv_linearizability_undecided += run.kv_linearizability_undecided;
 }
@@ -163,6 +165,10 @@ fn replay() {
         Ok("kv-exec-partial") => {
             options.kv_spans = options.kv_clients > 0;
             options.kv_exec_partial = true;
+        }
+        Ok("kv-expire-early") => {
+            options.kv_expiry = options.kv_clients > 0;
+            options.kv_expire_early = true;
         }
         Ok("no-leader-transfer") => options.planted_bug = PlantedBug::NoLeaderTransfer,
         Ok("lease-without-leadership") => options.planted_bug = PlantedBug::LeaseWithoutLeadership,
@@ -604,5 +610,44 @@ fn a_transaction_applied_in_part_is_caught() {
     assert!(
         torn > 0,
         "the spanning checks missed a transaction applied in part"
+    );
+}
+
+#[test]
+fn keys_that_expire_early_are_caught() {
+    // SET's PX sets a deadline half as far as asked
+    // (keel_kv::planted::set_expire_early): reads between the two
+    // deadlines find the key gone, which the KV linearizability check
+    // (deadlines on the log's clock) must refuse. The same seeds without
+    // the bug pass, with keys expiring and the leaders' expiry steps.
+    let seeds = kv_seeds(40);
+    let expiring = |seed| Options {
+        kv_expiry: true,
+        ..Options::for_seed(seed)
+    };
+    let (clean, stats) = run_batch(seeds.clone(), expiring);
+    assert!(
+        clean.is_empty(),
+        "expiring keys fail without the bug: {:?}",
+        first_failure(&clean)
+    );
+    assert!(stats.kv_expiry_requests > 0, "no request set a deadline");
+    assert!(
+        stats.kv_expiry_proposals > 0,
+        "no leader proposed an expiry"
+    );
+    let (failing, _) = run_batch(seeds, |seed| Options {
+        kv_expire_early: true,
+        ..expiring(seed)
+    });
+    let early = caught_by(&failing, |f| f.contains("not linearizable"));
+    eprintln!(
+        "keys expiring early caught by {} of 40 KV seeds ({early} by the KV linearizability check); first: {:?}",
+        failing.len(),
+        first_failure(&failing)
+    );
+    assert!(
+        early > 0,
+        "the KV linearizability check missed keys expiring early"
     );
 }

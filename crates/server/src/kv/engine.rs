@@ -237,7 +237,8 @@ pub struct KvStats {
 /// The leader's expiry proposal in flight (one at a time).
 #[derive(Debug, Default)]
 struct ExpiryInFlight {
-    proposed_at: Option<Instant>,
+    /// When it was proposed, on the caller's monotonic clock (ms).
+    proposed_at_ms: Option<u64>,
 }
 
 /// The keyspace's shard threads and what connections and the apply step
@@ -627,20 +628,25 @@ impl KvEngine {
         keys
     }
 
-    /// Whether the leader may propose another expiry batch now.
-    pub fn expiry_may_propose(&self, resend_after_ms: u64) -> bool {
+    /// Whether the leader may propose another expiry batch at `now_ms`
+    /// (a monotonic clock: the server's since its start, the simulator's
+    /// logical one): none is in flight, or the last one was proposed
+    /// `resend_after_ms` ago and is taken as lost.
+    pub fn expiry_may_propose(&self, now_ms: u64, resend_after_ms: u64) -> bool {
         let expiry = self.expiry.lock();
         expiry
-            .proposed_at
-            .is_none_or(|at| at.elapsed().as_millis() as u64 >= resend_after_ms)
+            .proposed_at_ms
+            .is_none_or(|at_ms| now_ms.saturating_sub(at_ms) >= resend_after_ms)
     }
 
-    pub fn expiry_proposed(&self) {
-        self.expiry.lock().proposed_at = Some(Instant::now());
+    /// An expiry batch was proposed at `now_ms` (the clock of
+    /// `expiry_may_propose`).
+    pub fn expiry_proposed(&self, now_ms: u64) {
+        self.expiry.lock().proposed_at_ms = Some(now_ms);
     }
 
     fn expiry_applied(&self) {
-        self.expiry.lock().proposed_at = None;
+        self.expiry.lock().proposed_at_ms = None;
     }
 
     /// Starts the snapshot's KV part at the state applied now: every shard

@@ -564,28 +564,47 @@ pub async fn serve_port(ctx: Arc<KvContext>, listener: TcpListener) {
 /// deletion of the keys past their deadline by its clock, one proposal in
 /// flight at a time. Replicas never expire by their own clocks.
 pub async fn run_expiry(ctx: Arc<KvContext>) {
+    let started = Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(EXPIRE_CYCLE_MS)).await;
-        if !ctx.raft.is_leader() || !ctx.engine.expiry_may_propose(EXPIRE_RESEND_AFTER_MS) {
+        let since_start_ms = started.elapsed().as_millis() as u64;
+        if !ctx.raft.is_leader()
+            || !ctx
+                .engine
+                .expiry_may_propose(since_start_ms, EXPIRE_RESEND_AFTER_MS)
+        {
             continue;
         }
         let now_ms = wall_clock_ms();
         let keys = ctx.engine.due(now_ms, EXPIRE_KEYS_PER_CYCLE_MAX).await;
-        if keys.is_empty() {
+        let Some(txn) = expiry_txn(keys, now_ms) else {
             continue;
-        }
-        let txn = Txn {
-            session_id: 0,
-            xid: 0,
-            time_ms: now_ms,
-            auth: Vec::new(),
-            op: TxnOp::Kv {
-                body: Op::Expire { keys }.to_bytes(),
-            },
         };
         match ctx.raft.propose(txn.encode()) {
-            Ok(()) => ctx.engine.expiry_proposed(),
+            Ok(()) => ctx.engine.expiry_proposed(since_start_ms),
             Err(error) => tracing::warn!(%error, "expiry proposal refused"),
         }
     }
+}
+
+/// The leader's proposal deleting `keys`, due by its clock `now_ms`
+/// (`None` when there are none). Applied, it deletes each key only if it
+/// is still expired at the entry's clock: a key written again since it
+/// was found due stays (`keel_kv::keyspace::apply`). The simulator's
+/// leaders propose the same.
+pub fn expiry_txn(keys: Vec<Vec<u8>>, now_ms: i64) -> Option<Txn> {
+    assert!(
+        keys.len() <= EXPIRE_KEYS_PER_CYCLE_MAX,
+        "{} keys",
+        keys.len()
+    );
+    (!keys.is_empty()).then(|| Txn {
+        session_id: 0,
+        xid: 0,
+        time_ms: now_ms,
+        auth: Vec::new(),
+        op: TxnOp::Kv {
+            body: Op::Expire { keys }.to_bytes(),
+        },
+    })
 }
