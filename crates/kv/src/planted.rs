@@ -70,3 +70,25 @@ pub(crate) fn expire_early() -> bool {
 pub(crate) fn expire_early() -> bool {
     false
 }
+
+#[cfg(any(test, feature = "testing"))]
+thread_local! {
+    static WATCH_BLIND: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// EXEC never sees a watched key changed: a WATCH transaction commits on
+/// a value another client replaced (on this thread, until switched off).
+#[cfg(any(test, feature = "testing"))]
+pub fn set_watch_blind(on: bool) {
+    WATCH_BLIND.with(|flag| flag.set(on));
+}
+
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn watch_blind() -> bool {
+    WATCH_BLIND.with(|flag| flag.get())
+}
+
+#[cfg(not(any(test, feature = "testing")))]
+pub(crate) fn watch_blind() -> bool {
+    false
+}

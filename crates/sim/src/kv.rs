@@ -39,6 +39,9 @@ pub const COUNTER_KEYS: [&str; 2] = ["n0", "n1"];
 /// command runs with both shards borrowed, or as an MSET split by shard.
 /// A read that finds them unequal saw a spanning write in part.
 pub const SPAN_KEYS: [&str; 3] = ["ma", "mb", "mc"];
+/// Keys written by WATCH transactions (WATCH, GET, MULTI SET EXEC: a
+/// compare-and-set of the value read), plain SETs and DELs.
+pub const WATCH_KEYS: [&str; 1] = ["w0"];
 /// States the search of one key may visit before it gives up
 /// (undecided, counted in the stats).
 pub const SEARCH_STATES_MAX: usize = 200_000;
@@ -84,6 +87,15 @@ pub enum KvCall {
     Persist {
         key: String,
     },
+    /// The EXEC of `WATCH key`, `GET key` (answered `expect`), `MULTI`,
+    /// `SET key value`: it may set `value` only while the key still
+    /// holds `expect`; it may always abort (a token from a node behind
+    /// the reader's state, or a write between the WATCH and the GET).
+    CasSet {
+        key: String,
+        expect: Option<Vec<u8>>,
+        value: Vec<u8>,
+    },
 }
 
 impl KvCall {
@@ -97,7 +109,8 @@ impl KvCall {
             | KvCall::Get { key }
             | KvCall::SetPx { key, .. }
             | KvCall::Pexpire { key, .. }
-            | KvCall::Persist { key } => Some(key),
+            | KvCall::Persist { key }
+            | KvCall::CasSet { key, .. } => Some(key),
             KvCall::Mset { .. } | KvCall::Exec { .. } | KvCall::Mget => None,
         }
     }
@@ -119,6 +132,7 @@ impl KvCall {
             }
             KvCall::Pexpire { key, .. } => vec![b"PEXPIRE", key.as_bytes(), amount.as_bytes()],
             KvCall::Persist { key } => vec![b"PERSIST", key.as_bytes()],
+            KvCall::CasSet { key, value, .. } => vec![b"SET", key.as_bytes(), value],
             KvCall::Set { key, value } => vec![b"SET", key.as_bytes(), value],
             KvCall::Incr { key } => vec![b"INCR", key.as_bytes()],
             KvCall::Del { key } => vec![b"DEL", key.as_bytes()],
@@ -138,9 +152,18 @@ impl KvCall {
     }
 
     /// A write's log operation, as `server::kv::conn` proposes it.
-    pub fn op(&self, seq: u64) -> keel_kv::Op {
+    pub fn op(&self, seq: u64, watches: Vec<keel_kv::op::Watch>) -> keel_kv::Op {
         assert!(!self.is_read(), "reads are not proposed");
+        assert!(
+            watches.is_empty() || matches!(self, KvCall::CasSet { .. }),
+            "only a CasSet watches"
+        );
         match self {
+            KvCall::CasSet { .. } => keel_kv::Op::Exec {
+                seq,
+                watches,
+                commands: vec![self.args()],
+            },
             KvCall::Exec { value } => keel_kv::Op::Exec {
                 seq,
                 watches: Vec::new(),
@@ -166,6 +189,8 @@ pub enum KvRet {
     Error(String),
     /// MGET's values, EXEC's replies.
     Array(Vec<KvRet>),
+    /// EXEC aborted: a watched key changed.
+    Aborted,
 }
 
 impl KvRet {
@@ -175,6 +200,7 @@ impl KvRet {
             Reply::Integer(n) => KvRet::Int(*n),
             Reply::Bulk(value) => KvRet::Value(Some(value.clone())),
             Reply::Null => KvRet::Value(None),
+            Reply::NullArray => KvRet::Aborted,
             Reply::Error(text) => KvRet::Error(text.to_string()),
             Reply::Array(items) => KvRet::Array(items.iter().map(KvRet::of).collect()),
             other => KvRet::Error(format!("unexpected reply {other:?}")),
@@ -328,6 +354,10 @@ fn deadline_after(clock_ms: (i64, i64), ms: i64) -> Option<(i64, i64)> {
 /// `clock_ms`, each with the reply Redis gives.
 fn steps(state: &KeyState, call: &KvCall, clock_ms: (i64, i64)) -> Vec<(KeyState, KvRet)> {
     let mut out: Vec<(KeyState, KvRet)> = Vec::new();
+    if matches!(call, KvCall::CasSet { .. }) {
+        // An abort changes nothing and is always allowed.
+        out.push((state.clone(), KvRet::Aborted));
+    }
     for &live in state.lives(clock_ms) {
         let current = if live {
             state.clone()
@@ -364,6 +394,15 @@ fn step(state: &KeyState, call: &KvCall, clock_ms: (i64, i64)) -> (KeyState, KvR
         KvCall::Persist { .. } => {
             let had = value.is_some() && state.deadline_ms.is_some();
             (with(value.clone(), None), KvRet::Int(i64::from(had)))
+        }
+        KvCall::CasSet {
+            expect, value: new, ..
+        } => {
+            if value == expect {
+                (with(Some(new.clone()), None), KvRet::Array(vec![KvRet::Ok]))
+            } else {
+                (state.clone(), KvRet::Aborted)
+            }
         }
         KvCall::Get { .. } => (state.clone(), KvRet::Value(value.clone())),
         KvCall::Del { .. } => (KeyState::default(), KvRet::Int(i64::from(value.is_some()))),
@@ -587,6 +626,40 @@ mod tests {
             read(5_000, holds("b")),
         ];
         assert!(linearizable(&again));
+    }
+
+    #[test]
+    fn a_watch_transaction_commits_only_on_the_value_it_read() {
+        let cas = |expect: Option<&str>, value: &str| KvCall::CasSet {
+            key: "ka".into(),
+            expect: expect.map(|e| e.as_bytes().to_vec()),
+            value: value.into(),
+        };
+        let committed = KvRet::Array(vec![KvRet::Ok]);
+        let written = timed(set("a"), 0, 1, KvRet::Ok);
+        // Two CASes from the same read cannot both commit.
+        let both = [
+            written.clone(),
+            timed(cas(Some("a"), "b"), 10, 20, committed.clone()),
+            timed(cas(Some("a"), "c"), 30, 40, committed.clone()),
+        ];
+        assert!(!linearizable(&both));
+        // One commits, the other aborts: fine; an abort is always allowed.
+        let one = [
+            written.clone(),
+            timed(cas(Some("a"), "b"), 10, 20, committed.clone()),
+            timed(cas(Some("a"), "c"), 30, 40, KvRet::Aborted),
+            timed(cas(Some("b"), "d"), 50, 60, KvRet::Aborted),
+            timed(get(), 70, 71, holds("b")),
+        ];
+        assert!(linearizable(&one));
+        // A CAS that commits over another client's SET lost that write.
+        let over = [
+            written,
+            timed(set("x"), 10, 20, KvRet::Ok),
+            timed(cas(Some("a"), "b"), 30, 40, committed),
+        ];
+        assert!(!linearizable(&over));
     }
 
     #[test]

@@ -28,7 +28,7 @@ use keel_tree::{owner_kind, Event, OwnerKind, Txn, TxnOp};
 use raft::eraftpb::{ConfState, MessageType};
 
 use crate::disk::{verify_snapshot, Loaded, SharedDisk, SimIo, SimSnapshots};
-use crate::kv::{KvCall, KvOperation, KvRet, COUNTER_KEYS, REGISTER_KEYS, SPAN_KEYS};
+use crate::kv::{KvCall, KvOperation, KvRet, COUNTER_KEYS, REGISTER_KEYS, SPAN_KEYS, WATCH_KEYS};
 use crate::machine::{
     fnv, kv_digest, new_machine, state_digest, Outbox, SimMachine, SimOutlet, FNV_OFFSET,
 };
@@ -122,6 +122,14 @@ const KV_SPAN_SALT: u64 = 0x7370_616e;
 pub const KV_EXPIRY_RUN_PER_MILLION: u64 = 500_000;
 pub const KV_EXPIRY_REQUEST_PER_MILLION: u64 = 300_000;
 const KV_EXPIRY_SALT: u64 = 0x7474_6c73;
+/// KV runs whose clients also run WATCH transactions (CAS) on the
+/// WATCH_KEYS, and their share of such a run's requests (own generators).
+pub const KV_WATCH_RUN_PER_MILLION: u64 = 500_000;
+pub const KV_WATCH_REQUEST_PER_MILLION: u64 = 300_000;
+const KV_WATCH_SALT: u64 = 0x7761_7463;
+/// A CAS's pause between its GET's reply and its EXEC (µs): the client
+/// computes the new value; other clients' writes land meanwhile.
+pub const KV_CAS_THINK_MAX_US: u64 = 400_000;
 /// The expiries the clients ask (ms): from under a client's pause to
 /// several of them.
 pub const KV_EXPIRY_MIN_MS: u64 = 20;
@@ -277,6 +285,12 @@ pub struct Options {
     /// the deadline is half as far as asked. The KV linearizability check
     /// must see keys gone too soon.
     pub kv_expire_early: bool,
+    /// The KV clients also run WATCH transactions (`KV_WATCH_RUN_PER_MILLION`).
+    pub kv_watch: bool,
+    /// A planted bug in EXEC (`keel_kv::planted::set_watch_blind`): a
+    /// watched key's changes never abort it. The KV linearizability check
+    /// must see a CAS succeed on a value that changed.
+    pub kv_watch_blind: bool,
     /// The reaper's pass interval on every node (the server's
     /// `container_check_interval_ms`), in logical ms.
     pub container_check_interval_ms: u64,
@@ -332,6 +346,9 @@ impl Options {
             kv_expiry: kv_clients > 0
                 && Rng::new(seed ^ KV_EXPIRY_SALT).chance(KV_EXPIRY_RUN_PER_MILLION),
             kv_expire_early: false,
+            kv_watch: kv_clients > 0
+                && Rng::new(seed ^ KV_WATCH_SALT).chance(KV_WATCH_RUN_PER_MILLION),
+            kv_watch_blind: false,
             container_check_interval_ms,
             trace: false,
         }
@@ -387,6 +404,11 @@ pub struct Stats {
     /// PERSIST), and the leaders' expiry proposals.
     pub kv_expiry_requests: usize,
     pub kv_expiry_proposals: u64,
+    /// WATCH transactions' EXECs sent (CAS on the WATCH_KEYS), and those
+    /// answered committed and aborted.
+    pub kv_cas_requests: usize,
+    pub kv_cas_committed: usize,
+    pub kv_cas_aborted: usize,
     /// Keys whose KV linearizability search ran out of budget.
     pub kv_linearizability_undecided: u64,
     /// Reads leaders served from their read lease (KV reads, syncs).
@@ -502,6 +524,12 @@ enum Ev {
         generation: u64,
         seq: u64,
     },
+    /// A KV client that read its CAS's key on connection `generation`
+    /// sends the EXEC.
+    KvCasExec {
+        client: usize,
+        generation: u64,
+    },
 }
 
 type SimCore = Core<SimMachine, SimIo, SimSnapshots>;
@@ -566,6 +594,17 @@ struct KvClient {
     sent: u64,
     /// Connections opened (the current one's number).
     connections: u64,
+    /// A CAS under way: WATCH answered, its GET or EXEC in flight.
+    cas: Option<Cas>,
+}
+
+/// A KV client's CAS (WATCH key, GET key, MULTI, SET key, EXEC).
+struct Cas {
+    key: String,
+    watch_seq: u64,
+    watches: Vec<keel_kv::op::Watch>,
+    /// What its GET read (once answered).
+    expect: Option<Option<Vec<u8>>>,
 }
 
 /// A KV connection to one node's epoch, as the server's engine holds it.
@@ -763,6 +802,8 @@ pub struct World {
     kv_span_rng: Rng,
     /// Which KV requests set or remove deadlines (`Options::kv_expiry`).
     kv_expiry_rng: Rng,
+    /// Which KV requests go to the WATCH_KEYS (`Options::kv_watch`).
+    kv_watch_rng: Rng,
     /// The starting member the joiner replaces (`Joiner::replaces`).
     replaced: Option<u64>,
 }
@@ -793,11 +834,13 @@ impl World {
                 pending: None,
                 sent: 0,
                 connections: 0,
+                cas: None,
             })
             .collect();
         let kv_rng = Rng::new(options.seed ^ 0x6b76);
         let kv_span_rng = Rng::new(options.seed ^ KV_SPAN_SALT ^ 0x7271);
         let kv_expiry_rng = Rng::new(options.seed ^ KV_EXPIRY_SALT ^ 0x7271);
+        let kv_watch_rng = Rng::new(options.seed ^ KV_WATCH_SALT ^ 0x7271);
         let replaced = options
             .joiner
             .as_ref()
@@ -861,6 +904,7 @@ impl World {
             kv_rng,
             kv_span_rng,
             kv_expiry_rng,
+            kv_watch_rng,
             replaced,
         }
     }
@@ -929,6 +973,7 @@ impl World {
         keel_kv::planted::set_snapshot_keys_dropped(self.options.kv_snapshot_keys_dropped);
         keel_kv::planted::set_exec_partial(self.options.kv_exec_partial);
         keel_kv::planted::set_expire_early(self.options.kv_expire_early);
+        keel_kv::planted::set_watch_blind(self.options.kv_watch_blind);
         for id in 1..=self.options.nodes as u64 {
             self.start_node(id);
         }
@@ -971,6 +1016,7 @@ impl World {
         keel_kv::planted::set_snapshot_keys_dropped(false);
         keel_kv::planted::set_exec_partial(false);
         keel_kv::planted::set_expire_early(false);
+        keel_kv::planted::set_watch_blind(false);
         self.finish()
     }
 
@@ -1263,6 +1309,7 @@ impl World {
                 generation,
                 seq,
             } => self.kv_timeout(client, generation, seq),
+            Ev::KvCasExec { client, generation } => self.kv_cas_exec(client, generation),
         }
     }
 
@@ -2000,9 +2047,12 @@ impl World {
             }
         };
         let expiring = self.kv_expiry_call(client);
-        let call = match self.kv_span_call(client) {
-            Some(spanning) => spanning,
-            None => expiring.unwrap_or(call),
+        let watching = self.kv_watch_call(client);
+        let spanning = self.kv_span_call(client);
+        let (call, cas) = match (spanning, watching) {
+            (Some(spanning), _) => (spanning, false),
+            (None, Some(watching)) => watching,
+            (None, None) => (expiring.unwrap_or(call), false),
         };
         if matches!(
             call,
@@ -2010,10 +2060,23 @@ impl World {
         ) {
             self.stats.kv_expiry_requests += 1;
         }
+        if cas {
+            let key = call.key().expect("a CAS reads one key").to_string();
+            self.kv_watch(client, key);
+            if self.kv_clients[client].conn.is_none() {
+                return self.kv_wake_later(client);
+            }
+        }
+        self.kv_send(client, call, Vec::new());
+    }
+
+    /// Sends `call` on the client's connection: through the log (writes,
+    /// with `watches` for a CAS's EXEC) or a ReadIndex barrier (reads).
+    fn kv_send(&mut self, client: usize, call: KvCall, watches: Vec<keel_kv::op::Watch>) {
         let conn = self.kv_clients[client]
             .conn
             .as_mut()
-            .expect("connected above");
+            .expect("a client sends on its connection");
         let (node, connection, seq) = (conn.node, conn.id, conn.next_seq);
         conn.next_seq += 1;
         self.note(format!("kv{client} seq {seq} invoke {call:?}"));
@@ -2063,7 +2126,7 @@ impl World {
                 .expect("just set")
                 .barrier = Some(number);
         } else {
-            let body = call.op(seq).to_bytes();
+            let body = call.op(seq, watches).to_bytes();
             let txn = Txn {
                 session_id: connection as i64,
                 xid: 0,
@@ -2074,6 +2137,99 @@ impl World {
             core.propose(txn.encode());
         }
         self.request_advance(node);
+    }
+
+    /// In a run with `kv_watch`, a share of the requests go to the
+    /// WATCH_KEYS instead (drawn from `kv_watch_rng` every time, so
+    /// `kv_rng`'s draws stay the same): most start a CAS (WATCH, then
+    /// this GET, then the EXEC, `kv_cas_exec`; flagged `true`), the rest
+    /// SET or DEL the key outside any transaction.
+    fn kv_watch_call(&mut self, client: usize) -> Option<(KvCall, bool)> {
+        let rng = &mut self.kv_watch_rng;
+        let draw = rng.below(1_000_000);
+        let key = WATCH_KEYS[rng.below(WATCH_KEYS.len() as u64) as usize].to_string();
+        if !self.options.kv_watch || draw >= KV_WATCH_REQUEST_PER_MILLION {
+            return None;
+        }
+        let c = &self.kv_clients[client];
+        let value = format!("kv{client}-{}", c.sent).into_bytes();
+        Some(match draw % 20 {
+            0..=13 => (KvCall::Get { key }, true),
+            14..=16 => (KvCall::Set { key, value }, false),
+            _ => (KvCall::Del { key }, false),
+        })
+    }
+
+    /// WATCH `key` on the client's connection, as `conn.rs` does: the
+    /// tokens come from the node's shards as they are now (no barrier: a
+    /// token from a node behind can only make the EXEC abort).
+    fn kv_watch(&mut self, client: usize, key: String) {
+        let conn = self.kv_clients[client]
+            .conn
+            .as_mut()
+            .expect("connected above");
+        let (node, connection, watch_seq) = (conn.node, conn.id, conn.next_seq);
+        conn.next_seq += 1;
+        let engine = self
+            .node(node)
+            .kv
+            .clone()
+            .expect("connected to a live node");
+        let Some(outlet) = engine.outlet_of(connection) else {
+            return self.kv_lose_connection(client);
+        };
+        self.kv_clients[client].cas = Some(Cas {
+            key: key.clone(),
+            watch_seq,
+            watches: Vec::new(),
+            expect: None,
+        });
+        let parts = engine.watch(
+            vec![key.into_bytes()],
+            Responder {
+                outlet,
+                seq: watch_seq,
+            },
+        );
+        assert_eq!(parts, 1, "one key is on one shard");
+        self.kv_take_replies(client);
+        let watched = self.kv_clients[client]
+            .cas
+            .as_ref()
+            .is_some_and(|cas| !cas.watches.is_empty());
+        if !watched && self.kv_clients[client].conn.is_some() {
+            self.fail(format!(
+                "kv{client}: WATCH {watch_seq} got no token at once"
+            ));
+        }
+    }
+
+    /// The CAS's GET was answered (`expect` recorded): after a pause
+    /// the client sends its EXEC, which sets a new value if the watched
+    /// key has not changed since the WATCH.
+    fn kv_cas_exec(&mut self, client: usize, generation: u64) {
+        let c = &mut self.kv_clients[client];
+        let read = c
+            .cas
+            .as_ref()
+            .and_then(|cas| cas.expect.clone())
+            .filter(|_| c.connections == generation && c.conn.is_some());
+        let Some(expect) = read.filter(|_| !self.faults_over) else {
+            // The connection was lost meanwhile (which dropped the CAS),
+            // or the cluster settles (no new requests).
+            c.cas = None;
+            return self.kv_wake_later(client);
+        };
+        let cas = c.cas.as_ref().expect("read above");
+        c.sent += 1;
+        let call = KvCall::CasSet {
+            key: cas.key.clone(),
+            expect,
+            value: format!("kv{client}-{}", c.sent).into_bytes(),
+        };
+        let watches = cas.watches.clone();
+        self.stats.kv_cas_requests += 1;
+        self.kv_send(client, call, watches);
     }
 
     /// In a run with `kv_spans`, a share of the requests write or read all
@@ -2263,9 +2419,31 @@ impl World {
         if !self.kv_history[at].call.is_read() {
             self.stats.kv_acknowledged_writes += 1;
         }
+        match (&self.kv_history[at].call, &ret) {
+            (KvCall::CasSet { .. }, KvRet::Array(_)) => self.stats.kv_cas_committed += 1,
+            (KvCall::CasSet { .. }, KvRet::Aborted) => self.stats.kv_cas_aborted += 1,
+            _ => {}
+        }
+        let cas_read = match (&self.kv_history[at].call, &ret) {
+            (KvCall::Get { .. }, KvRet::Value(value)) => Some(value.clone()),
+            _ => None,
+        };
         self.kv_history[at].ret = Some((self.now_us, ret));
-        self.kv_clients[client].pending = None;
-        self.kv_wake_later(client);
+        let c = &mut self.kv_clients[client];
+        c.pending = None;
+        match (cas_read, c.cas.as_mut()) {
+            // The CAS's GET: its EXEC follows after a pause.
+            (Some(expect), Some(cas)) if cas.expect.is_none() => {
+                cas.expect = Some(expect);
+                let generation = c.connections;
+                let pause_us = self.kv_watch_rng.below(KV_CAS_THINK_MAX_US);
+                self.schedule(pause_us, Ev::KvCasExec { client, generation });
+            }
+            _ => {
+                c.cas = None;
+                self.kv_wake_later(client);
+            }
+        }
     }
 
     /// What the client's connection received.
@@ -2284,7 +2462,15 @@ impl World {
                         self.kv_reply(client, seq, reply);
                     }
                 }
-                KvOutbound::Watched(..) => {}
+                KvOutbound::Watched(seq, watches) => {
+                    let cas = self.kv_clients[client].cas.as_mut();
+                    match cas.filter(|cas| cas.watch_seq == seq) {
+                        Some(cas) => cas.watches.extend(watches),
+                        None => self.fail(format!(
+                            "kv{client}: WATCH tokens for request {seq}, which is not in flight"
+                        )),
+                    }
+                }
                 KvOutbound::Close(reason) => {
                     self.note(format!("kv{client} closed: {reason}"));
                     self.kv_lose_connection(client);
@@ -2309,6 +2495,7 @@ impl World {
     /// the request in flight has an unknown outcome.
     fn kv_lose_connection(&mut self, client: usize) {
         let c = &mut self.kv_clients[client];
+        c.cas = None;
         if let Some(conn) = c.conn.take() {
             if let Some(engine) = &self.nodes[(conn.node - 1) as usize].kv {
                 engine.disconnect(conn.id);
@@ -2331,6 +2518,7 @@ impl World {
             .iter()
             .chain(&COUNTER_KEYS)
             .chain(&SPAN_KEYS)
+            .chain(&WATCH_KEYS)
             .copied()
             .collect();
         for n in 0..self.nodes.len() {

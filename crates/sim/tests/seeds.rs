@@ -99,6 +99,9 @@ fn add_stats(total: &mut sim::Stats, run: &sim::Stats) {
     total.kv_spanning_requests += run.kv_spanning_requests;
     total.kv_expiry_requests += run.kv_expiry_requests;
     total.kv_expiry_proposals += run.kv_expiry_proposals;
+    total.kv_cas_requests += run.kv_cas_requests;
+    total.kv_cas_committed += run.kv_cas_committed;
+    total.kv_cas_aborted += run.kv_cas_aborted;
     total.lease_reads += run.lease_reads;
     total.kv_linearizability_undecided += run.kv_linearizability_undecided;
 }
@@ -169,6 +172,10 @@ fn replay() {
         Ok("kv-expire-early") => {
             options.kv_expiry = options.kv_clients > 0;
             options.kv_expire_early = true;
+        }
+        Ok("kv-watch-blind") => {
+            options.kv_watch = options.kv_clients > 0;
+            options.kv_watch_blind = true;
         }
         Ok("no-leader-transfer") => options.planted_bug = PlantedBug::NoLeaderTransfer,
         Ok("lease-without-leadership") => options.planted_bug = PlantedBug::LeaseWithoutLeadership,
@@ -649,5 +656,44 @@ fn keys_that_expire_early_are_caught() {
     assert!(
         early > 0,
         "the KV linearizability check missed keys expiring early"
+    );
+}
+
+#[test]
+fn watch_transactions_blind_to_changes_are_caught() {
+    // EXEC never finds a watched key changed
+    // (keel_kv::planted::set_watch_blind): a CAS (WATCH, GET, MULTI SET
+    // EXEC) commits over another client's write, which the KV
+    // linearizability check must refuse. The same seeds without the bug
+    // pass, with CASes committing and aborting.
+    let seeds = kv_seeds(40);
+    let watching = |seed| Options {
+        kv_watch: true,
+        ..Options::for_seed(seed)
+    };
+    let (clean, stats) = run_batch(seeds.clone(), watching);
+    assert!(
+        clean.is_empty(),
+        "WATCH transactions fail without the bug: {:?}",
+        first_failure(&clean)
+    );
+    assert!(stats.kv_cas_committed > 0, "no WATCH transaction committed");
+    eprintln!(
+        "WATCH transactions: {} sent, {} committed, {} aborted",
+        stats.kv_cas_requests, stats.kv_cas_committed, stats.kv_cas_aborted
+    );
+    let (failing, _) = run_batch(seeds, |seed| Options {
+        kv_watch_blind: true,
+        ..watching(seed)
+    });
+    let lost = caught_by(&failing, |f| f.contains("not linearizable"));
+    eprintln!(
+        "WATCH blind to changes caught by {} of 40 KV seeds ({lost} by the KV linearizability check); first: {:?}",
+        failing.len(),
+        first_failure(&failing)
+    );
+    assert!(
+        lost > 0,
+        "the KV linearizability check missed a WATCH blind to changes"
     );
 }
