@@ -592,7 +592,7 @@ fn write(view: &mut View<'_>, command: &Command<'_>, ctx: Ctx) -> Reply {
             if deleted > 0 {
                 entry.version = ctx.stamp;
             }
-            if empty {
+            if empty && !crate::planted::empty_kept() {
                 shard.delete(key, ctx);
             }
             Reply::Integer(deleted)
@@ -639,7 +639,7 @@ fn write(view: &mut View<'_>, command: &Command<'_>, ctx: Ctx) -> Reply {
             if removed > 0 {
                 entry.version = ctx.stamp;
             }
-            if empty {
+            if empty && !crate::planted::empty_kept() {
                 shard.delete(key, ctx);
             }
             Reply::Integer(removed)

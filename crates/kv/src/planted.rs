@@ -92,3 +92,26 @@ pub(crate) fn watch_blind() -> bool {
 pub(crate) fn watch_blind() -> bool {
     false
 }
+
+#[cfg(any(test, feature = "testing"))]
+thread_local! {
+    static EMPTY_KEPT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// A hash or set emptied by HDEL or SREM stays as an empty key (Redis
+/// deletes it): the key's type outlives its last field (on this thread,
+/// until switched off).
+#[cfg(any(test, feature = "testing"))]
+pub fn set_empty_kept(on: bool) {
+    EMPTY_KEPT.with(|flag| flag.set(on));
+}
+
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn empty_kept() -> bool {
+    EMPTY_KEPT.with(|flag| flag.get())
+}
+
+#[cfg(not(any(test, feature = "testing")))]
+pub(crate) fn empty_kept() -> bool {
+    false
+}

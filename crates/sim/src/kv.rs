@@ -24,7 +24,7 @@
 //! interval, and where it cannot tell whether a key has expired it tries
 //! both (`KeyState::lives`).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use keel_kv::Reply;
 
@@ -39,6 +39,13 @@ pub const COUNTER_KEYS: [&str; 2] = ["n0", "n1"];
 /// command runs with both shards borrowed, or as an MSET split by shard.
 /// A read that finds them unequal saw a spanning write in part.
 pub const SPAN_KEYS: [&str; 3] = ["ma", "mb", "mc"];
+/// A hash key (fields HASH_FIELDS) and a set key (members SET_MEMBERS),
+/// written and read with their own commands; now and then a GET, SET or
+/// DEL of them (WRONGTYPE, or a change of type).
+pub const HASH_KEYS: [&str; 1] = ["h0"];
+pub const HASH_FIELDS: [&str; 2] = ["f0", "f1"];
+pub const SET_KEYS: [&str; 1] = ["s0"];
+pub const SET_MEMBERS: [&str; 3] = ["m0", "m1", "m2"];
 /// Keys written by WATCH transactions (WATCH, GET, MULTI SET EXEC: a
 /// compare-and-set of the value read), plain SETs and DELs.
 pub const WATCH_KEYS: [&str; 1] = ["w0"];
@@ -96,6 +103,37 @@ pub enum KvCall {
         expect: Option<Vec<u8>>,
         value: Vec<u8>,
     },
+    HSet {
+        key: String,
+        field: Vec<u8>,
+        value: Vec<u8>,
+    },
+    HDel {
+        key: String,
+        field: Vec<u8>,
+    },
+    HGet {
+        key: String,
+        field: Vec<u8>,
+    },
+    HLen {
+        key: String,
+    },
+    SAdd {
+        key: String,
+        member: Vec<u8>,
+    },
+    SRem {
+        key: String,
+        member: Vec<u8>,
+    },
+    SIsMember {
+        key: String,
+        member: Vec<u8>,
+    },
+    SCard {
+        key: String,
+    },
 }
 
 impl KvCall {
@@ -110,13 +148,29 @@ impl KvCall {
             | KvCall::SetPx { key, .. }
             | KvCall::Pexpire { key, .. }
             | KvCall::Persist { key }
-            | KvCall::CasSet { key, .. } => Some(key),
+            | KvCall::CasSet { key, .. }
+            | KvCall::HSet { key, .. }
+            | KvCall::HDel { key, .. }
+            | KvCall::HGet { key, .. }
+            | KvCall::HLen { key }
+            | KvCall::SAdd { key, .. }
+            | KvCall::SRem { key, .. }
+            | KvCall::SIsMember { key, .. }
+            | KvCall::SCard { key } => Some(key),
             KvCall::Mset { .. } | KvCall::Exec { .. } | KvCall::Mget => None,
         }
     }
 
     pub fn is_read(&self) -> bool {
-        matches!(self, KvCall::Get { .. } | KvCall::Mget)
+        matches!(
+            self,
+            KvCall::Get { .. }
+                | KvCall::Mget
+                | KvCall::HGet { .. }
+                | KvCall::HLen { .. }
+                | KvCall::SIsMember { .. }
+                | KvCall::SCard { .. }
+        )
     }
 
     /// The command's arguments, as a client sends them (a transaction's:
@@ -133,6 +187,14 @@ impl KvCall {
             KvCall::Pexpire { key, .. } => vec![b"PEXPIRE", key.as_bytes(), amount.as_bytes()],
             KvCall::Persist { key } => vec![b"PERSIST", key.as_bytes()],
             KvCall::CasSet { key, value, .. } => vec![b"SET", key.as_bytes(), value],
+            KvCall::HSet { key, field, value } => vec![b"HSET", key.as_bytes(), field, value],
+            KvCall::HDel { key, field } => vec![b"HDEL", key.as_bytes(), field],
+            KvCall::HGet { key, field } => vec![b"HGET", key.as_bytes(), field],
+            KvCall::HLen { key } => vec![b"HLEN", key.as_bytes()],
+            KvCall::SAdd { key, member } => vec![b"SADD", key.as_bytes(), member],
+            KvCall::SRem { key, member } => vec![b"SREM", key.as_bytes(), member],
+            KvCall::SIsMember { key, member } => vec![b"SISMEMBER", key.as_bytes(), member],
+            KvCall::SCard { key } => vec![b"SCARD", key.as_bytes()],
             KvCall::Set { key, value } => vec![b"SET", key.as_bytes(), value],
             KvCall::Incr { key } => vec![b"INCR", key.as_bytes()],
             KvCall::Del { key } => vec![b"DEL", key.as_bytes()],
@@ -319,11 +381,44 @@ impl KvOperation {
 /// deadline (log clock, ms) lies in.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 struct KeyState {
-    value: Option<Vec<u8>>,
+    value: Option<Val>,
     deadline_ms: Option<(i64, i64)>,
 }
 
+/// A key's value, of one of the types the clients use.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Val {
+    Str(Vec<u8>),
+    Hash(BTreeMap<Vec<u8>, Vec<u8>>),
+    Set(BTreeSet<Vec<u8>>),
+}
+
 impl KeyState {
+    /// A hash or set after a removal: gone once empty, as Redis drops it.
+    fn holding(value: Val, deadline_ms: Option<(i64, i64)>) -> KeyState {
+        let empty = match &value {
+            Val::Hash(fields) => fields.is_empty(),
+            Val::Set(members) => members.is_empty(),
+            Val::Str(_) => false,
+        };
+        if empty {
+            return KeyState::default();
+        }
+        KeyState {
+            value: Some(value),
+            deadline_ms,
+        }
+    }
+
+    /// The key's string (`None` when absent); `Err` for another type.
+    fn string(&self) -> Result<Option<&Vec<u8>>, ()> {
+        match &self.value {
+            None => Ok(None),
+            Some(Val::Str(bytes)) => Ok(Some(bytes)),
+            Some(_) => Err(()),
+        }
+    }
+
     /// Whether the key exists for an operation at a log clock within
     /// `clock_ms`: one answer, or both when the deadline and the clock
     /// overlap.
@@ -375,13 +470,20 @@ fn steps(state: &KeyState, call: &KvCall, clock_ms: (i64, i64)) -> Vec<(KeyState
 /// A live (or absent) key's state after `call`, and Redis's reply.
 fn step(state: &KeyState, call: &KvCall, clock_ms: (i64, i64)) -> (KeyState, KvRet) {
     let value = &state.value;
-    let with = |value: Option<Vec<u8>>, deadline_ms| KeyState { value, deadline_ms };
+    let with = |value: Option<Val>, deadline_ms| KeyState { value, deadline_ms };
+    let string = |bytes: &Vec<u8>| Some(Val::Str(bytes.clone()));
+    let wrong_type = || {
+        (
+            state.clone(),
+            KvRet::Error(keel_kv::reply::WRONGTYPE.to_string()),
+        )
+    };
     match call {
-        KvCall::Set { value: new, .. } => (with(Some(new.clone()), None), KvRet::Ok),
+        KvCall::Set { value: new, .. } => (with(string(new), None), KvRet::Ok),
         KvCall::SetPx {
             value: new, px_ms, ..
         } => (
-            with(Some(new.clone()), deadline_after(clock_ms, *px_ms)),
+            with(string(new), deadline_after(clock_ms, *px_ms)),
             KvRet::Ok,
         ),
         KvCall::Pexpire { ms, .. } => match value {
@@ -398,25 +500,32 @@ fn step(state: &KeyState, call: &KvCall, clock_ms: (i64, i64)) -> (KeyState, KvR
         KvCall::CasSet {
             expect, value: new, ..
         } => {
-            if value == expect {
-                (with(Some(new.clone()), None), KvRet::Array(vec![KvRet::Ok]))
+            if state.string() == Ok(expect.as_ref()) {
+                (with(string(new), None), KvRet::Array(vec![KvRet::Ok]))
             } else {
                 (state.clone(), KvRet::Aborted)
             }
         }
-        KvCall::Get { .. } => (state.clone(), KvRet::Value(value.clone())),
+        KvCall::Get { .. } => match state.string() {
+            Ok(bytes) => (state.clone(), KvRet::Value(bytes.cloned())),
+            Err(()) => wrong_type(),
+        },
         KvCall::Del { .. } => (KeyState::default(), KvRet::Int(i64::from(value.is_some()))),
         KvCall::Incr { .. } => {
-            let current = match value {
-                None => Some(0),
-                Some(bytes) => std::str::from_utf8(bytes)
+            let current = match state.string() {
+                Err(()) => return wrong_type(),
+                Ok(None) => Some(0),
+                Ok(Some(bytes)) => std::str::from_utf8(bytes)
                     .ok()
                     .and_then(|s| s.parse::<i64>().ok()),
             };
             // INCR keeps the key's deadline, as Redis does.
             match current.and_then(|n| n.checked_add(1)) {
                 Some(n) => (
-                    with(Some(n.to_string().into_bytes()), state.deadline_ms),
+                    with(
+                        Some(Val::Str(n.to_string().into_bytes())),
+                        state.deadline_ms,
+                    ),
                     KvRet::Int(n),
                 ),
                 None => (
@@ -425,6 +534,85 @@ fn step(state: &KeyState, call: &KvCall, clock_ms: (i64, i64)) -> (KeyState, KvR
                 ),
             }
         }
+        KvCall::HSet {
+            field, value: new, ..
+        } => match value {
+            None => {
+                let fields = BTreeMap::from([(field.clone(), new.clone())]);
+                (with(Some(Val::Hash(fields)), None), KvRet::Int(1))
+            }
+            Some(Val::Hash(fields)) => {
+                let mut fields = fields.clone();
+                let added = fields.insert(field.clone(), new.clone()).is_none();
+                (
+                    with(Some(Val::Hash(fields)), state.deadline_ms),
+                    KvRet::Int(i64::from(added)),
+                )
+            }
+            Some(_) => wrong_type(),
+        },
+        KvCall::HDel { field, .. } => match value {
+            None => (KeyState::default(), KvRet::Int(0)),
+            Some(Val::Hash(fields)) => {
+                let mut fields = fields.clone();
+                let removed = fields.remove(field).is_some();
+                (
+                    KeyState::holding(Val::Hash(fields), state.deadline_ms),
+                    KvRet::Int(i64::from(removed)),
+                )
+            }
+            Some(_) => wrong_type(),
+        },
+        KvCall::HGet { field, .. } => match value {
+            None => (KeyState::default(), KvRet::Value(None)),
+            Some(Val::Hash(fields)) => (state.clone(), KvRet::Value(fields.get(field).cloned())),
+            Some(_) => wrong_type(),
+        },
+        KvCall::HLen { .. } => match value {
+            None => (KeyState::default(), KvRet::Int(0)),
+            Some(Val::Hash(fields)) => (state.clone(), KvRet::Int(fields.len() as i64)),
+            Some(_) => wrong_type(),
+        },
+        KvCall::SAdd { member, .. } => match value {
+            None => {
+                let members = BTreeSet::from([member.clone()]);
+                (with(Some(Val::Set(members)), None), KvRet::Int(1))
+            }
+            Some(Val::Set(members)) => {
+                let mut members = members.clone();
+                let added = members.insert(member.clone());
+                (
+                    with(Some(Val::Set(members)), state.deadline_ms),
+                    KvRet::Int(i64::from(added)),
+                )
+            }
+            Some(_) => wrong_type(),
+        },
+        KvCall::SRem { member, .. } => match value {
+            None => (KeyState::default(), KvRet::Int(0)),
+            Some(Val::Set(members)) => {
+                let mut members = members.clone();
+                let removed = members.remove(member);
+                (
+                    KeyState::holding(Val::Set(members), state.deadline_ms),
+                    KvRet::Int(i64::from(removed)),
+                )
+            }
+            Some(_) => wrong_type(),
+        },
+        KvCall::SIsMember { member, .. } => match value {
+            None => (KeyState::default(), KvRet::Int(0)),
+            Some(Val::Set(members)) => (
+                state.clone(),
+                KvRet::Int(i64::from(members.contains(member))),
+            ),
+            Some(_) => wrong_type(),
+        },
+        KvCall::SCard { .. } => match value {
+            None => (KeyState::default(), KvRet::Int(0)),
+            Some(Val::Set(members)) => (state.clone(), KvRet::Int(members.len() as i64)),
+            Some(_) => wrong_type(),
+        },
         KvCall::Mset { .. } | KvCall::Exec { .. } | KvCall::Mget => {
             unreachable!("per_key splits spanning calls into one-key ones")
         }
@@ -660,6 +848,51 @@ mod tests {
             timed(cas(Some("a"), "b"), 30, 40, committed),
         ];
         assert!(!linearizable(&over));
+    }
+
+    #[test]
+    fn hashes_and_sets_go_when_emptied_and_meet_wrongtype() {
+        let h = |call: &str, field: &str| {
+            let (key, field) = ("h0".to_string(), field.as_bytes().to_vec());
+            match call {
+                "hset" => KvCall::HSet {
+                    key,
+                    field,
+                    value: b"v".to_vec(),
+                },
+                "hdel" => KvCall::HDel { key, field },
+                _ => KvCall::HGet { key, field },
+            }
+        };
+        let wrong = KvRet::Error(keel_kv::reply::WRONGTYPE.to_string());
+        let history = [
+            timed(h("hset", "f0"), 0, 1, KvRet::Int(1)),
+            timed(h("hset", "f0"), 2, 3, KvRet::Int(0)),
+            timed(KvCall::Get { key: "h0".into() }, 4, 5, wrong.clone()),
+            timed(KvCall::HLen { key: "h0".into() }, 6, 7, KvRet::Int(1)),
+            timed(h("hdel", "f0"), 8, 9, KvRet::Int(1)),
+            // Emptied: gone, so GET answers nil and SADD may make it a set.
+            timed(KvCall::Get { key: "h0".into() }, 10, 11, KvRet::Value(None)),
+            timed(
+                KvCall::SAdd {
+                    key: "h0".into(),
+                    member: b"m".to_vec(),
+                },
+                12,
+                13,
+                KvRet::Int(1),
+            ),
+            timed(h("hget", "f0"), 14, 15, wrong.clone()),
+            timed(KvCall::SCard { key: "h0".into() }, 16, 17, KvRet::Int(1)),
+        ];
+        assert!(linearizable(&history));
+        // An emptied hash left behind: GET meets WRONGTYPE.
+        let kept = [
+            timed(h("hset", "f0"), 0, 1, KvRet::Int(1)),
+            timed(h("hdel", "f0"), 2, 3, KvRet::Int(1)),
+            timed(KvCall::Get { key: "h0".into() }, 4, 5, wrong),
+        ];
+        assert!(!linearizable(&kept));
     }
 
     #[test]

@@ -28,7 +28,10 @@ use keel_tree::{owner_kind, Event, OwnerKind, Txn, TxnOp};
 use raft::eraftpb::{ConfState, MessageType};
 
 use crate::disk::{verify_snapshot, Loaded, SharedDisk, SimIo, SimSnapshots};
-use crate::kv::{KvCall, KvOperation, KvRet, COUNTER_KEYS, REGISTER_KEYS, SPAN_KEYS, WATCH_KEYS};
+use crate::kv::{
+    KvCall, KvOperation, KvRet, COUNTER_KEYS, HASH_FIELDS, HASH_KEYS, REGISTER_KEYS, SET_KEYS,
+    SET_MEMBERS, SPAN_KEYS, WATCH_KEYS,
+};
 use crate::machine::{
     fnv, kv_digest, new_machine, state_digest, Outbox, SimMachine, SimOutlet, FNV_OFFSET,
 };
@@ -127,6 +130,12 @@ const KV_EXPIRY_SALT: u64 = 0x7474_6c73;
 pub const KV_WATCH_RUN_PER_MILLION: u64 = 500_000;
 pub const KV_WATCH_REQUEST_PER_MILLION: u64 = 300_000;
 const KV_WATCH_SALT: u64 = 0x7761_7463;
+/// KV runs whose clients also write and read a hash and a set
+/// (HASH_KEYS, SET_KEYS), and their share of such a run's requests
+/// (own generators).
+pub const KV_TYPES_RUN_PER_MILLION: u64 = 500_000;
+pub const KV_TYPES_REQUEST_PER_MILLION: u64 = 500_000;
+const KV_TYPES_SALT: u64 = 0x7479_7065;
 /// A CAS's pause between its GET's reply and its EXEC (µs): the client
 /// computes the new value; other clients' writes land meanwhile.
 pub const KV_CAS_THINK_MAX_US: u64 = 400_000;
@@ -291,6 +300,12 @@ pub struct Options {
     /// watched key's changes never abort it. The KV linearizability check
     /// must see a CAS succeed on a value that changed.
     pub kv_watch_blind: bool,
+    /// The KV clients also use a hash and a set (`KV_TYPES_RUN_PER_MILLION`).
+    pub kv_types: bool,
+    /// A planted bug in HDEL and SREM (`keel_kv::planted::set_empty_kept`):
+    /// an emptied hash or set stays as an empty key. The KV
+    /// linearizability check must see the key's type outlive it.
+    pub kv_empty_kept: bool,
     /// The reaper's pass interval on every node (the server's
     /// `container_check_interval_ms`), in logical ms.
     pub container_check_interval_ms: u64,
@@ -349,6 +364,9 @@ impl Options {
             kv_watch: kv_clients > 0
                 && Rng::new(seed ^ KV_WATCH_SALT).chance(KV_WATCH_RUN_PER_MILLION),
             kv_watch_blind: false,
+            kv_types: kv_clients > 0
+                && Rng::new(seed ^ KV_TYPES_SALT).chance(KV_TYPES_RUN_PER_MILLION),
+            kv_empty_kept: false,
             container_check_interval_ms,
             trace: false,
         }
@@ -409,6 +427,9 @@ pub struct Stats {
     pub kv_cas_requests: usize,
     pub kv_cas_committed: usize,
     pub kv_cas_aborted: usize,
+    /// Requests on the hash and the set (HSET, HDEL, HGET, HLEN, SADD,
+    /// SREM, SISMEMBER, SCARD, and GET, SET, DEL of them).
+    pub kv_typed_requests: usize,
     /// Keys whose KV linearizability search ran out of budget.
     pub kv_linearizability_undecided: u64,
     /// Reads leaders served from their read lease (KV reads, syncs).
@@ -804,6 +825,8 @@ pub struct World {
     kv_expiry_rng: Rng,
     /// Which KV requests go to the WATCH_KEYS (`Options::kv_watch`).
     kv_watch_rng: Rng,
+    /// Which KV requests go to the hash and the set (`Options::kv_types`).
+    kv_types_rng: Rng,
     /// The starting member the joiner replaces (`Joiner::replaces`).
     replaced: Option<u64>,
 }
@@ -841,6 +864,7 @@ impl World {
         let kv_span_rng = Rng::new(options.seed ^ KV_SPAN_SALT ^ 0x7271);
         let kv_expiry_rng = Rng::new(options.seed ^ KV_EXPIRY_SALT ^ 0x7271);
         let kv_watch_rng = Rng::new(options.seed ^ KV_WATCH_SALT ^ 0x7271);
+        let kv_types_rng = Rng::new(options.seed ^ KV_TYPES_SALT ^ 0x7271);
         let replaced = options
             .joiner
             .as_ref()
@@ -905,6 +929,7 @@ impl World {
             kv_span_rng,
             kv_expiry_rng,
             kv_watch_rng,
+            kv_types_rng,
             replaced,
         }
     }
@@ -974,6 +999,7 @@ impl World {
         keel_kv::planted::set_exec_partial(self.options.kv_exec_partial);
         keel_kv::planted::set_expire_early(self.options.kv_expire_early);
         keel_kv::planted::set_watch_blind(self.options.kv_watch_blind);
+        keel_kv::planted::set_empty_kept(self.options.kv_empty_kept);
         for id in 1..=self.options.nodes as u64 {
             self.start_node(id);
         }
@@ -1017,6 +1043,7 @@ impl World {
         keel_kv::planted::set_exec_partial(false);
         keel_kv::planted::set_expire_early(false);
         keel_kv::planted::set_watch_blind(false);
+        keel_kv::planted::set_empty_kept(false);
         self.finish()
     }
 
@@ -2047,13 +2074,20 @@ impl World {
             }
         };
         let expiring = self.kv_expiry_call(client);
+        let typed = self.kv_typed_call(client);
         let watching = self.kv_watch_call(client);
         let spanning = self.kv_span_call(client);
         let (call, cas) = match (spanning, watching) {
             (Some(spanning), _) => (spanning, false),
             (None, Some(watching)) => watching,
-            (None, None) => (expiring.unwrap_or(call), false),
+            (None, None) => (typed.or(expiring).unwrap_or(call), false),
         };
+        if call
+            .key()
+            .is_some_and(|key| HASH_KEYS.contains(&key) || SET_KEYS.contains(&key))
+        {
+            self.stats.kv_typed_requests += 1;
+        }
         if matches!(
             call,
             KvCall::SetPx { .. } | KvCall::Pexpire { .. } | KvCall::Persist { .. }
@@ -2157,6 +2191,41 @@ impl World {
             0..=13 => (KvCall::Get { key }, true),
             14..=16 => (KvCall::Set { key, value }, false),
             _ => (KvCall::Del { key }, false),
+        })
+    }
+
+    /// In a run with `kv_types`, a share of the requests go to the hash
+    /// or the set instead (drawn from `kv_types_rng` every time): their
+    /// own commands mostly, now and then GET (WRONGTYPE), SET (the key
+    /// becomes a string) or DEL.
+    fn kv_typed_call(&mut self, client: usize) -> Option<KvCall> {
+        let rng = &mut self.kv_types_rng;
+        let draw = rng.below(1_000_000);
+        let hash = rng.chance(500_000);
+        let field = HASH_FIELDS[rng.below(HASH_FIELDS.len() as u64) as usize]
+            .as_bytes()
+            .to_vec();
+        let member = SET_MEMBERS[rng.below(SET_MEMBERS.len() as u64) as usize]
+            .as_bytes()
+            .to_vec();
+        if !self.options.kv_types || draw >= KV_TYPES_REQUEST_PER_MILLION {
+            return None;
+        }
+        let c = &self.kv_clients[client];
+        let value = format!("kv{client}-{}", c.sent).into_bytes();
+        let key = if hash { HASH_KEYS[0] } else { SET_KEYS[0] }.to_string();
+        Some(match (draw % 20, hash) {
+            (0, _) => KvCall::Get { key },
+            (1, _) => KvCall::Set { key, value },
+            (2, _) => KvCall::Del { key },
+            (3..=8, true) => KvCall::HSet { key, field, value },
+            (9..=12, true) => KvCall::HDel { key, field },
+            (13..=17, true) => KvCall::HGet { key, field },
+            (_, true) => KvCall::HLen { key },
+            (3..=8, false) => KvCall::SAdd { key, member },
+            (9..=12, false) => KvCall::SRem { key, member },
+            (13..=17, false) => KvCall::SIsMember { key, member },
+            (_, false) => KvCall::SCard { key },
         })
     }
 
@@ -2514,21 +2583,45 @@ impl World {
             return;
         }
         let mut at = self.now_us + 1_000;
-        let keys: Vec<&str> = REGISTER_KEYS
+        let gets = REGISTER_KEYS
             .iter()
             .chain(&COUNTER_KEYS)
             .chain(&SPAN_KEYS)
             .chain(&WATCH_KEYS)
-            .copied()
-            .collect();
+            .chain(&HASH_KEYS)
+            .chain(&SET_KEYS)
+            .map(|key| KvCall::Get {
+                key: key.to_string(),
+            });
+        let fields = HASH_KEYS.iter().flat_map(|key| {
+            HASH_FIELDS
+                .iter()
+                .map(|field| KvCall::HGet {
+                    key: key.to_string(),
+                    field: field.as_bytes().to_vec(),
+                })
+                .chain([KvCall::HLen {
+                    key: key.to_string(),
+                }])
+        });
+        let members = SET_KEYS.iter().flat_map(|key| {
+            SET_MEMBERS
+                .iter()
+                .map(|member| KvCall::SIsMember {
+                    key: key.to_string(),
+                    member: member.as_bytes().to_vec(),
+                })
+                .chain([KvCall::SCard {
+                    key: key.to_string(),
+                }])
+        });
+        let calls: Vec<KvCall> = gets.chain(fields).chain(members).collect();
         for n in 0..self.nodes.len() {
             let Some(engine) = self.nodes[n].kv.clone() else {
                 continue;
             };
-            for key in &keys {
-                let call = KvCall::Get {
-                    key: key.to_string(),
-                };
+            for call in &calls {
+                let call = call.clone();
                 let args = call.args();
                 let clocks = keel_kv::exec::Clocks::read(engine.clock_ms(), (at / 1000) as i64);
                 let reply = engine.inspect(|view| keel_kv::keyspace::run(view, &args, clocks));

@@ -102,6 +102,7 @@ fn add_stats(total: &mut sim::Stats, run: &sim::Stats) {
     total.kv_cas_requests += run.kv_cas_requests;
     total.kv_cas_committed += run.kv_cas_committed;
     total.kv_cas_aborted += run.kv_cas_aborted;
+    total.kv_typed_requests += run.kv_typed_requests;
     total.lease_reads += run.lease_reads;
     total.kv_linearizability_undecided += run.kv_linearizability_undecided;
 }
@@ -176,6 +177,10 @@ fn replay() {
         Ok("kv-watch-blind") => {
             options.kv_watch = options.kv_clients > 0;
             options.kv_watch_blind = true;
+        }
+        Ok("kv-empty-kept") => {
+            options.kv_types = options.kv_clients > 0;
+            options.kv_empty_kept = true;
         }
         Ok("no-leader-transfer") => options.planted_bug = PlantedBug::NoLeaderTransfer,
         Ok("lease-without-leadership") => options.planted_bug = PlantedBug::LeaseWithoutLeadership,
@@ -695,5 +700,46 @@ fn watch_transactions_blind_to_changes_are_caught() {
     assert!(
         lost > 0,
         "the KV linearizability check missed a WATCH blind to changes"
+    );
+}
+
+#[test]
+fn emptied_hashes_and_sets_left_behind_are_caught() {
+    // The KV clients also write and read a hash and a set (HSET, HDEL,
+    // HGET, HLEN, SADD, SREM, SISMEMBER, SCARD; GET meeting WRONGTYPE,
+    // SET and DEL changing the type) under the batch's faults, through
+    // snapshots, restarts and installs: linearizable against the model's
+    // hash and set. With an emptied hash or set kept as an empty key
+    // (keel_kv::planted::set_empty_kept) the KV linearizability check
+    // must see its type outlive it.
+    let seeds = kv_seeds(40);
+    let typed = |seed| Options {
+        kv_types: true,
+        ..Options::for_seed(seed)
+    };
+    let (clean, stats) = run_batch(seeds.clone(), typed);
+    assert!(
+        clean.is_empty(),
+        "hashes and sets fail without the bug: {:?}",
+        first_failure(&clean)
+    );
+    assert!(
+        stats.kv_typed_requests > 0,
+        "no request used the hash or the set"
+    );
+    let (failing, _) = run_batch(seeds, |seed| Options {
+        kv_empty_kept: true,
+        ..typed(seed)
+    });
+    let kept = caught_by(&failing, |f| f.contains("not linearizable"));
+    eprintln!(
+        "emptied hashes and sets kept caught by {} of 40 KV seeds ({kept} by the KV linearizability check; {} hash and set requests without the bug); first: {:?}",
+        failing.len(),
+        stats.kv_typed_requests,
+        first_failure(&failing)
+    );
+    assert!(
+        kept > 0,
+        "the KV linearizability check missed emptied hashes and sets kept"
     );
 }
