@@ -588,40 +588,58 @@ fn kv_snapshots_without_keys_are_caught() {
     );
 }
 
+/// A planted KV bug's test: the first `count` KV seeds with `workload`
+/// (the options that give the bug something to break) pass; with
+/// `planted` switched on as well, some fail with a failure `matches`
+/// accepts. Prints what caught it as `what`; returns the clean batch's
+/// stats for the test's own checks.
+fn planted_kv_bug_is_caught(
+    count: u64,
+    what: &str,
+    workload: impl Fn(u64) -> Options + Sync,
+    planted: impl Fn(Options) -> Options + Sync,
+    matches: impl Fn(&str) -> bool,
+) -> sim::Stats {
+    let seeds = kv_seeds(count);
+    let (clean, stats) = run_batch(seeds.clone(), &workload);
+    assert!(
+        clean.is_empty(),
+        "{what}: the seeds fail without the bug: {:?}",
+        first_failure(&clean)
+    );
+    let (failing, _) = run_batch(seeds, |seed| planted(workload(seed)));
+    let caught = caught_by(&failing, &matches);
+    eprintln!(
+        "{what} caught by {} of {count} KV seeds ({caught} by the expected check); first: {:?}",
+        failing.len(),
+        first_failure(&failing)
+    );
+    assert!(caught > 0, "{what}: the expected check missed it");
+    stats
+}
+
 #[test]
 fn a_transaction_applied_in_part_is_caught() {
     // EXEC answers every SET of the spanning keys but applies only the
     // first two (keel_kv::planted::set_exec_partial): the spanning reads,
     // the keys' equality at the end and their linearizability must show
-    // it. The same seeds without the bug pass, with spanning requests.
-    let seeds = kv_seeds(40);
-    let spanning = |seed| Options {
-        kv_spans: true,
-        ..Options::for_seed(seed)
-    };
-    let (clean, stats) = run_batch(seeds.clone(), spanning);
-    assert!(
-        clean.is_empty(),
-        "spanning requests fail without the bug: {:?}",
-        first_failure(&clean)
+    // it.
+    let stats = planted_kv_bug_is_caught(
+        40,
+        "a transaction applied in part",
+        |seed| Options {
+            kv_spans: true,
+            ..Options::for_seed(seed)
+        },
+        |options| Options {
+            kv_exec_partial: true,
+            ..options
+        },
+        |f| f.contains("in part"),
     );
     assert!(
         stats.kv_spanning_requests > 0,
         "no spanning request was sent"
-    );
-    let (failing, _) = run_batch(seeds, |seed| Options {
-        kv_exec_partial: true,
-        ..spanning(seed)
-    });
-    let torn = caught_by(&failing, |f| f.contains("in part"));
-    eprintln!(
-        "a transaction applied in part caught by {} of 40 KV seeds ({torn} by the spanning checks); first: {:?}",
-        failing.len(),
-        first_failure(&failing)
-    );
-    assert!(
-        torn > 0,
-        "the spanning checks missed a transaction applied in part"
     );
 }
 
@@ -630,37 +648,24 @@ fn keys_that_expire_early_are_caught() {
     // SET's PX sets a deadline half as far as asked
     // (keel_kv::planted::set_expire_early): reads between the two
     // deadlines find the key gone, which the KV linearizability check
-    // (deadlines on the log's clock) must refuse. The same seeds without
-    // the bug pass, with keys expiring and the leaders' expiry steps.
-    let seeds = kv_seeds(40);
-    let expiring = |seed| Options {
-        kv_expiry: true,
-        ..Options::for_seed(seed)
-    };
-    let (clean, stats) = run_batch(seeds.clone(), expiring);
-    assert!(
-        clean.is_empty(),
-        "expiring keys fail without the bug: {:?}",
-        first_failure(&clean)
+    // (deadlines on the log's clock) must refuse.
+    let stats = planted_kv_bug_is_caught(
+        40,
+        "keys expiring early",
+        |seed| Options {
+            kv_expiry: true,
+            ..Options::for_seed(seed)
+        },
+        |options| Options {
+            kv_expire_early: true,
+            ..options
+        },
+        |f| f.contains("not linearizable"),
     );
     assert!(stats.kv_expiry_requests > 0, "no request set a deadline");
     assert!(
         stats.kv_expiry_proposals > 0,
         "no leader proposed an expiry"
-    );
-    let (failing, _) = run_batch(seeds, |seed| Options {
-        kv_expire_early: true,
-        ..expiring(seed)
-    });
-    let early = caught_by(&failing, |f| f.contains("not linearizable"));
-    eprintln!(
-        "keys expiring early caught by {} of 40 KV seeds ({early} by the KV linearizability check); first: {:?}",
-        failing.len(),
-        first_failure(&failing)
-    );
-    assert!(
-        early > 0,
-        "the KV linearizability check missed keys expiring early"
     );
 }
 
@@ -669,37 +674,24 @@ fn watch_transactions_blind_to_changes_are_caught() {
     // EXEC never finds a watched key changed
     // (keel_kv::planted::set_watch_blind): a CAS (WATCH, GET, MULTI SET
     // EXEC) commits over another client's write, which the KV
-    // linearizability check must refuse. The same seeds without the bug
-    // pass, with CASes committing and aborting.
-    let seeds = kv_seeds(40);
-    let watching = |seed| Options {
-        kv_watch: true,
-        ..Options::for_seed(seed)
-    };
-    let (clean, stats) = run_batch(seeds.clone(), watching);
-    assert!(
-        clean.is_empty(),
-        "WATCH transactions fail without the bug: {:?}",
-        first_failure(&clean)
+    // linearizability check must refuse.
+    let stats = planted_kv_bug_is_caught(
+        40,
+        "WATCH blind to changes",
+        |seed| Options {
+            kv_watch: true,
+            ..Options::for_seed(seed)
+        },
+        |options| Options {
+            kv_watch_blind: true,
+            ..options
+        },
+        |f| f.contains("not linearizable"),
     );
     assert!(stats.kv_cas_committed > 0, "no WATCH transaction committed");
     eprintln!(
         "WATCH transactions: {} sent, {} committed, {} aborted",
         stats.kv_cas_requests, stats.kv_cas_committed, stats.kv_cas_aborted
-    );
-    let (failing, _) = run_batch(seeds, |seed| Options {
-        kv_watch_blind: true,
-        ..watching(seed)
-    });
-    let lost = caught_by(&failing, |f| f.contains("not linearizable"));
-    eprintln!(
-        "WATCH blind to changes caught by {} of 40 KV seeds ({lost} by the KV linearizability check); first: {:?}",
-        failing.len(),
-        first_failure(&failing)
-    );
-    assert!(
-        lost > 0,
-        "the KV linearizability check missed a WATCH blind to changes"
     );
 }
 
@@ -708,38 +700,25 @@ fn emptied_hashes_and_sets_left_behind_are_caught() {
     // The KV clients also write and read a hash and a set (HSET, HDEL,
     // HGET, HLEN, SADD, SREM, SISMEMBER, SCARD; GET meeting WRONGTYPE,
     // SET and DEL changing the type) under the batch's faults, through
-    // snapshots, restarts and installs: linearizable against the model's
-    // hash and set. With an emptied hash or set kept as an empty key
-    // (keel_kv::planted::set_empty_kept) the KV linearizability check
-    // must see its type outlive it.
-    let seeds = kv_seeds(40);
-    let typed = |seed| Options {
-        kv_types: true,
-        ..Options::for_seed(seed)
-    };
-    let (clean, stats) = run_batch(seeds.clone(), typed);
-    assert!(
-        clean.is_empty(),
-        "hashes and sets fail without the bug: {:?}",
-        first_failure(&clean)
+    // snapshots, restarts and installs. With an emptied hash or set kept
+    // as an empty key (keel_kv::planted::set_empty_kept) the KV checks
+    // must see its type outlive it (linearizability), or the snapshot
+    // check an empty set it cannot load.
+    let stats = planted_kv_bug_is_caught(
+        40,
+        "emptied hashes and sets kept",
+        |seed| Options {
+            kv_types: true,
+            ..Options::for_seed(seed)
+        },
+        |options| Options {
+            kv_empty_kept: true,
+            ..options
+        },
+        |f| f.contains("not linearizable") || f.contains(": snapshot "),
     );
     assert!(
         stats.kv_typed_requests > 0,
         "no request used the hash or the set"
-    );
-    let (failing, _) = run_batch(seeds, |seed| Options {
-        kv_empty_kept: true,
-        ..typed(seed)
-    });
-    let kept = caught_by(&failing, |f| f.contains("not linearizable"));
-    eprintln!(
-        "emptied hashes and sets kept caught by {} of 40 KV seeds ({kept} by the KV linearizability check; {} hash and set requests without the bug); first: {:?}",
-        failing.len(),
-        stats.kv_typed_requests,
-        first_failure(&failing)
-    );
-    assert!(
-        kept > 0,
-        "the KV linearizability check missed emptied hashes and sets kept"
     );
 }
