@@ -134,6 +134,25 @@ pub enum KvCall {
     SCard {
         key: String,
     },
+    /// FLUSHDB: every key gone at one log position (all shards borrowed).
+    FlushDb,
+    /// FLUSHDB as seen by one key (`per_key`).
+    Flushed {
+        key: String,
+    },
+}
+
+/// Every key the clients use (what FLUSHDB is checked on).
+pub fn all_keys() -> Vec<&'static str> {
+    REGISTER_KEYS
+        .iter()
+        .chain(&COUNTER_KEYS)
+        .chain(&SPAN_KEYS)
+        .chain(&WATCH_KEYS)
+        .chain(&HASH_KEYS)
+        .chain(&SET_KEYS)
+        .copied()
+        .collect()
 }
 
 impl KvCall {
@@ -156,8 +175,9 @@ impl KvCall {
             | KvCall::SAdd { key, .. }
             | KvCall::SRem { key, .. }
             | KvCall::SIsMember { key, .. }
-            | KvCall::SCard { key } => Some(key),
-            KvCall::Mset { .. } | KvCall::Exec { .. } | KvCall::Mget => None,
+            | KvCall::SCard { key }
+            | KvCall::Flushed { key } => Some(key),
+            KvCall::Mset { .. } | KvCall::Exec { .. } | KvCall::Mget | KvCall::FlushDb => None,
         }
     }
 
@@ -195,6 +215,8 @@ impl KvCall {
             KvCall::SRem { key, member } => vec![b"SREM", key.as_bytes(), member],
             KvCall::SIsMember { key, member } => vec![b"SISMEMBER", key.as_bytes(), member],
             KvCall::SCard { key } => vec![b"SCARD", key.as_bytes()],
+            KvCall::FlushDb => vec![b"FLUSHDB"],
+            KvCall::Flushed { .. } => unreachable!("a part of FLUSHDB is not sent"),
             KvCall::Set { key, value } => vec![b"SET", key.as_bytes(), value],
             KvCall::Incr { key } => vec![b"INCR", key.as_bytes()],
             KvCall::Del { key } => vec![b"DEL", key.as_bytes()],
@@ -308,6 +330,24 @@ pub fn per_key(op: &KvOperation) -> Vec<KvOperation> {
                     value: value.clone(),
                 };
                 one(call, part(i))
+            })
+            .collect(),
+        KvCall::FlushDb => all_keys()
+            .into_iter()
+            .map(|key| {
+                let ret = op.ret.as_ref().map(|(at, ret)| match ret {
+                    KvRet::Ok => (*at, KvRet::Ok),
+                    other => (
+                        *at,
+                        KvRet::Error(format!("{other:?} as the reply to FLUSHDB")),
+                    ),
+                });
+                one(
+                    KvCall::Flushed {
+                        key: key.to_string(),
+                    },
+                    ret,
+                )
             })
             .collect(),
         KvCall::Mget => SPAN_KEYS
@@ -613,7 +653,8 @@ fn step(state: &KeyState, call: &KvCall, clock_ms: (i64, i64)) -> (KeyState, KvR
             Some(Val::Set(members)) => (state.clone(), KvRet::Int(members.len() as i64)),
             Some(_) => wrong_type(),
         },
-        KvCall::Mset { .. } | KvCall::Exec { .. } | KvCall::Mget => {
+        KvCall::Flushed { .. } => (KeyState::default(), KvRet::Ok),
+        KvCall::Mset { .. } | KvCall::Exec { .. } | KvCall::Mget | KvCall::FlushDb => {
             unreachable!("per_key splits spanning calls into one-key ones")
         }
     }

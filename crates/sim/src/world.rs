@@ -136,6 +136,9 @@ const KV_WATCH_SALT: u64 = 0x7761_7463;
 pub const KV_TYPES_RUN_PER_MILLION: u64 = 500_000;
 pub const KV_TYPES_REQUEST_PER_MILLION: u64 = 500_000;
 const KV_TYPES_SALT: u64 = 0x7479_7065;
+/// One in this many of those requests is a FLUSHDB instead (every key of
+/// every shard gone at one log position).
+pub const KV_FLUSH_ONE_IN: u64 = 30;
 /// A CAS's pause between its GET's reply and its EXEC (µs): the client
 /// computes the new value; other clients' writes land meanwhile.
 pub const KV_CAS_THINK_MAX_US: u64 = 400_000;
@@ -430,6 +433,8 @@ pub struct Stats {
     /// Requests on the hash and the set (HSET, HDEL, HGET, HLEN, SADD,
     /// SREM, SISMEMBER, SCARD, and GET, SET, DEL of them).
     pub kv_typed_requests: usize,
+    /// FLUSHDBs sent.
+    pub kv_flushes: usize,
     /// Keys whose KV linearizability search ran out of budget.
     pub kv_linearizability_undecided: u64,
     /// Reads leaders served from their read lease (KV reads, syncs).
@@ -2088,6 +2093,9 @@ impl World {
         {
             self.stats.kv_typed_requests += 1;
         }
+        if call == KvCall::FlushDb {
+            self.stats.kv_flushes += 1;
+        }
         if matches!(
             call,
             KvCall::SetPx { .. } | KvCall::Pexpire { .. } | KvCall::Persist { .. }
@@ -2197,7 +2205,7 @@ impl World {
     /// In a run with `kv_types`, a share of the requests go to the hash
     /// or the set instead (drawn from `kv_types_rng` every time): their
     /// own commands mostly, now and then GET (WRONGTYPE), SET (the key
-    /// becomes a string) or DEL.
+    /// becomes a string) or DEL, and rarely a FLUSHDB.
     fn kv_typed_call(&mut self, client: usize) -> Option<KvCall> {
         let rng = &mut self.kv_types_rng;
         let draw = rng.below(1_000_000);
@@ -2213,6 +2221,9 @@ impl World {
         }
         let c = &self.kv_clients[client];
         let value = format!("kv{client}-{}", c.sent).into_bytes();
+        if draw % KV_FLUSH_ONE_IN == 0 {
+            return Some(KvCall::FlushDb);
+        }
         let key = if hash { HASH_KEYS[0] } else { SET_KEYS[0] }.to_string();
         Some(match (draw % 20, hash) {
             (0, _) => KvCall::Get { key },
@@ -2644,7 +2655,10 @@ impl World {
         if self.kv_clients.is_empty() {
             return;
         }
-        for key in COUNTER_KEYS {
+        // A FLUSHDB resets the counters: their INCRs are then checked by
+        // the linearizability check alone.
+        let flushed = self.kv_history.iter().any(|op| op.call == KvCall::FlushDb);
+        for key in COUNTER_KEYS.into_iter().filter(|_| !flushed) {
             let incrs = |acknowledged: bool| {
                 self.kv_history
                     .iter()

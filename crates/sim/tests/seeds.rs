@@ -103,6 +103,7 @@ fn add_stats(total: &mut sim::Stats, run: &sim::Stats) {
     total.kv_cas_committed += run.kv_cas_committed;
     total.kv_cas_aborted += run.kv_cas_aborted;
     total.kv_typed_requests += run.kv_typed_requests;
+    total.kv_flushes += run.kv_flushes;
     total.lease_reads += run.lease_reads;
     total.kv_linearizability_undecided += run.kv_linearizability_undecided;
 }
@@ -721,4 +722,5 @@ fn emptied_hashes_and_sets_left_behind_are_caught() {
         stats.kv_typed_requests > 0,
         "no request used the hash or the set"
     );
+    assert!(stats.kv_flushes > 0, "no FLUSHDB was sent");
 }
