@@ -2221,7 +2221,7 @@ impl World {
         }
         let c = &self.kv_clients[client];
         let value = format!("kv{client}-{}", c.sent).into_bytes();
-        if draw % KV_FLUSH_ONE_IN == 0 {
+        if draw.is_multiple_of(KV_FLUSH_ONE_IN) {
             return Some(KvCall::FlushDb);
         }
         let key = if hash { HASH_KEYS[0] } else { SET_KEYS[0] }.to_string();
@@ -2594,16 +2594,9 @@ impl World {
             return;
         }
         let mut at = self.now_us + 1_000;
-        let gets = REGISTER_KEYS
-            .iter()
-            .chain(&COUNTER_KEYS)
-            .chain(&SPAN_KEYS)
-            .chain(&WATCH_KEYS)
-            .chain(&HASH_KEYS)
-            .chain(&SET_KEYS)
-            .map(|key| KvCall::Get {
-                key: key.to_string(),
-            });
+        let gets = crate::kv::all_keys().into_iter().map(|key| KvCall::Get {
+            key: key.to_string(),
+        });
         let fields = HASH_KEYS.iter().flat_map(|key| {
             HASH_FIELDS
                 .iter()
