@@ -2354,9 +2354,10 @@ impl World {
         })
     }
 
-    /// The leader's KV expiry step, as the server's `kv::run_expiry` runs
-    /// it every EXPIRE_CYCLE_MS (here every tick): the keys due by its
-    /// clock go into one proposal, one in flight at a time.
+    /// The leader's KV expiry step, the server's own
+    /// (`kv::expiry_proposal`, which `kv::run_expiry` runs every
+    /// EXPIRE_CYCLE_MS; here every tick): the keys due by its clock go
+    /// into one proposal, one in flight at a time.
     fn kv_expire(&mut self, id: u64) {
         if self.kv_clients.is_empty() {
             return;
@@ -2367,21 +2368,17 @@ impl World {
             return;
         };
         let core = node.core.as_mut().expect("a ticking node has a core");
-        if !core.is_leader()
-            || !engine.expiry_may_propose(now_ms, keel_server::kv::EXPIRE_RESEND_AFTER_MS)
-        {
+        if !core.is_leader() {
             return;
         }
-        let due = engine.due(now_ms as i64, keel_server::kv::EXPIRE_KEYS_PER_CYCLE_MAX);
-        let keys = answered_at_once(due);
-        let count = keys.len();
-        let Some(txn) = keel_server::kv::expiry_txn(keys, now_ms as i64) else {
+        let step = keel_server::kv::expiry_proposal(&engine, now_ms as i64, now_ms);
+        let Some(txn) = answered_at_once(step) else {
             return;
         };
         core.propose(txn.encode());
         engine.expiry_proposed(now_ms);
         self.stats.kv_expiry_proposals += 1;
-        self.note(format!("n{id} proposes the expiry of {count} keys"));
+        self.note(format!("n{id} proposes an expiry"));
     }
 
     /// After the settle, no node holds a key more than

@@ -567,17 +567,11 @@ pub async fn run_expiry(ctx: Arc<KvContext>) {
     let started = Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(EXPIRE_CYCLE_MS)).await;
-        let since_start_ms = started.elapsed().as_millis() as u64;
-        if !ctx.raft.is_leader()
-            || !ctx
-                .engine
-                .expiry_may_propose(since_start_ms, EXPIRE_RESEND_AFTER_MS)
-        {
+        if !ctx.raft.is_leader() {
             continue;
         }
-        let now_ms = wall_clock_ms();
-        let keys = ctx.engine.due(now_ms, EXPIRE_KEYS_PER_CYCLE_MAX).await;
-        let Some(txn) = expiry_txn(keys, now_ms) else {
+        let since_start_ms = started.elapsed().as_millis() as u64;
+        let Some(txn) = expiry_proposal(&ctx.engine, wall_clock_ms(), since_start_ms).await else {
             continue;
         };
         match ctx.raft.propose(txn.encode()) {
@@ -587,12 +581,25 @@ pub async fn run_expiry(ctx: Arc<KvContext>) {
     }
 }
 
+/// One expiry step of a leader whose wall clock reads `now_ms` and
+/// monotonic clock `monotonic_ms`: the proposal deleting the keys due,
+/// unless one is still in flight (`KvEngine::expiry_may_propose`) or none
+/// is due. The caller proposes it and then calls
+/// `KvEngine::expiry_proposed`. The server's `run_expiry` and the
+/// simulator's leaders run this same step.
+pub async fn expiry_proposal(engine: &KvEngine, now_ms: i64, monotonic_ms: u64) -> Option<Txn> {
+    if !engine.expiry_may_propose(monotonic_ms, EXPIRE_RESEND_AFTER_MS) {
+        return None;
+    }
+    let keys = engine.due(now_ms, EXPIRE_KEYS_PER_CYCLE_MAX).await;
+    expiry_txn(keys, now_ms)
+}
+
 /// The leader's proposal deleting `keys`, due by its clock `now_ms`
 /// (`None` when there are none). Applied, it deletes each key only if it
 /// is still expired at the entry's clock: a key written again since it
-/// was found due stays (`keel_kv::keyspace::apply`). The simulator's
-/// leaders propose the same.
-pub fn expiry_txn(keys: Vec<Vec<u8>>, now_ms: i64) -> Option<Txn> {
+/// was found due stays (`keel_kv::keyspace::apply`).
+fn expiry_txn(keys: Vec<Vec<u8>>, now_ms: i64) -> Option<Txn> {
     assert!(
         keys.len() <= EXPIRE_KEYS_PER_CYCLE_MAX,
         "{} keys",
