@@ -208,10 +208,15 @@ fn read(view: &mut View<'_>, command: &Command<'_>, clocks: Clocks) -> Reply {
             Some(e) if e.expire_at_ms == 0 => Reply::Integer(-1),
             Some(e) => {
                 let absolute = matches!(form, TtlForm::UnixSeconds | TtlForm::UnixMilliseconds);
+                let display_ms = if crate::planted::ttl_from_log_clock() {
+                    clocks.ctx.now_ms
+                } else {
+                    clocks.display_ms
+                };
                 let ttl = if absolute {
                     e.expire_at_ms
                 } else {
-                    e.expire_at_ms - clocks.display_ms
+                    e.expire_at_ms - display_ms
                 }
                 .max(0);
                 Reply::Integer(match form {

@@ -73,3 +73,12 @@ planted!(
     set_empty_kept,
     empty_kept
 );
+
+planted!(
+    /// TTL and PTTL count down from the log's clock, not the node's: on a
+    /// node no entry has reached for a while they stand still, and show
+    /// more time left than there is (on this thread, until switched off).
+    TTL_FROM_LOG_CLOCK,
+    set_ttl_from_log_clock,
+    ttl_from_log_clock
+);

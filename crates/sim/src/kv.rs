@@ -134,6 +134,23 @@ pub enum KvCall {
     SCard {
         key: String,
     },
+    /// HGETALL (the reply's pairs sorted by field: `KvRet::of_call`).
+    HGetAll {
+        key: String,
+    },
+    /// SMEMBERS (the reply's members sorted).
+    SMembers {
+        key: String,
+    },
+    /// PTTL: counts down on the reading node's clock
+    /// (`KvOperation::display_ms`), from the deadline the log set.
+    Pttl {
+        key: String,
+    },
+    /// PEXPIRETIME: the deadline itself (log clock, ms).
+    PexpireTime {
+        key: String,
+    },
     /// FLUSHDB: every key gone at one log position (all shards borrowed).
     FlushDb,
     /// FLUSHDB as seen by one key (`per_key`).
@@ -176,6 +193,10 @@ impl KvCall {
             | KvCall::SRem { key, .. }
             | KvCall::SIsMember { key, .. }
             | KvCall::SCard { key }
+            | KvCall::HGetAll { key }
+            | KvCall::SMembers { key }
+            | KvCall::Pttl { key }
+            | KvCall::PexpireTime { key }
             | KvCall::Flushed { key } => Some(key),
             KvCall::Mset { .. } | KvCall::Exec { .. } | KvCall::Mget | KvCall::FlushDb => None,
         }
@@ -190,6 +211,10 @@ impl KvCall {
                 | KvCall::HLen { .. }
                 | KvCall::SIsMember { .. }
                 | KvCall::SCard { .. }
+                | KvCall::HGetAll { .. }
+                | KvCall::SMembers { .. }
+                | KvCall::Pttl { .. }
+                | KvCall::PexpireTime { .. }
         )
     }
 
@@ -215,6 +240,10 @@ impl KvCall {
             KvCall::SRem { key, member } => vec![b"SREM", key.as_bytes(), member],
             KvCall::SIsMember { key, member } => vec![b"SISMEMBER", key.as_bytes(), member],
             KvCall::SCard { key } => vec![b"SCARD", key.as_bytes()],
+            KvCall::HGetAll { key } => vec![b"HGETALL", key.as_bytes()],
+            KvCall::SMembers { key } => vec![b"SMEMBERS", key.as_bytes()],
+            KvCall::Pttl { key } => vec![b"PTTL", key.as_bytes()],
+            KvCall::PexpireTime { key } => vec![b"PEXPIRETIME", key.as_bytes()],
             KvCall::FlushDb => vec![b"FLUSHDB"],
             KvCall::Flushed { .. } => unreachable!("a part of FLUSHDB is not sent"),
             KvCall::Set { key, value } => vec![b"SET", key.as_bytes(), value],
@@ -286,9 +315,49 @@ impl KvRet {
             Reply::Null => KvRet::Value(None),
             Reply::NullArray => KvRet::Aborted,
             Reply::Error(text) => KvRet::Error(text.to_string()),
-            Reply::Array(items) => KvRet::Array(items.iter().map(KvRet::of).collect()),
+            Reply::Array(items) | Reply::Set(items) => {
+                KvRet::Array(items.iter().map(KvRet::of).collect())
+            }
+            // As RESP2 sends a map: its keys and values in turn.
+            Reply::Map(pairs) => KvRet::Array(
+                pairs
+                    .iter()
+                    .flat_map(|(k, v)| [KvRet::of(k), KvRet::of(v)])
+                    .collect(),
+            ),
             other => KvRet::Error(format!("unexpected reply {other:?}")),
         }
+    }
+
+    /// `reply` to `call` as the history keeps it: HGETALL's field-value
+    /// pairs and SMEMBERS' members in sorted order (the node answers in
+    /// its table's order, which no model predicts).
+    pub fn of_call(reply: &Reply, call: &KvCall) -> KvRet {
+        let ret = KvRet::of(reply);
+        match (call, ret) {
+            (KvCall::HGetAll { .. }, KvRet::Array(items)) if items.len().is_multiple_of(2) => {
+                let mut pairs: Vec<(KvRet, KvRet)> = items
+                    .chunks_exact(2)
+                    .map(|pair| (pair[0].clone(), pair[1].clone()))
+                    .collect();
+                pairs.sort_by(|a, b| sort_key(&a.0).cmp(sort_key(&b.0)));
+                KvRet::Array(pairs.into_iter().flat_map(|(f, v)| [f, v]).collect())
+            }
+            (KvCall::SMembers { .. }, KvRet::Array(mut items)) => {
+                items.sort_by(|a, b| sort_key(a).cmp(sort_key(b)));
+                KvRet::Array(items)
+            }
+            (_, ret) => ret,
+        }
+    }
+}
+
+/// A bulk reply's bytes, what HGETALL's and SMEMBERS' replies sort by
+/// (anything else sorts first: it fails the check anyway).
+fn sort_key(ret: &KvRet) -> &[u8] {
+    match ret {
+        KvRet::Value(Some(bytes)) => bytes,
+        _ => &[],
     }
 }
 
@@ -305,6 +374,7 @@ pub fn per_key(op: &KvOperation) -> Vec<KvOperation> {
         invoke: op.invoke,
         ret,
         read_clock_ms: op.read_clock_ms,
+        display_ms: op.display_ms,
     };
     let part = |i: usize| -> Option<(u64, KvRet)> {
         let (at, ret) = op.ret.as_ref()?;
@@ -395,6 +465,9 @@ pub struct KvOperation {
     pub ret: Option<(u64, KvRet)>,
     /// A read's log clock (ms): what decided which keys had expired.
     pub read_clock_ms: Option<i64>,
+    /// A read's display clock (ms): what PTTL counted down from (the
+    /// node's clock, never before the log's; `exec::Clocks::read`).
+    pub display_ms: Option<i64>,
 }
 
 impl KvOperation {
@@ -459,6 +532,21 @@ impl KeyState {
         }
     }
 
+    /// The key as an operation at a log clock within `clock_ms` finds
+    /// it alive: a deadline, if any, is past the earliest such clock.
+    fn alive_at(&self, clock_ms: (i64, i64)) -> KeyState {
+        let mut state = self.clone();
+        if let Some((low, high)) = state.deadline_ms {
+            let low = low.max(clock_ms.0.saturating_add(1));
+            assert!(
+                low <= high,
+                "alive past its deadline: {self:?} at {clock_ms:?}"
+            );
+            state.deadline_ms = Some((low, high));
+        }
+        state
+    }
+
     /// Whether the key exists for an operation at a log clock within
     /// `clock_ms`: one answer, or both when the deadline and the clock
     /// overlap.
@@ -485,9 +573,10 @@ fn deadline_after(clock_ms: (i64, i64), ms: i64) -> Option<(i64, i64)> {
     Some((clock_ms.0.saturating_add(ms), clock_ms.1.saturating_add(ms)))
 }
 
-/// The key's possible states after `call` at a log clock within
-/// `clock_ms`, each with the reply Redis gives.
-fn steps(state: &KeyState, call: &KvCall, clock_ms: (i64, i64)) -> Vec<(KeyState, KvRet)> {
+/// The key's possible states after `op` (its call at a log clock within
+/// its bounds), each with the reply Redis gives.
+fn steps(state: &KeyState, op: &KvOperation) -> Vec<(KeyState, KvRet)> {
+    let (call, clock_ms) = (&op.call, op.clock_bounds_ms());
     let mut out: Vec<(KeyState, KvRet)> = Vec::new();
     if matches!(call, KvCall::CasSet { .. }) {
         // An abort changes nothing and is always allowed.
@@ -495,11 +584,11 @@ fn steps(state: &KeyState, call: &KvCall, clock_ms: (i64, i64)) -> Vec<(KeyState
     }
     for &live in state.lives(clock_ms) {
         let current = if live {
-            state.clone()
+            state.alive_at(clock_ms)
         } else {
             KeyState::default()
         };
-        let next = step(&current, call, clock_ms);
+        let next = step(&current, op);
         if !out.contains(&next) {
             out.push(next);
         }
@@ -507,8 +596,9 @@ fn steps(state: &KeyState, call: &KvCall, clock_ms: (i64, i64)) -> Vec<(KeyState
     out
 }
 
-/// A live (or absent) key's state after `call`, and Redis's reply.
-fn step(state: &KeyState, call: &KvCall, clock_ms: (i64, i64)) -> (KeyState, KvRet) {
+/// A live (or absent) key's state after `op`, and Redis's reply.
+fn step(state: &KeyState, op: &KvOperation) -> (KeyState, KvRet) {
+    let (call, clock_ms) = (&op.call, op.clock_bounds_ms());
     let value = &state.value;
     let with = |value: Option<Val>, deadline_ms| KeyState { value, deadline_ms };
     let string = |bytes: &Vec<u8>| Some(Val::Str(bytes.clone()));
@@ -653,10 +743,66 @@ fn step(state: &KeyState, call: &KvCall, clock_ms: (i64, i64)) -> (KeyState, KvR
             Some(Val::Set(members)) => (state.clone(), KvRet::Int(members.len() as i64)),
             Some(_) => wrong_type(),
         },
+        KvCall::HGetAll { .. } => match value {
+            None => (KeyState::default(), KvRet::Array(Vec::new())),
+            Some(Val::Hash(fields)) => {
+                let bulk = |bytes: &Vec<u8>| KvRet::Value(Some(bytes.clone()));
+                let pairs = fields.iter().flat_map(|(f, v)| [bulk(f), bulk(v)]);
+                (state.clone(), KvRet::Array(pairs.collect()))
+            }
+            Some(_) => wrong_type(),
+        },
+        KvCall::SMembers { .. } => match value {
+            None => (KeyState::default(), KvRet::Array(Vec::new())),
+            Some(Val::Set(members)) => {
+                let members = members.iter().map(|m| KvRet::Value(Some(m.clone())));
+                (state.clone(), KvRet::Array(members.collect()))
+            }
+            Some(_) => wrong_type(),
+        },
+        KvCall::Pttl { .. } | KvCall::PexpireTime { .. } => match (value, state.deadline_ms) {
+            (None, _) => (KeyState::default(), KvRet::Int(-2)),
+            (Some(_), None) => (state.clone(), KvRet::Int(-1)),
+            (Some(_), Some(deadline_ms)) => deadline_read(state, op, deadline_ms),
+        },
         KvCall::Flushed { .. } => (KeyState::default(), KvRet::Ok),
         KvCall::Mset { .. } | KvCall::Exec { .. } | KvCall::Mget | KvCall::FlushDb => {
             unreachable!("per_key splits spanning calls into one-key ones")
         }
+    }
+}
+
+/// PTTL or PEXPIRETIME of a live key whose deadline lies in
+/// `deadline_ms`: the reply the read got, with the deadline narrowed to
+/// what that reply shows, if some deadline in the interval gives it;
+/// otherwise a reply it did not get.
+fn deadline_read(state: &KeyState, op: &KvOperation, deadline_ms: (i64, i64)) -> (KeyState, KvRet) {
+    let (low, high) = deadline_ms;
+    assert!(low <= high, "an empty deadline interval: {state:?}");
+    let narrowed = |low: i64, high: i64| KeyState {
+        value: state.value.clone(),
+        deadline_ms: Some((low, high)),
+    };
+    let got = match &op.ret {
+        Some((_, KvRet::Int(n))) => Some(*n),
+        _ => None,
+    };
+    if matches!(op.call, KvCall::PexpireTime { .. }) {
+        return match got {
+            Some(at) if (low..=high).contains(&at) => (narrowed(at, at), KvRet::Int(at)),
+            _ => (state.clone(), KvRet::Int(low)),
+        };
+    }
+    // PTTL counts from the display clock, down to 0 (not below).
+    let display_ms = op.display_ms.expect("a PTTL records its display clock");
+    let ttl = |deadline: i64| (deadline - display_ms).max(0);
+    match got {
+        Some(0) if low <= display_ms => (narrowed(low, high.min(display_ms)), KvRet::Int(0)),
+        Some(n) if n > 0 && (low..=high).contains(&(display_ms + n)) => {
+            let at = display_ms + n;
+            (narrowed(at, at), KvRet::Int(n))
+        }
+        _ => (state.clone(), KvRet::Int(ttl(low))),
     }
 }
 
@@ -750,7 +896,7 @@ impl Search<'_> {
             if self.done[i] || op.invoke > first_ret {
                 continue;
             }
-            for (next, expected) in steps(state, &op.call, op.clock_bounds_ms()) {
+            for (next, expected) in steps(state, op) {
                 if op.ret.as_ref().is_some_and(|(_, ret)| *ret != expected) {
                     continue;
                 }
@@ -789,6 +935,7 @@ mod tests {
         KvOperation {
             client: 0,
             read_clock_ms: call.is_read().then_some((invoke / 1000) as i64),
+            display_ms: call.is_read().then_some((invoke / 1000) as i64),
             call,
             invoke,
             ret,
@@ -984,6 +1131,116 @@ mod tests {
             read(1_000, KvRet::Value(None)),
         ];
         assert!(!linearizable(&resurrected));
+    }
+
+    #[test]
+    fn pexpiretime_and_pttl_show_one_deadline() {
+        // SET PX 100 answered by 10 ms: the deadline is in 100..=110.
+        let written = timed(set_px("a", 100), 0, 10, KvRet::Ok);
+        let ka = || "ka".to_string();
+        let at = |at_ms, ret| timed(KvCall::PexpireTime { key: ka() }, at_ms, at_ms + 1, ret);
+        let ttl = |at_ms, ret| timed(KvCall::Pttl { key: ka() }, at_ms, at_ms + 1, ret);
+        assert!(linearizable(&[written.clone(), at(20, KvRet::Int(104))]));
+        assert!(!linearizable(&[written.clone(), at(20, KvRet::Int(99))]));
+        assert!(!linearizable(&[written.clone(), at(20, KvRet::Int(111))]));
+        // Two reads of one deadline agree.
+        let two = [
+            written.clone(),
+            at(20, KvRet::Int(104)),
+            at(30, KvRet::Int(105)),
+        ];
+        assert!(!linearizable(&two));
+        // PTTL at display clock 40: 60..=70 left; it pins the deadline.
+        assert!(linearizable(&[written.clone(), ttl(40, KvRet::Int(65))]));
+        assert!(!linearizable(&[written.clone(), ttl(40, KvRet::Int(75))]));
+        let pinned = [
+            written.clone(),
+            ttl(40, KvRet::Int(65)),
+            at(50, KvRet::Int(105)),
+        ];
+        assert!(linearizable(&pinned));
+        let moved = [
+            written.clone(),
+            ttl(40, KvRet::Int(65)),
+            at(50, KvRet::Int(106)),
+        ];
+        assert!(!linearizable(&moved));
+        // Gone, no deadline.
+        assert!(linearizable(&[written.clone(), ttl(500, KvRet::Int(-2))]));
+        assert!(!linearizable(&[written, ttl(50, KvRet::Int(-2))]));
+        let plain = timed(set("b"), 0, 1, KvRet::Ok);
+        assert!(linearizable(&[plain.clone(), ttl(5, KvRet::Int(-1))]));
+        assert!(!linearizable(&[plain, at(5, KvRet::Int(100))]));
+    }
+
+    #[test]
+    fn a_read_that_finds_the_key_alive_bounds_its_deadline() {
+        // Deadline in 100..=110. A PEXPIRETIME at log clock 101 may show
+        // 103; one at 106 cannot (the key it found alive expires later),
+        // nor after a GET at 105 that saw the key.
+        let written = timed(set_px("a", 100), 0, 10, KvRet::Ok);
+        let at = |at_ms| {
+            timed(
+                KvCall::PexpireTime { key: "ka".into() },
+                at_ms,
+                at_ms + 1,
+                KvRet::Int(103),
+            )
+        };
+        assert!(linearizable(&[written.clone(), at(101)]));
+        assert!(!linearizable(&[written.clone(), at(106)]));
+        // A read after the GET at a log clock behind it (a node that
+        // lags): alive there, but the deadline is past 105 all the same.
+        let seen = timed(get(), 105, 106, holds("a"));
+        let behind = KvOperation {
+            read_clock_ms: Some(101),
+            display_ms: Some(101),
+            ..at(107)
+        };
+        assert!(linearizable(&[written.clone(), behind.clone()]));
+        assert!(!linearizable(&[written, seen, behind]));
+    }
+
+    #[test]
+    fn hgetall_and_smembers_replies_are_compared_in_order_of_their_bytes() {
+        let bulk = |b: &str| Reply::Bulk(b.as_bytes().to_vec());
+        let value = |b: &str| KvRet::Value(Some(b.as_bytes().to_vec()));
+        let hgetall = KvCall::HGetAll { key: "h0".into() };
+        let reply = Reply::Map(vec![(bulk("f1"), bulk("y")), (bulk("f0"), bulk("x"))]);
+        let sorted = KvRet::Array(vec![value("f0"), value("x"), value("f1"), value("y")]);
+        assert_eq!(KvRet::of_call(&reply, &hgetall), sorted);
+        let smembers = KvCall::SMembers { key: "s0".into() };
+        let reply = Reply::Set(vec![bulk("m2"), bulk("m0")]);
+        let sorted = KvRet::Array(vec![value("m0"), value("m2")]);
+        assert_eq!(KvRet::of_call(&reply, &smembers), sorted);
+        let hset = |field: &str, v: &str| KvCall::HSet {
+            key: "h0".into(),
+            field: field.into(),
+            value: v.into(),
+        };
+        let history = [
+            timed(hset("f1", "y"), 0, 1, KvRet::Int(1)),
+            timed(hset("f0", "x"), 2, 3, KvRet::Int(1)),
+            timed(
+                hgetall.clone(),
+                4,
+                5,
+                KvRet::of_call(
+                    &Reply::Array(vec![bulk("f1"), bulk("y"), bulk("f0"), bulk("x")]),
+                    &hgetall,
+                ),
+            ),
+        ];
+        assert!(linearizable(&history));
+        // A field missing from HGETALL.
+        let missing = [
+            timed(hset("f1", "y"), 0, 1, KvRet::Int(1)),
+            timed(hset("f0", "x"), 2, 3, KvRet::Int(1)),
+            timed(hgetall, 4, 5, KvRet::Array(vec![value("f1"), value("y")])),
+        ];
+        assert!(!linearizable(&missing));
+        let gone = timed(smembers, 0, 1, KvRet::Array(Vec::new()));
+        assert!(linearizable(&[gone]));
     }
 
     #[test]

@@ -297,6 +297,11 @@ pub struct Options {
     /// the deadline is half as far as asked. The KV linearizability check
     /// must see keys gone too soon.
     pub kv_expire_early: bool,
+    /// A planted bug in TTL and PTTL
+    /// (`keel_kv::planted::set_ttl_from_log_clock`): they count down from
+    /// the log's clock, not the node's. The KV linearizability check must
+    /// see a PTTL that shows more time left than the deadline allows.
+    pub kv_ttl_from_log_clock: bool,
     /// The KV clients also run WATCH transactions (`KV_WATCH_RUN_PER_MILLION`).
     pub kv_watch: bool,
     /// A planted bug in EXEC (`keel_kv::planted::set_watch_blind`): a
@@ -364,6 +369,7 @@ impl Options {
             kv_expiry: kv_clients > 0
                 && Rng::new(seed ^ KV_EXPIRY_SALT).chance(KV_EXPIRY_RUN_PER_MILLION),
             kv_expire_early: false,
+            kv_ttl_from_log_clock: false,
             kv_watch: kv_clients > 0
                 && Rng::new(seed ^ KV_WATCH_SALT).chance(KV_WATCH_RUN_PER_MILLION),
             kv_watch_blind: false,
@@ -622,6 +628,9 @@ struct KvClient {
     connections: u64,
     /// A CAS under way: WATCH answered, its GET or EXEC in flight.
     cas: Option<Cas>,
+    /// The key this client last gave a deadline (SET PX, PEXPIRE): what
+    /// its PTTL and PEXPIRETIME read, while the deadline may still hold.
+    deadline_key: Option<String>,
 }
 
 /// A KV client's CAS (WATCH key, GET key, MULTI, SET key, EXEC).
@@ -863,6 +872,7 @@ impl World {
                 sent: 0,
                 connections: 0,
                 cas: None,
+                deadline_key: None,
             })
             .collect();
         let kv_rng = Rng::new(options.seed ^ 0x6b76);
@@ -1003,6 +1013,7 @@ impl World {
         keel_kv::planted::set_snapshot_keys_dropped(self.options.kv_snapshot_keys_dropped);
         keel_kv::planted::set_exec_partial(self.options.kv_exec_partial);
         keel_kv::planted::set_expire_early(self.options.kv_expire_early);
+        keel_kv::planted::set_ttl_from_log_clock(self.options.kv_ttl_from_log_clock);
         keel_kv::planted::set_watch_blind(self.options.kv_watch_blind);
         keel_kv::planted::set_empty_kept(self.options.kv_empty_kept);
         for id in 1..=self.options.nodes as u64 {
@@ -1047,6 +1058,7 @@ impl World {
         keel_kv::planted::set_snapshot_keys_dropped(false);
         keel_kv::planted::set_exec_partial(false);
         keel_kv::planted::set_expire_early(false);
+        keel_kv::planted::set_ttl_from_log_clock(false);
         keel_kv::planted::set_watch_blind(false);
         keel_kv::planted::set_empty_kept(false);
         self.finish()
@@ -2098,7 +2110,11 @@ impl World {
         }
         if matches!(
             call,
-            KvCall::SetPx { .. } | KvCall::Pexpire { .. } | KvCall::Persist { .. }
+            KvCall::SetPx { .. }
+                | KvCall::Pexpire { .. }
+                | KvCall::Persist { .. }
+                | KvCall::Pttl { .. }
+                | KvCall::PexpireTime { .. }
         ) {
             self.stats.kv_expiry_requests += 1;
         }
@@ -2129,6 +2145,7 @@ impl World {
             invoke: self.now_us,
             ret: None,
             read_clock_ms: None,
+            display_ms: None,
         });
         let read = call.is_read();
         self.kv_clients[client].pending = Some(KvPending {
@@ -2231,11 +2248,13 @@ impl World {
             (2, _) => KvCall::Del { key },
             (3..=8, true) => KvCall::HSet { key, field, value },
             (9..=12, true) => KvCall::HDel { key, field },
-            (13..=17, true) => KvCall::HGet { key, field },
+            (13..=15, true) => KvCall::HGet { key, field },
+            (16..=17, true) => KvCall::HGetAll { key },
             (_, true) => KvCall::HLen { key },
             (3..=8, false) => KvCall::SAdd { key, member },
             (9..=12, false) => KvCall::SRem { key, member },
-            (13..=17, false) => KvCall::SIsMember { key, member },
+            (13..=15, false) => KvCall::SIsMember { key, member },
+            (16..=17, false) => KvCall::SMembers { key },
             (_, false) => KvCall::SCard { key },
         })
     }
@@ -2341,16 +2360,25 @@ impl World {
         if !self.options.kv_expiry || draw >= KV_EXPIRY_REQUEST_PER_MILLION {
             return None;
         }
-        let c = &self.kv_clients[client];
+        let c = &mut self.kv_clients[client];
         let value = format!("kv{client}-{}", c.sent).into_bytes();
-        Some(match draw % 10 {
-            0..=4 => KvCall::SetPx {
-                key,
-                value,
-                px_ms: ms,
-            },
-            5..=7 => KvCall::Pexpire { key, ms },
-            _ => KvCall::Persist { key },
+        let deadline_key = c.deadline_key.clone().unwrap_or_else(|| key.clone());
+        Some(match draw % 20 {
+            0..=6 => {
+                c.deadline_key = Some(key.clone());
+                KvCall::SetPx {
+                    key,
+                    value,
+                    px_ms: ms,
+                }
+            }
+            7..=10 => {
+                c.deadline_key = Some(key.clone());
+                KvCall::Pexpire { key, ms }
+            }
+            11..=12 => KvCall::Persist { key },
+            13..=16 => KvCall::Pttl { key: deadline_key },
+            _ => KvCall::PexpireTime { key: deadline_key },
         })
     }
 
@@ -2435,6 +2463,7 @@ impl World {
         };
         let clocks = keel_kv::exec::Clocks::read(engine.clock_ms(), now_ms);
         self.kv_history[at].read_clock_ms = Some(clocks.ctx.now_ms);
+        self.kv_history[at].display_ms = Some(clocks.display_ms);
         if call == KvCall::Mget {
             // A read spanning shards: the connection borrows them all
             // (`conn.rs` `read_now`), here at once (`inspect` borrows
@@ -2491,7 +2520,7 @@ impl World {
             return;
         };
         let at = pending.history;
-        let ret = KvRet::of(&reply);
+        let ret = KvRet::of_call(&reply, &self.kv_history[at].call);
         self.note(format!("kv{client} seq {seq} returns {ret:?}"));
         if !self.kv_history[at].call.is_read() {
             self.stats.kv_acknowledged_writes += 1;
@@ -2601,9 +2630,14 @@ impl World {
                     key: key.to_string(),
                     field: field.as_bytes().to_vec(),
                 })
-                .chain([KvCall::HLen {
-                    key: key.to_string(),
-                }])
+                .chain([
+                    KvCall::HLen {
+                        key: key.to_string(),
+                    },
+                    KvCall::HGetAll {
+                        key: key.to_string(),
+                    },
+                ])
         });
         let members = SET_KEYS.iter().flat_map(|key| {
             SET_MEMBERS
@@ -2612,11 +2646,23 @@ impl World {
                     key: key.to_string(),
                     member: member.as_bytes().to_vec(),
                 })
-                .chain([KvCall::SCard {
-                    key: key.to_string(),
-                }])
+                .chain([
+                    KvCall::SCard {
+                        key: key.to_string(),
+                    },
+                    KvCall::SMembers {
+                        key: key.to_string(),
+                    },
+                ])
         });
-        let calls: Vec<KvCall> = gets.chain(fields).chain(members).collect();
+        // Every replica holds the same deadlines (PEXPIRETIME of a key is
+        // one point, which the first read narrows the model to).
+        let deadlines = crate::kv::all_keys()
+            .into_iter()
+            .map(|key| KvCall::PexpireTime {
+                key: key.to_string(),
+            });
+        let calls: Vec<KvCall> = gets.chain(fields).chain(members).chain(deadlines).collect();
         for n in 0..self.nodes.len() {
             let Some(engine) = self.nodes[n].kv.clone() else {
                 continue;
@@ -2626,12 +2672,14 @@ impl World {
                 let args = call.args();
                 let clocks = keel_kv::exec::Clocks::read(engine.clock_ms(), (at / 1000) as i64);
                 let reply = engine.inspect(|view| keel_kv::keyspace::run(view, &args, clocks));
+                let ret = KvRet::of_call(&reply, &call);
                 self.kv_history.push(KvOperation {
                     client: SYSTEM_CLIENT - 1 - n as u64,
                     call,
                     invoke: at,
-                    ret: Some((at + 1, KvRet::of(&reply))),
+                    ret: Some((at + 1, ret)),
                     read_clock_ms: Some(clocks.ctx.now_ms),
+                    display_ms: Some(clocks.display_ms),
                 });
                 at += 2;
             }
@@ -2662,7 +2710,7 @@ impl World {
                 .iter()
                 .filter(|op| op.client > SYSTEM_CLIENT - 64)
             {
-                if op.call.key() != Some(key) {
+                if op.call != (KvCall::Get { key: key.into() }) {
                     continue;
                 }
                 let value = match &op.ret {
@@ -2706,7 +2754,10 @@ impl World {
         let mut ends: BTreeMap<u64, Vec<KvRet>> = BTreeMap::new();
         for op in &self.kv_history {
             let final_read = op.client > SYSTEM_CLIENT - 64;
-            let span_key = op.call.key().is_some_and(|key| SPAN_KEYS.contains(&key));
+            let span_key = match &op.call {
+                KvCall::Get { key } => SPAN_KEYS.contains(&key.as_str()),
+                _ => false,
+            };
             if let (true, true, Some((_, ret))) = (final_read, span_key, &op.ret) {
                 ends.entry(SYSTEM_CLIENT - op.client)
                     .or_default()

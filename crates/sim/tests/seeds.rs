@@ -175,6 +175,10 @@ fn replay() {
             options.kv_expiry = options.kv_clients > 0;
             options.kv_expire_early = true;
         }
+        Ok("kv-ttl-from-log-clock") => {
+            options.kv_expiry = options.kv_clients > 0;
+            options.kv_ttl_from_log_clock = true;
+        }
         Ok("kv-watch-blind") => {
             options.kv_watch = options.kv_clients > 0;
             options.kv_watch_blind = true;
@@ -668,6 +672,28 @@ fn keys_that_expire_early_are_caught() {
         stats.kv_expiry_proposals > 0,
         "no leader proposed an expiry"
     );
+}
+
+#[test]
+fn a_ttl_that_counts_from_the_log_clock_is_caught() {
+    // PTTL counts down from the log's clock instead of the node's
+    // (keel_kv::planted::set_ttl_from_log_clock): where no entry reached
+    // the node for a while, it shows more time left than the deadline
+    // (pinned by the log's clock, and by PEXPIRETIME) allows.
+    let stats = planted_kv_bug_is_caught(
+        40,
+        "TTL from the log clock",
+        |seed| Options {
+            kv_expiry: true,
+            ..Options::for_seed(seed)
+        },
+        |options| Options {
+            kv_ttl_from_log_clock: true,
+            ..options
+        },
+        |f| f.contains("not linearizable") && f.contains("Pttl"),
+    );
+    assert!(stats.kv_expiry_requests > 0, "no request set a deadline");
 }
 
 #[test]
