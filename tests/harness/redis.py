@@ -150,6 +150,45 @@ class RespConnection:
             return True
 
 
+class NodeRotation:
+    """A test client's connection to one node of a cluster at a time, as a
+    client that survives node failures holds it: connect() opens one to
+    the current node, moving on to the next port while connecting fails;
+    drop() closes it and moves on (what was in flight on it has an
+    unknown outcome). The first node is `ports[start % len(ports)]`."""
+
+    PAUSE_S = 0.05
+
+    def __init__(self, ports, start, timeout=5.0):
+        assert ports, "no node to connect to"
+        self.ports = list(ports)
+        self.turn = start
+        self.timeout = timeout
+        self.conn = None
+
+    def connect(self, stop):
+        """The open connection, or a new one; None once `stop` is set."""
+        while self.conn is None and not stop.is_set():
+            try:
+                port = self.ports[self.turn % len(self.ports)]
+                self.conn = RespConnection(port, timeout=self.timeout)
+            except OSError:
+                self.turn += 1
+                time.sleep(self.PAUSE_S)
+        return self.conn
+
+    def drop(self):
+        """Closes the connection and moves on to the next node."""
+        self.close()
+        self.turn += 1
+        time.sleep(self.PAUSE_S)
+
+    def close(self):
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+
 def ping(port, timeout=1.0):
     try:
         with RespConnection(port, timeout=timeout) as c:

@@ -25,7 +25,7 @@ import time
 import pytest
 
 from conftest import report_summary
-from harness.redis import Closed, RespConnection, wait_kv
+from harness.redis import Closed, NodeRotation, RespConnection, wait_kv
 
 SECONDS = float(os.environ.get("KEEL_KV_CONCURRENCY_SECONDS", "5"))
 # Four shard threads even on two cores: more shards, more interleavings.
@@ -293,27 +293,19 @@ def test_watch_transactions_lose_no_update_across_a_leader_kill(kv_factory):
         return c.call("EXEC")[1], x, y
 
     def client(index):
-        turn = index
-        c = None
+        nodes = NodeRotation(ports, index)
         try:
             while not stop.is_set():
+                c = nodes.connect(stop)
                 if c is None:
-                    try:
-                        c = RespConnection(ports[turn % len(ports)], timeout=5.0)
-                    except OSError:
-                        turn += 1
-                        time.sleep(0.05)
-                        continue
+                    break
                 sent = [False]
                 try:
                     reply, x, y = attempt(c, sent)
                 except (OSError, Closed, Retry):
                     with lock:
                         outcomes["unknown" if sent[0] else "retries"] += 1
-                    c.close()
-                    c = None
-                    turn += 1
-                    time.sleep(0.05)
+                    nodes.drop()
                     continue
                 with lock:
                     if reply is None:
@@ -326,8 +318,7 @@ def test_watch_transactions_lose_no_update_across_a_leader_kill(kv_factory):
         except Exception as error:
             errors.append(repr(error))
         finally:
-            if c is not None:
-                c.close()
+            nodes.close()
 
     threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(CAS_CLIENTS)]
     for t in threads:

@@ -16,7 +16,7 @@ import time
 
 from conftest import report_summary
 from harness.servers import raft_applied_index
-from harness.redis import Closed, RespConnection, wait_kv
+from harness.redis import Closed, NodeRotation, RespConnection, wait_kv
 
 KILLS = int(os.environ.get("KEEL_KV_CRASH_KILLS", "3"))
 CLUSTER_KILLS = int(os.environ.get("KEEL_KV_CLUSTER_KILLS", "2"))
@@ -44,16 +44,11 @@ def writer(ports, index, acked, stop, seed):
     it may or may not have happened)."""
     rng = random.Random(seed)
     counter = 0
-    conn = None
-    turn = index
+    nodes = NodeRotation(ports, index)
     while not stop.is_set():
+        conn = nodes.connect(stop)
         if conn is None:
-            try:
-                conn = RespConnection(ports[turn % len(ports)], timeout=5.0)
-            except OSError:
-                turn += 1
-                time.sleep(0.05)
-                continue
+            break
         key = "w%d:k%d" % (index, rng.randrange(KEYS_PER_WRITER))
         counter += 1
         kind = rng.random()
@@ -84,12 +79,8 @@ def writer(ports, index, acked, stop, seed):
             else:
                 time.sleep(0.05)
         except (OSError, Closed, ValueError):
-            conn.close()
-            conn = None
-            turn += 1
-            time.sleep(0.05)
-    if conn is not None:
-        conn.close()
+            nodes.drop()
+    nodes.close()
 
 
 def check(port, acked, local=False):
