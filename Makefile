@@ -52,7 +52,7 @@ PARALLEL_TESTS := tests/security/test_tls.py tests/security/test_sasl.py \
 	tests/storage/test_full_disk.py tests/storage/test_io_errors.py tests/storage/test_storage_faults.py \
 	tests/storage/test_fixture_datadir.py \
 	tests/kv/test_redis_diff.py tests/kv/test_kv_durability.py tests/nemesis/test_checks.py \
-	tests/compat/test_java_compat.py tests/compat/test_clickhouse_ext.py \
+	tests/compat/test_java_compat.py tests/compat/test_curator_compat.py tests/compat/test_clickhouse_ext.py \
 	tests/compat/test_digest_compat.py tests/compat/test_restart_compat.py \
 	tests/compat/test_kazoo_compat.py tests/compat/test_cli_compat.py
 PYTEST_WORKERS ?= 3

@@ -17,6 +17,8 @@
 #     and `make compare-go` build (bench/go, tests/compat/go: Go's ZooKeeper
 #     client github.com/go-zookeeper/zk, pinned by their go.sum) are
 #     downloaded into Go's module cache (no network once they are there).
+#   * Apache Curator 5.5 and Guava from Maven Central into ./.deps/maven,
+#     pinned by SHA-256 (tests/compat/test_curator_compat.py).
 #   * A Python venv at ./.venv (repo root) with kazoo, pytest, pytest-timeout,
 #     pytest-xdist (`make test` runs the suites that neither load the machine
 #     nor measure time on two processes), prometheus-client (its text-format parser), pure-sasl (kazoo's SASL
@@ -104,6 +106,39 @@ for module in bench/go tests/compat/go; do
     fi
 done
 log "Go modules ready ($("$GO" version))"
+
+# ---------------------------------------------------------------- Maven jars
+# Apache Curator 5.5 (framework, recipes) and the Guava it needs, for
+# tests/compat/test_curator_compat.py; ZooKeeper's own jars come from Debian.
+# Pinned by SHA-256, kept in .deps/maven.
+MAVEN_DIR="$ROOT/.deps/maven"
+MAVEN_CENTRAL="${MAVEN_CENTRAL:-https://repo1.maven.org/maven2}"
+MAVEN_JARS=(
+    "org/apache/curator/curator-client/5.5.0/curator-client-5.5.0.jar 735cdfd18aae95d3b4e793583933ba3c54f4630225b4dbb807b4dc0fc18fd91a"
+    "org/apache/curator/curator-framework/5.5.0/curator-framework-5.5.0.jar ae73926d062be14d37a32a5c024027f38a2920e0d07ba4f82261424d37c8fc38"
+    "org/apache/curator/curator-recipes/5.5.0/curator-recipes-5.5.0.jar 3b7a49173ee3910c6256dcec0cac7e6c7c96124fac9758033bc989e6fc880da4"
+    "com/google/guava/guava/31.1-jre/guava-31.1-jre.jar a42edc9cab792e39fe39bb94f3fca655ed157ff87a8af78e1d6ba5b07c4a00ab"
+    "com/google/guava/failureaccess/1.0.1/failureaccess-1.0.1.jar a171ee4c734dd2da837e4b16be9df4661afab72a41adaf31eb84dfdaf936ca26"
+)
+mkdir -p "$MAVEN_DIR"
+for entry in "${MAVEN_JARS[@]}"; do
+    path="${entry% *}"
+    want="${entry#* }"
+    jar="$MAVEN_DIR/$(basename "$path")"
+    if [ -f "$jar" ] && [ "$(sha256sum "$jar" | cut -d' ' -f1)" = "$want" ]; then
+        continue
+    fi
+    log "downloading $(basename "$path") from $MAVEN_CENTRAL"
+    curl -fsSL --retry 3 -m 120 -o "$jar.part" "$MAVEN_CENTRAL/$path"
+    got="$(sha256sum "$jar.part" | cut -d' ' -f1)"
+    if [ "$got" != "$want" ]; then
+        rm -f "$jar.part"
+        log "$(basename "$path"): SHA-256 $got, expected $want"
+        exit 1
+    fi
+    mv "$jar.part" "$jar"
+done
+log "Maven jars ready in $MAVEN_DIR"
 
 # ---------------------------------------------------------------- Python venv
 if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
