@@ -8,46 +8,25 @@ CompatScenario.java, whose step printer it uses) against the Curator jars
 standalone server, once per module) and against Keel as one server and as a
 3-node cluster (Curator gets a connect string listing the three nodes)."""
 
-import os
 import shutil
 import subprocess
 
 import pytest
 
 from conftest import beside_reference
-from harness import ZK_CLIENT_CLASSPATH, make_workdir
-from harness.servers import REPO_ROOT
+from harness.curator import compile_curator
 from harness.trace import Trace
 
 from compat.topology import compare_traces
 
-JAVA_DIR = os.path.join(os.path.dirname(__file__), "java")
-SOURCES = [os.path.join(JAVA_DIR, name) for name in ("CompatScenario.java", "CuratorScenario.java")]
-# What scripts/install-test-deps.sh downloads (pinned there by SHA-256).
-MAVEN_DIR = os.path.join(REPO_ROOT, ".deps", "maven")
-CURATOR_JARS = ("curator-client-5.5.0.jar", "curator-framework-5.5.0.jar", "curator-recipes-5.5.0.jar",
-                "guava-31.1-jre.jar", "failureaccess-1.0.1.jar")
 # The scenario's own waits are at most 20 s each; a run takes about 10 s.
 RUN_TIMEOUT_S = 240
 
 
-def curator_classpath():
-    jars = [os.path.join(MAVEN_DIR, name) for name in CURATOR_JARS]
-    missing = [jar for jar in jars if not os.path.isfile(jar)]
-    if missing:
-        pytest.fail("Curator jars missing (make test-deps downloads them): %s" % ", ".join(missing))
-    return ZK_CLIENT_CLASSPATH + ":" + ":".join(jars)
-
-
 @pytest.fixture(scope="module")
 def scenario_classes():
-    if not shutil.which("javac"):
-        pytest.skip("javac not installed")
-    classpath = curator_classpath()
-    out = make_workdir("javac-curator")
-    subprocess.run(["javac", "-nowarn", "-d", out, "-cp", classpath] + SOURCES,
-                   check=True, capture_output=True, timeout=180)
-    yield classpath + ":" + out
+    classpath, out = compile_curator(["CompatScenario.java", "CuratorScenario.java"], "javac-curator")
+    yield classpath
     shutil.rmtree(out, ignore_errors=True)
 
 
