@@ -66,6 +66,8 @@ pub enum Closed {
     MalformedConnect,
     #[error("client has seen a newer zxid")]
     ClientAhead,
+    #[error("no leader confirmed the state a resumed session would see (no leader or no quorum)")]
+    ReconnectBarrier,
     #[error("session expired or password mismatch")]
     SessionInvalid,
     #[error("proposal queue full or raft stopped")]
@@ -354,6 +356,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         let request = ConnectRequest::from_bytes(payload).map_err(|_| Closed::MalformedConnect)?;
         let shared = self.shared.clone();
         let config = &shared.config;
+        let resumes_global = request.session_id != 0
+            && !keel_session::is_local_session_id(request.session_id)
+            && !shared.is_read_only();
+        if resumes_global && shared.raft().status.cluster {
+            // Not answered from a state older than the leader's: closed
+            // unanswered after READ_BARRIER_TIMEOUT_MS without a leader,
+            // the client tries another server (as ZooKeeper's, which
+            // serves nobody while it looks for a leader).
+            if let Err(error) = shared.reconnect_barrier().await {
+                tracing::info!(peer = %self.peer, session = format_args!("{:#x}", request.session_id), %error, "session not resumed");
+                return Err(Closed::ReconnectBarrier);
+            }
+        }
         let last_zxid = shared.node.last_zxid();
         if request.last_zxid_seen > last_zxid {
             // ZooKeeper refuses a client that has seen a newer state than ours.

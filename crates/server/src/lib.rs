@@ -515,13 +515,13 @@ async fn start_node(config: ServerConfig, stats: Arc<Stats>) -> Result<Started, 
     let started = std::time::Instant::now();
     let (raft, driver) = keel_consensus::start(recovery, machine)?;
     let kv = Arc::new(kv::KvContext::new(
-        kv_engine,
+        kv_engine.clone(),
         raft.clone(),
         config.resp_limits(),
         config.resp_port,
         config.server_id,
     ));
-    let shared = Arc::new(Shared::new(config, node, raft.clone(), stats));
+    let shared = Arc::new(Shared::new(config, node, raft.clone(), stats, kv_engine));
     Ok(Started {
         shared,
         raft,

@@ -643,6 +643,10 @@ pub struct Shared {
     /// Set when the server stops: connections take no further request
     /// and close once the ones taken are answered (`lib.rs::drain`).
     drain: tokio::sync::watch::Sender<bool>,
+    /// Whose ReadIndex barriers (`kv::barrier::ReadBarrier`, passed by
+    /// the apply step) a resumed session's handshake waits for as Keel
+    /// KV's reads do (`reconnect_barrier`).
+    kv_engine: std::sync::Arc<crate::kv::KvEngine>,
 }
 
 impl Shared {
@@ -651,6 +655,7 @@ impl Shared {
         node: Node<ConnectionOutlet>,
         raft: RaftHandle,
         stats: std::sync::Arc<Stats>,
+        kv_engine: std::sync::Arc<crate::kv::KvEngine>,
     ) -> Shared {
         let first_session_id =
             keel_session::initial_session_id(config.server_id as u8, wall_clock_ms() as u64);
@@ -664,6 +669,7 @@ impl Shared {
             touched: Mutex::new(std::collections::HashSet::new()),
             read_only: AtomicBool::new(false),
             drain: tokio::sync::watch::channel(false).0,
+            kv_engine,
             local_sessions: Mutex::new(LocalSessions::new(
                 config.server_id as u8,
                 u64::from(config.tick_time_ms),
@@ -683,6 +689,27 @@ impl Shared {
     /// Sessions active here since the last report (a leaf lock, profiled).
     pub fn touched(&self) -> Held<MutexGuard<'_, std::collections::HashSet<i64>>> {
         profile::acquire(Lock::Touched, || self.touched.lock())
+    }
+
+    /// Waits until this node has applied everything the leader had
+    /// committed when the wait began (a ReadIndex barrier, shared with
+    /// Keel KV's reads). A session resuming here after a leader change
+    /// must see the fate of the write its old connection lost: ZooKeeper
+    /// serves a client only once it has synced with the new leader, whose
+    /// first commit decides every write the old one left behind. Without
+    /// it a follower that has not heard of the election yet answers from
+    /// before that decision (Curator's protected create then finds no
+    /// node, makes a second one, and the first blocks its lock's queue).
+    pub async fn reconnect_barrier(&self) -> Result<(), crate::kv::barrier::BarrierTimeout> {
+        let raft = self.raft.clone();
+        let ask = move |context: Vec<u8>, batched: bool| {
+            if batched {
+                raft.read_index_batched(context).is_ok()
+            } else {
+                raft.read_index(context).is_ok()
+            }
+        };
+        self.kv_engine.barrier.wait(&ask).await
     }
 
     /// What a connection watches to learn that the server stops.

@@ -66,6 +66,32 @@ public class CuratorFailover {
 
     static void problem(String what) {
         if (problems.size() < PROBLEMS_KEPT) problems.add(what);
+        System.out.println("{\"problem\":" + CompatScenario.q(what) + "}");
+        System.out.flush();
+    }
+
+    static String sessionOf(CuratorFramework c) {
+        try {
+            return Long.toHexString(c.getZookeeperClient().getZooKeeper().getSessionId());
+        } catch (Exception e) {
+            return "?";
+        }
+    }
+
+    /** The lock's queue: each node and the session that owns it. */
+    static String queue(CuratorFramework c) {
+        try {
+            List<String> out = new ArrayList<>();
+            List<String> children = c.getChildren().forPath(LOCK);
+            Collections.sort(children, Comparator.comparing(n -> n.substring(n.length() - 10)));
+            for (String child : children) {
+                Stat st = c.checkExists().forPath(LOCK + "/" + child);
+                out.add(child.substring(child.length() - 10) + "@0x" + (st == null ? "gone" : Long.toHexString(st.getEphemeralOwner())));
+            }
+            return out.toString();
+        } catch (Exception e) {
+            return "unreadable: " + e;
+        }
     }
 
     /** One worker's loop until the deadline (System.nanoTime()). */
@@ -95,6 +121,9 @@ public class CuratorFailover {
             }
             if (!got) {
                 refused.incrementAndGet();
+                problem("worker " + id + " (session 0x" + sessionOf(c) + " on "
+                    + c.getZookeeperClient().getCurrentConnectionString() + ") waited " + ACQUIRE_TIMEOUT_S
+                    + " s for the lock; its queue: " + queue(c));
                 continue;
             }
             acquired.incrementAndGet();
