@@ -701,15 +701,7 @@ impl Shared {
     /// before that decision (Curator's protected create then finds no
     /// node, makes a second one, and the first blocks its lock's queue).
     pub async fn reconnect_barrier(&self) -> Result<(), crate::kv::barrier::BarrierTimeout> {
-        let raft = self.raft.clone();
-        let ask = move |context: Vec<u8>, batched: bool| {
-            if batched {
-                raft.read_index_batched(context).is_ok()
-            } else {
-                raft.read_index(context).is_ok()
-            }
-        };
-        self.kv_engine.barrier.wait(&ask).await
+        self.kv_engine.barrier.wait_through(&self.raft).await
     }
 
     /// What a connection watches to learn that the server stops.

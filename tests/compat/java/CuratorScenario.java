@@ -94,6 +94,14 @@ public class CuratorScenario {
         return out;
     }
 
+    /** ZooKeeper's sync through `c`: its server has applied what the
+     *  leader committed (before `c` reads what another session changed). */
+    static void sync(CuratorFramework c, String path) throws Exception {
+        CountDownLatch synced = new CountDownLatch(1);
+        c.sync().inBackground((client, event) -> synced.countDown()).forPath(path);
+        if (!synced.await(WAIT_S, TimeUnit.SECONDS)) throw new RuntimeException("sync timeout");
+    }
+
     static List<String> sorted(Collection<String> l) { List<String> c = new ArrayList<>(l); Collections.sort(c); return c; }
 
     static void step(String label, CompatScenario.Op0 op) { CompatScenario.step(label, op); }
@@ -205,7 +213,8 @@ public class CuratorScenario {
         step("mutex A acquires", () -> ma.acquire(WAIT_S, TimeUnit.SECONDS));
         step("mutex A reenters", () -> ma.acquire(WAIT_S, TimeUnit.SECONDS));
         step("mutex B refused while A holds", () -> mb.acquire(REFUSED_MS, TimeUnit.MILLISECONDS));
-        step("mutex participants", () -> shapes(ma.getParticipantNodes()));
+        // B's refused attempt deleted its node through B's session.
+        step("mutex participants", () -> { sync(a, "/locks/m"); return shapes(ma.getParticipantNodes()); });
         step("mutex A releases twice", () -> { ma.release(); ma.release(); return ma.isAcquiredInThisProcess(); });
         step("mutex B acquires after release", () -> mb.acquire(WAIT_S, TimeUnit.SECONDS));
         step("mutex A waits for B", () -> {
@@ -243,6 +252,7 @@ public class CuratorScenario {
         step("semaphore leases", () -> {
             Collection<Lease> two = sa.acquire(2, WAIT_S, TimeUnit.SECONDS);
             Lease third = sb.acquire(REFUSED_MS, TimeUnit.MILLISECONDS);
+            sync(a, "/locks/sem");
             List<String> nodes = shapes(sa.getParticipantNodes());
             sa.returnAll(two);
             Lease after = sb.acquire(WAIT_S, TimeUnit.SECONDS);
@@ -426,9 +436,7 @@ public class CuratorScenario {
             c.close();
             // The close is acknowledged once the session's ephemerals are
             // deleted; A's view of them may lag on another member: sync.
-            CountDownLatch synced = new CountDownLatch(1);
-            a.sync().inBackground((client, event) -> synced.countDown()).forPath("/pnodes");
-            synced.await(WAIT_S, TimeUnit.SECONDS);
+            sync(a, "/pnodes");
             return a.checkExists().forPath("/pnodes/short") == null;
         });
     }

@@ -13,6 +13,7 @@
 
 use std::time::{Duration, Instant};
 
+use keel_consensus::RaftHandle;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
@@ -141,6 +142,20 @@ impl ReadBarrier {
                 Ok(Err(_)) => return Err(BarrierTimeout),
             }
         }
+    }
+
+    /// `wait`, the ReadIndex asked through `raft` (batched when more than
+    /// one reader waits for it): what Keel KV's reads and a resumed
+    /// ZooKeeper session's handshake (`Shared::reconnect_barrier`) do.
+    pub async fn wait_through(&self, raft: &RaftHandle) -> Result<(), BarrierTimeout> {
+        let ask = |context: Vec<u8>, batched: bool| {
+            if batched {
+                raft.read_index_batched(context).is_ok()
+            } else {
+                raft.read_index(context).is_ok()
+            }
+        };
+        self.wait(&ask).await
     }
 
     /// Ours not passed and not asked yet (or refused), and room for a

@@ -593,17 +593,7 @@ impl Connection {
     /// The wait for a barrier asked now (`run` polls it).
     fn barrier_future(&self) -> BarrierFuture {
         let ctx = self.ctx.clone();
-        Box::pin(async move {
-            let raft = ctx.raft.clone();
-            let ask = move |context: Vec<u8>, batched: bool| {
-                if batched {
-                    raft.read_index_batched(context).is_ok()
-                } else {
-                    raft.read_index(context).is_ok()
-                }
-            };
-            ctx.engine.barrier.wait(&ask).await
-        })
+        Box::pin(async move { ctx.engine.barrier.wait_through(&ctx.raft).await })
     }
 
     async fn barrier_done(&mut self, passed: Result<(), BarrierTimeout>) {
