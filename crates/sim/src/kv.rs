@@ -500,9 +500,14 @@ pub fn scan_reply(ret: &KvRet) -> Option<(u64, Vec<String>)> {
 /// before the iteration began, and only if no FLUSHDB was sent before
 /// it ended.
 pub fn check_scans(iterations: &[ScanIteration], history: &[KvOperation]) -> Vec<String> {
-    let parts: Vec<KvOperation> = history.iter().flat_map(per_key).collect();
-    let creates = |op: &KvOperation| {
-        matches!(
+    if iterations.is_empty() {
+        return Vec::new();
+    }
+    // Per key, in one pass: the first invocation of a write that creates
+    // it, and the first such write's successful reply.
+    let mut firsts: BTreeMap<String, (Option<u64>, Option<u64>)> = BTreeMap::new();
+    for op in history.iter().flat_map(per_key) {
+        let creates = matches!(
             op.call,
             KvCall::Set { .. }
                 | KvCall::SetPx { .. }
@@ -510,23 +515,20 @@ pub fn check_scans(iterations: &[ScanIteration], history: &[KvOperation]) -> Vec
                 | KvCall::CasSet { .. }
                 | KvCall::HSet { .. }
                 | KvCall::SAdd { .. }
-        )
-    };
-    let first_write = |key: &str| {
-        parts
-            .iter()
-            .filter(|op| op.call.key() == Some(key) && creates(op))
-            .map(|op| op.invoke)
-            .min()
-    };
-    let first_answered = |key: &str| {
-        parts
-            .iter()
-            .filter(|op| op.call.key() == Some(key) && creates(op))
-            .filter(|op| !matches!(op.ret, None | Some((_, KvRet::Error(_)))))
-            .filter_map(|op| op.ret.as_ref().map(|(at, _)| *at))
-            .min()
-    };
+        );
+        let Some(key) = op.call.key().filter(|_| creates) else {
+            continue;
+        };
+        let (written, answered) = firsts.entry(key.to_string()).or_default();
+        *written = Some(written.map_or(op.invoke, |at| at.min(op.invoke)));
+        if let Some((at, ret)) = &op.ret {
+            if !matches!(ret, KvRet::Error(_)) {
+                *answered = Some(answered.map_or(*at, |first| first.min(*at)));
+            }
+        }
+    }
+    let first_write = |key: &str| firsts.get(key).and_then(|f| f.0);
+    let first_answered = |key: &str| firsts.get(key).and_then(|f| f.1);
     let first_flush = history
         .iter()
         .filter(|op| op.call == KvCall::FlushDb)
