@@ -311,6 +311,7 @@ public class CuratorScenario {
             return Arrays.asList(good.succeeded(), good.postValue(), stale.succeeded(), ca.get().postValue());
         });
         step("atomic long from the other session", () -> {
+            sync(bc, "/count/long");
             AtomicValue<Long> v = cb.increment();
             return Arrays.asList(v.succeeded(), v.postValue());
         });
@@ -398,6 +399,9 @@ public class CuratorScenario {
         DistributedBarrier bb = new DistributedBarrier(bc, "/barrier");
         step("barrier holds then opens", () -> {
             ba.setBarrier();
+            // B may talk to another member, which may not have applied A's
+            // create yet (ZooKeeper's followers answer the same way): sync.
+            sync(bc, "/barrier");
             boolean held = !bb.waitOnBarrier(REFUSED_MS, TimeUnit.MILLISECONDS);
             ba.removeBarrier();
             boolean open = bb.waitOnBarrier(WAIT_S, TimeUnit.SECONDS);
