@@ -6,6 +6,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use raft::eraftpb::{ConfState, Entry, HardState, MessageType};
@@ -23,11 +24,14 @@ type Stored = Rc<RefCell<Option<(u64, u64, Vec<u8>)>>>;
 pub(crate) struct NetIo {
     id: u64,
     outbox: Outbox,
+    /// Messages sent so far.
+    sent: Arc<AtomicUsize>,
     snapshot: Stored,
 }
 
 impl Io for NetIo {
     fn send(&mut self, message: Outbound) {
+        self.sent.fetch_add(1, Ordering::Relaxed);
         self.outbox.borrow_mut().push((self.id, message));
     }
     fn persist(
@@ -79,12 +83,19 @@ pub(crate) struct Machine {
     applied: usize,
     /// Contexts of the reads answered (`read_ready`), in order.
     pub(crate) reads: Vec<Vec<u8>>,
+    /// When set (to its node's `NetIo::sent`), every apply records how
+    /// many messages the node had sent.
+    watched: Option<Arc<AtomicUsize>>,
+    queued_at_apply: Vec<usize>,
 }
 
 impl StateMachine for Machine {
     fn apply(&mut self, index: u64, term: u64, proposals: &[Committed<'_>]) {
         self.applied += proposals.len();
         (self.index, self.term) = (index, term);
+        if let Some(outbox) = &self.watched {
+            self.queued_at_apply.push(outbox.load(Ordering::Relaxed));
+        }
     }
     fn skip(&mut self, index: u64, term: u64) {
         (self.index, self.term) = (index, term);
@@ -197,6 +208,7 @@ impl Net {
         let io = NetIo {
             id,
             outbox: self.outbox.clone(),
+            sent: Arc::default(),
             snapshot: stored.clone(),
         };
         let core = Core::new(
@@ -380,6 +392,58 @@ fn the_leader_batches_behind_an_entry_in_flight_and_followers_learn_commits_with
             "node {id}: a alone, then b and c in one entry"
         );
     }
+}
+
+#[test]
+fn the_leader_applies_a_commit_before_it_sends_the_commit_notices() {
+    let mut net = established();
+    net.settle();
+    let leader = net.leader().expect("a leader");
+    let outbox = net.outbox.clone();
+    let node = net.nodes.get_mut(&leader).expect("leader");
+    let sent = node.io_mut().sent.clone();
+    node.machine_mut().watched = Some(sent.clone());
+    node.propose(b"a".to_vec());
+    node.advance().expect("advance");
+    // The appends reach the followers, their acks the leader.
+    let appends: Vec<(u64, Outbound)> = outbox.borrow_mut().drain(..).collect();
+    assert_eq!(appends.len(), 2, "one append per follower");
+    for (from, message) in appends {
+        net.deliver(from, message);
+    }
+    for (id, node) in net.nodes.iter_mut() {
+        if *id != leader {
+            node.advance().expect("advance");
+        }
+    }
+    let acks: Vec<(u64, Outbound)> = outbox.borrow_mut().drain(..).collect();
+    assert_eq!(acks.len(), 2, "one ack per follower");
+    for (from, message) in acks {
+        net.deliver(from, message);
+    }
+    let node = net.nodes.get_mut(&leader).expect("leader");
+    node.advance().expect("advance");
+    let sent_before = sent.load(Ordering::Relaxed) - outbox.borrow().len();
+    assert_eq!(
+        node.machine().queued_at_apply,
+        vec![sent_before],
+        "a applied before this turn sent anything"
+    );
+    let notices = outbox
+        .borrow()
+        .iter()
+        .filter(|(from, m)| {
+            *from == leader
+                && matches!(m, Outbound::Raft(m)
+                    if m.get_msg_type() == MessageType::MsgAppend && m.get_entries().is_empty())
+        })
+        .count();
+    assert_eq!(notices, 2, "then each follower hears of the commit");
+    net.settle();
+    assert!(net
+        .nodes
+        .values()
+        .all(|n| n.machine().index == n.commit_index()));
 }
 
 #[test]
