@@ -2371,13 +2371,10 @@ impl World {
     /// the client sends its EXEC, which sets a new value if the watched
     /// key has not changed since the WATCH.
     fn kv_cas_exec(&mut self, client: usize, generation: u64) {
+        let live = self.kv_follow_up_allowed(client, generation);
         let c = &mut self.kv_clients[client];
-        let read = c
-            .cas
-            .as_ref()
-            .and_then(|cas| cas.expect.clone())
-            .filter(|_| c.connections == generation && c.conn.is_some());
-        let Some(expect) = read.filter(|_| !self.faults_over) else {
+        let read = c.cas.as_ref().and_then(|cas| cas.expect.clone());
+        let Some(expect) = read.filter(|_| live) else {
             // The connection was lost meanwhile (which dropped the CAS),
             // or the cluster settles (no new requests).
             c.cas = None;
@@ -2393,6 +2390,15 @@ impl World {
         let watches = cas.watches.clone();
         self.stats.kv_cas_requests += 1;
         self.kv_send(client, call, watches);
+    }
+
+    /// A request that follows an earlier answer after a pause (a CAS's
+    /// EXEC, a SCAN's next call) may go: the client is still on the
+    /// connection `generation` that answered, and the cluster is not
+    /// settling.
+    fn kv_follow_up_allowed(&self, client: usize, generation: u64) -> bool {
+        let c = &self.kv_clients[client];
+        c.connections == generation && c.conn.is_some() && !self.faults_over
     }
 
     /// In a run with `kv_scan`, a share of the requests start a SCAN
@@ -2466,8 +2472,8 @@ impl World {
     /// connection was lost meanwhile (which dropped the iteration) or the
     /// cluster settles.
     fn kv_scan_next(&mut self, client: usize, generation: u64, cursor: u64) {
+        let live = self.kv_follow_up_allowed(client, generation);
         let c = &mut self.kv_clients[client];
-        let live = c.connections == generation && c.conn.is_some() && !self.faults_over;
         let Some(count) = c.scan.as_ref().map(|scan| scan.count).filter(|_| live) else {
             c.scan = None;
             return self.kv_wake_later(client);
