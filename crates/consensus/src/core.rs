@@ -1726,13 +1726,16 @@ fn parse_read_context(rctx: &[u8]) -> Option<(u64, u64)> {
     Some((node, id))
 }
 
-/// Splits a Ready's messages into the appends that carry no entries (the
-/// leader telling followers how far it has committed) and the rest.
+/// An append that carries no entries: the leader telling a follower how
+/// far it has committed.
+pub(crate) fn is_commit_notice(message: &Message) -> bool {
+    message.get_msg_type() == raft::eraftpb::MessageType::MsgAppend
+        && message.get_entries().is_empty()
+}
+
+/// Splits a Ready's messages into commit notices and the rest.
 fn split_commit_notices(messages: Vec<Message>) -> (Vec<Message>, Vec<Message>) {
-    messages.into_iter().partition(|message| {
-        message.get_msg_type() == raft::eraftpb::MessageType::MsgAppend
-            && message.get_entries().is_empty()
-    })
+    messages.into_iter().partition(is_commit_notice)
 }
 
 #[cfg(test)]

@@ -12,7 +12,9 @@ use std::sync::Arc;
 use raft::eraftpb::{ConfState, Entry, HardState, MessageType};
 
 use crate::core::SnapshotSource;
-use crate::core::{bootstrap_membership, storage_from, Core, CoreConfig, Durable, Io, Outbound};
+use crate::core::{
+    bootstrap_membership, is_commit_notice, storage_from, Core, CoreConfig, Durable, Io, Outbound,
+};
 use crate::membership::{Change, Member, Members, Membership, ReconfigError, Role};
 use crate::proposal::Dedup;
 use crate::transport::PeerInput;
@@ -84,17 +86,17 @@ pub(crate) struct Machine {
     /// Contexts of the reads answered (`read_ready`), in order.
     pub(crate) reads: Vec<Vec<u8>>,
     /// When set (to its node's `NetIo::sent`), every apply records how
-    /// many messages the node had sent.
-    watched: Option<Arc<AtomicUsize>>,
-    queued_at_apply: Vec<usize>,
+    /// many messages the node had sent by then.
+    sent_counter: Option<Arc<AtomicUsize>>,
+    sent_at_apply: Vec<usize>,
 }
 
 impl StateMachine for Machine {
     fn apply(&mut self, index: u64, term: u64, proposals: &[Committed<'_>]) {
         self.applied += proposals.len();
         (self.index, self.term) = (index, term);
-        if let Some(outbox) = &self.watched {
-            self.queued_at_apply.push(outbox.load(Ordering::Relaxed));
+        if let Some(sent) = &self.sent_counter {
+            self.sent_at_apply.push(sent.load(Ordering::Relaxed));
         }
     }
     fn skip(&mut self, index: u64, term: u64) {
@@ -402,7 +404,7 @@ fn the_leader_applies_a_commit_before_it_sends_the_commit_notices() {
     let outbox = net.outbox.clone();
     let node = net.nodes.get_mut(&leader).expect("leader");
     let sent = node.io_mut().sent.clone();
-    node.machine_mut().watched = Some(sent.clone());
+    node.machine_mut().sent_counter = Some(sent.clone());
     node.propose(b"a".to_vec());
     node.advance().expect("advance");
     // The appends reach the followers, their acks the leader.
@@ -425,7 +427,7 @@ fn the_leader_applies_a_commit_before_it_sends_the_commit_notices() {
     node.advance().expect("advance");
     let sent_before = sent.load(Ordering::Relaxed) - outbox.borrow().len();
     assert_eq!(
-        node.machine().queued_at_apply,
+        node.machine().sent_at_apply,
         vec![sent_before],
         "a applied before this turn sent anything"
     );
@@ -433,9 +435,7 @@ fn the_leader_applies_a_commit_before_it_sends_the_commit_notices() {
         .borrow()
         .iter()
         .filter(|(from, m)| {
-            *from == leader
-                && matches!(m, Outbound::Raft(m)
-                    if m.get_msg_type() == MessageType::MsgAppend && m.get_entries().is_empty())
+            *from == leader && matches!(m, Outbound::Raft(m) if is_commit_notice(m))
         })
         .count();
     assert_eq!(notices, 2, "then each follower hears of the commit");
