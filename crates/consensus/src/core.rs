@@ -12,7 +12,8 @@
 //! 1. queued proposals become ONE entry (group commit) or go to the leader;
 //! 2. Ready: messages to peers are sent first (the leader sends appends
 //!    before its own fsync: the pipeline), except commit notices (appends
-//!    without entries), which wait for step 4;
+//!    without entries), which wait for step 4 unless they go to a
+//!    follower whose proposals just committed;
 //! 3. a snapshot from the leader is verified, kept and installed;
 //! 4. entries committed earlier are applied (they are already durable),
 //!    then the commit notices are sent;
@@ -1258,6 +1259,24 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         }
     }
 
+    /// The other nodes whose proposals are among `entries` (so whose
+    /// clients wait for them to commit).
+    fn origins_elsewhere(&self, entries: &[Entry]) -> Vec<u64> {
+        let mut origins = Vec::new();
+        for entry in entries {
+            if entry.get_entry_type() != EntryType::EntryNormal {
+                continue;
+            }
+            for (id, _) in decode_entry(&entry.data).unwrap_or_default() {
+                let origin = id.origin();
+                if origin != self.config.node_id && !origins.contains(&origin) {
+                    origins.push(origin);
+                }
+            }
+        }
+        origins
+    }
+
     fn send_all(&mut self, messages: Vec<Message>) {
         self.publish_lease();
         for message in messages {
@@ -1284,9 +1303,20 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         // applied: on the leader, the apply hands the replies to the client
         // threads, and waking those first gives them a core before the
         // followers' threads wake for the notices (on two cores, that
-        // cuts a lone client's create by a wake-up's wait).
+        // cuts a lone client's create by a wake-up's wait). A follower
+        // whose own clients' proposals just committed is told first: its
+        // clients wait on the notice, not on this apply.
         let (notices, urgent) = split_commit_notices(ready.take_messages());
+        let waiting = if notices.is_empty() {
+            Vec::new()
+        } else {
+            self.origins_elsewhere(ready.committed_entries())
+        };
+        let (notices_now, notices) = notices
+            .into_iter()
+            .partition(|notice| waiting.contains(&notice.to));
         self.send_all(urgent);
+        self.send_all(notices_now);
         if !ready.snapshot().is_empty() {
             self.install_snapshot(ready.snapshot().clone())?;
         }

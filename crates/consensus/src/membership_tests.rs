@@ -396,17 +396,31 @@ fn the_leader_batches_behind_an_entry_in_flight_and_followers_learn_commits_with
     }
 }
 
-#[test]
-fn the_leader_applies_a_commit_before_it_sends_the_commit_notices() {
-    let mut net = established();
-    net.settle();
+/// One proposal made on `proposer`, carried to its commit step by step.
+/// Returns, for the leader's turn that learns the commit from the acks,
+/// how many of that turn's messages went out before its apply, and the
+/// followers its commit notices went to, in the order sent.
+fn commit_one_proposal(net: &mut Net, proposer: u64) -> (usize, Vec<u64>) {
     let leader = net.leader().expect("a leader");
     let outbox = net.outbox.clone();
-    let node = net.nodes.get_mut(&leader).expect("leader");
-    let sent = node.io_mut().sent.clone();
-    node.machine_mut().sent_counter = Some(sent.clone());
+    let sent = {
+        let node = net.nodes.get_mut(&leader).expect("leader");
+        let sent = node.io_mut().sent.clone();
+        node.machine_mut().sent_counter = Some(sent.clone());
+        sent
+    };
+    let node = net.nodes.get_mut(&proposer).expect("proposer");
     node.propose(b"a".to_vec());
     node.advance().expect("advance");
+    if proposer != leader {
+        let forward: Vec<(u64, Outbound)> = outbox.borrow_mut().drain(..).collect();
+        assert_eq!(forward.len(), 1, "the follower forwards its proposal");
+        for (from, message) in forward {
+            net.deliver(from, message);
+        }
+        let node = net.nodes.get_mut(&leader).expect("leader");
+        node.advance().expect("advance");
+    }
     // The appends reach the followers, their acks the leader.
     let appends: Vec<(u64, Outbound)> = outbox.borrow_mut().drain(..).collect();
     assert_eq!(appends.len(), 2, "one append per follower");
@@ -425,25 +439,52 @@ fn the_leader_applies_a_commit_before_it_sends_the_commit_notices() {
     }
     let node = net.nodes.get_mut(&leader).expect("leader");
     node.advance().expect("advance");
-    let sent_before = sent.load(Ordering::Relaxed) - outbox.borrow().len();
-    assert_eq!(
-        node.machine().sent_at_apply,
-        vec![sent_before],
-        "a applied before this turn sent anything"
-    );
-    let notices = outbox
+    let sent_before_turn = sent.load(Ordering::Relaxed) - outbox.borrow().len();
+    let applied_at = std::mem::take(&mut node.machine_mut().sent_at_apply);
+    assert_eq!(applied_at.len(), 1, "one apply: {applied_at:?}");
+    let notified: Vec<u64> = outbox
         .borrow()
         .iter()
-        .filter(|(from, m)| {
-            *from == leader && matches!(m, Outbound::Raft(m) if is_commit_notice(m))
+        .filter_map(|(from, m)| match m {
+            Outbound::Raft(m) if *from == leader && is_commit_notice(m) => Some(m.to),
+            _ => None,
         })
-        .count();
-    assert_eq!(notices, 2, "then each follower hears of the commit");
+        .collect();
     net.settle();
     assert!(net
         .nodes
         .values()
         .all(|n| n.machine().index == n.commit_index()));
+    (applied_at[0] - sent_before_turn, notified)
+}
+
+#[test]
+fn the_leader_applies_its_own_clients_commit_before_it_sends_the_commit_notices() {
+    let mut net = established();
+    net.settle();
+    let leader = net.leader().expect("a leader");
+    let (sent_before_apply, notified) = commit_one_proposal(&mut net, leader);
+    assert_eq!(
+        sent_before_apply, 0,
+        "applied before the turn sent anything"
+    );
+    assert_eq!(notified.len(), 2, "then each follower hears of the commit");
+}
+
+#[test]
+fn the_follower_whose_client_waits_hears_of_the_commit_before_the_leader_applies() {
+    let mut net = established();
+    net.settle();
+    let leader = net.leader().expect("a leader");
+    let follower = *net
+        .nodes
+        .keys()
+        .find(|id| **id != leader)
+        .expect("a follower");
+    let (sent_before_apply, notified) = commit_one_proposal(&mut net, follower);
+    assert_eq!(sent_before_apply, 1, "one notice before the apply");
+    assert_eq!(notified.len(), 2, "each follower hears of the commit");
+    assert_eq!(notified[0], follower, "the proposer's follower first");
 }
 
 #[test]
