@@ -283,6 +283,16 @@ impl Net {
         }
     }
 
+    /// Delivers the messages queued now, `expected` of them (`what` they
+    /// are, for the failure), without advancing any node.
+    fn deliver_queued(&mut self, expected: usize, what: &str) {
+        let messages: Vec<(u64, Outbound)> = self.outbox.borrow_mut().drain(..).collect();
+        assert_eq!(messages.len(), expected, "{what}");
+        for (from, message) in messages {
+            self.deliver(from, message);
+        }
+    }
+
     /// Delivers messages without ticking (so no heartbeat goes out) until
     /// none is left.
     pub(crate) fn settle(&mut self) {
@@ -413,30 +423,18 @@ fn commit_one_proposal(net: &mut Net, proposer: u64) -> (usize, Vec<u64>) {
     node.propose(b"a".to_vec());
     node.advance().expect("advance");
     if proposer != leader {
-        let forward: Vec<(u64, Outbound)> = outbox.borrow_mut().drain(..).collect();
-        assert_eq!(forward.len(), 1, "the follower forwards its proposal");
-        for (from, message) in forward {
-            net.deliver(from, message);
-        }
+        net.deliver_queued(1, "the follower forwards its proposal");
         let node = net.nodes.get_mut(&leader).expect("leader");
         node.advance().expect("advance");
     }
     // The appends reach the followers, their acks the leader.
-    let appends: Vec<(u64, Outbound)> = outbox.borrow_mut().drain(..).collect();
-    assert_eq!(appends.len(), 2, "one append per follower");
-    for (from, message) in appends {
-        net.deliver(from, message);
-    }
+    net.deliver_queued(2, "one append per follower");
     for (id, node) in net.nodes.iter_mut() {
         if *id != leader {
             node.advance().expect("advance");
         }
     }
-    let acks: Vec<(u64, Outbound)> = outbox.borrow_mut().drain(..).collect();
-    assert_eq!(acks.len(), 2, "one ack per follower");
-    for (from, message) in acks {
-        net.deliver(from, message);
-    }
+    net.deliver_queued(2, "one ack per follower");
     let node = net.nodes.get_mut(&leader).expect("leader");
     node.advance().expect("advance");
     let sent_before_turn = sent.load(Ordering::Relaxed) - outbox.borrow().len();
