@@ -151,6 +151,10 @@ struct ServerArgs {
     /// being served from the leader's read lease (`read_lease = false`).
     #[arg(long)]
     no_read_lease: bool,
+    /// The Raft log's writes go through the page cache instead of
+    /// O_DIRECT (`log_direct_io = false`).
+    #[arg(long)]
+    no_log_direct_io: bool,
     /// Serve Keel KV (Redis protocol, RESP2/RESP3) on this port of
     /// --client-address (0 = off, the default).
     #[arg(long)]
@@ -307,6 +311,9 @@ fn server_config(args: ServerArgs) -> anyhow::Result<ServerConfig> {
     }
     if args.no_read_lease {
         config.read_lease = false;
+    }
+    if args.no_log_direct_io {
+        config.log_direct_io = false;
     }
     for (flag, value) in [
         (&mut config.tls_cert_file, args.tls_cert_file),

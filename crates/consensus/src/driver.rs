@@ -126,6 +126,8 @@ pub struct RaftConfig {
     pub tick_ms: u64,
     /// The leader serves linearizable reads from a lease (`CoreConfig::read_lease`).
     pub read_lease: bool,
+    /// The log's records are written with O_DIRECT (`LogStore::open_with`).
+    pub log_direct_io: bool,
     pub snapshot_every_entries: u64,
     /// ... or once this many log bytes were applied since the last one.
     pub snapshot_every_log_bytes: u64,
@@ -507,7 +509,7 @@ pub fn recover(config: RaftConfig, position: SnapshotPosition) -> Result<Recover
     std::fs::create_dir_all(config.data_dir.join("snapshots"))?;
     let identity = check_identity(&config)?;
     let started = std::time::Instant::now();
-    let store = LogStore::open(&config.data_dir.join("raft"))?;
+    let store = LogStore::open_with(&config.data_dir.join("raft"), config.log_direct_io)?;
     let recovered = store.recover()?;
     let stored = match recovered.conf_state {
         Some(cs) => cs,

@@ -81,7 +81,16 @@ impl Drop for LogStore {
 }
 
 impl LogStore {
+    /// The log in `dir`, its records written with O_DIRECT where the file
+    /// system allows it (`open_with`).
     pub fn open(dir: &Path) -> Result<LogStore, ConsensusError> {
+        LogStore::open_with(dir, true)
+    }
+
+    /// `direct_io`: records written with O_DIRECT (zerofill.rs), falling
+    /// back to the page cache where the file system refuses it; false:
+    /// through the page cache always.
+    pub fn open_with(dir: &Path, direct_io: bool) -> Result<LogStore, ConsensusError> {
         let config = Config {
             dir: dir.to_string_lossy().into_owned(),
             // A torn last write (kill -9 mid-append) is cut off; it was
@@ -91,7 +100,7 @@ impl LogStore {
             purge_threshold: ReadableSize(4 * LOG_FILE_BYTES),
             ..Default::default()
         };
-        let engine = Engine::open_with_file_system(config, Arc::new(ZeroFill))?;
+        let engine = Engine::open_with_file_system(config, Arc::new(ZeroFill { direct_io }))?;
         let engine = Arc::new(engine);
         let fault = Arc::new(OnceLock::new());
         let (purge, purger) = start_purger(engine.clone(), dir.to_path_buf(), fault.clone())?;

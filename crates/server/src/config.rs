@@ -149,6 +149,11 @@ pub struct ServerConfig {
     /// assumes the members' clocks run at rates within 1/8 of each other;
     /// `read_lease = false` makes every read wait for a round instead.
     pub read_lease: bool,
+    /// The Raft log's records are written with O_DIRECT, whole 4 KiB
+    /// blocks past the page cache (on by default; a file system that
+    /// refuses O_DIRECT gets buffered writes, logged once):
+    /// `log_direct_io = false` writes through the page cache always.
+    pub log_direct_io: bool,
     /// Keel KV's shard threads (each owns a share of the slots and serves
     /// connections); 0, the default, is one per core. A node's own choice:
     /// the snapshot is cut into this many shards when loaded.
@@ -210,6 +215,7 @@ impl Default for ServerConfig {
             resp_port: 0,
             resp_max_bulk_bytes: keel_kv::resp::BULK_BYTES_MAX_DEFAULT,
             read_lease: true,
+            log_direct_io: true,
             kv_shards: 0,
         }
     }
