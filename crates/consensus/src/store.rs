@@ -62,10 +62,31 @@ pub struct LogStore {
     /// Joined on drop: the thread holds the engine, whose directory lock
     /// must be free when the store is gone (a restart in the same process).
     purger: Option<std::thread::JoinHandle<()>>,
+    /// The newest HardState given to `persist_commit` and not written yet:
+    /// the next `persist` writes it, in its batch and under its fdatasync.
+    commit_pending: std::sync::Mutex<Option<HardState>>,
 }
 
 impl Drop for LogStore {
     fn drop(&mut self) {
+        // A clean stop keeps the newest commit index (best effort: a
+        // commit index lost is learned again from the leader).
+        if self.fault.get().is_none() {
+            let pending = self
+                .commit_pending
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            if let Some(hard_state) = pending {
+                let mut batch = LogBatch::with_capacity(0);
+                if batch
+                    .put_message(GROUP_ID, KEY_HARD_STATE.to_vec(), &hard_state)
+                    .is_ok()
+                {
+                    let _ = self.write(&mut batch, true);
+                }
+            }
+        }
         self.purge.take();
         if let Some(purger) = self.purger.take() {
             let _ = purger.join();
@@ -110,6 +131,7 @@ impl LogStore {
             fault,
             purge: Some(purge),
             purger: Some(purger),
+            commit_pending: std::sync::Mutex::new(None),
         })
     }
 
@@ -189,7 +211,12 @@ impl LogStore {
         if !entries.is_empty() {
             batch.add_entries::<EntryExt>(GROUP_ID, entries)?;
         }
-        if let Some(hs) = hard_state {
+        let mut pending = self.commit_pending.lock().expect("not poisoned");
+        if let (Some(hs), Some(older)) = (hard_state, pending.as_ref()) {
+            assert!(hs.commit >= older.commit, "a commit index never goes back");
+        }
+        // A HardState given here is newer than the one held back.
+        if let Some(hs) = hard_state.or(pending.as_ref()) {
             batch.put_message(GROUP_ID, KEY_HARD_STATE.to_vec(), hs)?;
         }
         if let Some(cs) = conf_state {
@@ -199,16 +226,33 @@ impl LogStore {
             return Ok(false);
         }
         self.write(&mut batch, true)?;
+        *pending = None;
         Ok(true)
     }
 
-    /// Writes a HardState whose term and vote are already durable, with no
-    /// fsync (see `Io::persist_commit`): the next synced write carries it
-    /// to the disk with everything before it.
+    /// Keeps a HardState whose term and vote are already durable, to be
+    /// written by the next `persist` (see `Io::persist_commit`: only its
+    /// commit index is new, and a commit index lost in a crash is learned
+    /// again from the leader). It used to be written at once without an
+    /// fdatasync; with the log written with O_DIRECT (zerofill.rs) such a
+    /// write is a device write of its own, where held back it costs
+    /// nothing: the next synced write carries it either way.
     pub fn persist_commit(&self, hard_state: &HardState) -> Result<(), ConsensusError> {
-        let mut batch = LogBatch::with_capacity(0);
-        batch.put_message(GROUP_ID, KEY_HARD_STATE.to_vec(), hard_state)?;
-        self.write(&mut batch, false)?;
+        if let Some(failed) = self.failure() {
+            return Err(failed);
+        }
+        let mut pending = self.commit_pending.lock().expect("not poisoned");
+        if let Some(older) = pending.as_ref() {
+            assert!(
+                hard_state.term == older.term && hard_state.vote == older.vote,
+                "only the commit index changes without a persist"
+            );
+            assert!(
+                hard_state.commit >= older.commit,
+                "a commit index never goes back"
+            );
+        }
+        *pending = Some(hard_state.clone());
         Ok(())
     }
 
