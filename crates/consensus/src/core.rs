@@ -177,8 +177,9 @@ pub trait Io {
         hard_state: Option<&HardState>,
         conf_state: Option<&ConfState>,
     ) -> Result<(), ConsensusError>;
-    /// Writes a HardState whose term and vote are already durable, without
-    /// waiting for the disk: only its commit index is new, and a commit
+    /// Keeps a HardState whose term and vote are already durable, without
+    /// waiting for the disk (the log store holds it for its next synced
+    /// write, `LogStore::persist_commit`): only its commit index is new, and a commit
     /// index lost in a crash is learned again from the log's leader (etcd's
     /// `MustSync`: entries, term and vote are synced before any message
     /// that depends on them; the commit index never needs to be). A later

@@ -61,6 +61,10 @@ pub const DIRECT_IO_ALIGN_BYTES: usize = 4096;
 /// Keel's batches are bounded well below this (`BATCH_BYTES_MAX`, a
 /// snapshot's metadata); a larger one goes through the page cache.
 pub const DIRECT_WRITE_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// A writer's block buffer is kept between writes up to this size (a
+/// batch is at most `BATCH_BYTES_MAX`, 4 MiB); one grown past it by a
+/// larger write (a follower catching up) is freed after that write.
+pub const SCRATCH_KEPT_BYTES_MAX: usize = 8 * 1024 * 1024;
 
 /// Whether "buffered writes" was logged already (once per process).
 static FALLBACK_LOGGED: AtomicBool = AtomicBool::new(false);
@@ -297,6 +301,9 @@ impl ZeroFillWriter {
             tail.block.as_mut().fill(0);
         }
         tail.position = end;
+        if tail.scratch.len() > SCRATCH_KEPT_BYTES_MAX {
+            tail.scratch = AlignedBuf::zeroed(DIRECT_IO_ALIGN_BYTES);
+        }
         self.inner.seek(SeekFrom::Start(end as u64))?;
         Ok(())
     }
@@ -649,6 +656,25 @@ mod tests {
             );
             check(&fs, &path, &model);
         }
+    }
+
+    #[test]
+    fn a_write_larger_than_the_kept_buffer_reads_back_and_frees_it() {
+        let fs = ZeroFill { direct_io: true };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let mut writer = fs.new_writer(Arc::new(fs.create(&path).unwrap())).unwrap();
+        let mut model = b"head".to_vec();
+        writer.write_all(&model).unwrap();
+        let large: Vec<u8> = (0..SCRATCH_KEPT_BYTES_MAX + 5000)
+            .map(|i| (i % 251) as u8 | 1)
+            .collect();
+        writer.write_all(&large).unwrap();
+        model.extend_from_slice(&large);
+        assert!(writer.tail.as_ref().unwrap().scratch.len() <= SCRATCH_KEPT_BYTES_MAX);
+        writer.write_all(b"tail").unwrap();
+        model.extend_from_slice(b"tail");
+        check(&fs, &path, &model);
     }
 
     #[test]
