@@ -3,26 +3,11 @@
 //! drop writes it; nothing else does (with the log written with O_DIRECT
 //! a write of its own would be a device write of its own).
 
+mod common;
+
+use common::{entry, hard_state};
 use keel_consensus::LogStore;
-use raft::eraftpb::{Entry, HardState};
-
-fn entry(index: u64) -> Entry {
-    Entry {
-        index,
-        term: 1,
-        data: vec![3; 32].into(),
-        ..Default::default()
-    }
-}
-
-fn hard_state(commit: u64) -> HardState {
-    HardState {
-        term: 1,
-        vote: 1,
-        commit,
-        ..Default::default()
-    }
-}
+use raft::eraftpb::HardState;
 
 fn commit_read_back(store: &LogStore) -> u64 {
     store.recover().unwrap().hard_state.commit
@@ -51,14 +36,21 @@ fn a_commit_index_is_written_by_the_next_persist_not_before() {
     assert_eq!(store.recover().unwrap().hard_state, newer);
 }
 
-#[test]
-fn a_clean_drop_writes_the_commit_index_held_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = LogStore::open(dir.path()).unwrap();
+/// A store in `dir` with entries 1 and 2 durable and commit 2 held back.
+fn two_entries_commit_held_back(dir: &std::path::Path) -> LogStore {
+    let store = LogStore::open(dir).unwrap();
     assert!(store
         .persist(&[entry(1), entry(2)], Some(&hard_state(0)), None)
         .unwrap());
     store.persist_commit(&hard_state(2)).unwrap();
+    store
+}
+
+#[test]
+fn a_clean_drop_writes_the_commit_index_held_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = two_entries_commit_held_back(dir.path());
+    assert_eq!(commit_read_back(&store), 0);
     drop(store);
     let reopened = LogStore::open(dir.path()).unwrap();
     assert_eq!(commit_read_back(&reopened), 2);
@@ -67,11 +59,7 @@ fn a_clean_drop_writes_the_commit_index_held_back() {
 #[test]
 fn a_commit_index_never_goes_back() {
     let dir = tempfile::tempdir().unwrap();
-    let store = LogStore::open(dir.path()).unwrap();
-    assert!(store
-        .persist(&[entry(1), entry(2)], Some(&hard_state(0)), None)
-        .unwrap());
-    store.persist_commit(&hard_state(2)).unwrap();
+    let store = two_entries_commit_held_back(dir.path());
     let back = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         store.persist_commit(&hard_state(1))
     }));

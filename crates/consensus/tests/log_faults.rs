@@ -5,26 +5,10 @@
 //! because fail points are process-wide; `FailScenario` runs them one at
 //! a time.
 
+mod common;
+
+use common::{entry, hard_state};
 use keel_consensus::{ConsensusError, LogStore};
-use raft::eraftpb::{Entry, HardState};
-
-fn entry(index: u64) -> Entry {
-    Entry {
-        index,
-        term: 1,
-        data: vec![7; 64].into(),
-        ..Default::default()
-    }
-}
-
-fn hard_state(commit: u64) -> HardState {
-    HardState {
-        term: 1,
-        vote: 1,
-        commit,
-        ..Default::default()
-    }
-}
 
 fn not_durable(error: ConsensusError, dir: &std::path::Path) -> String {
     match &error {
