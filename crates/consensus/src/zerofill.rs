@@ -279,6 +279,10 @@ impl ZeroFillWriter {
         fail::fail_point!("log_file::write::err", |_| {
             Err(IoError::new(ErrorKind::InvalidInput, "fp"))
         });
+        // A file system that opens O_DIRECT and then refuses the write.
+        fail::fail_point!("zerofill::direct_write::einval", |_| {
+            Err(IoError::from_raw_os_error(libc::EINVAL))
+        });
         let file = self.handle.direct.as_ref().expect("a direct descriptor");
         let tail = self.tail.as_mut().expect("direct writes");
         let start = tail.block_start();

@@ -138,3 +138,30 @@ fn a_log_that_ends_before_its_snapshot_starts_again_after_it() {
     std::mem::forget(store);
     scenario.teardown();
 }
+
+/// A file system that opens a file with O_DIRECT and then refuses the
+/// direct write (EINVAL) gets buffered writes from there on: the batch
+/// that met the refusal is written, nothing fails, and everything reads
+/// back after a restart.
+#[test]
+fn a_direct_write_refused_falls_back_to_the_page_cache() {
+    let scenario = fail::FailScenario::setup();
+    let dir = tempfile::tempdir().unwrap();
+    let store = LogStore::open(dir.path()).unwrap();
+    fail::cfg("zerofill::direct_write::einval", "return").unwrap();
+    assert!(store
+        .persist(&[entry(1), entry(2)], Some(&hard_state(0)), None)
+        .unwrap());
+    fail::remove("zerofill::direct_write::einval");
+    assert!(store
+        .persist(&[entry(3)], Some(&hard_state(2)), None)
+        .unwrap());
+    assert!(store.failure().is_none());
+    assert_eq!(indexes(&store), vec![1, 2, 3]);
+    drop(store);
+    let reopened = LogStore::open(dir.path()).unwrap();
+    assert_eq!(indexes(&reopened), vec![1, 2, 3]);
+    assert_eq!(reopened.recover().unwrap().hard_state.commit, 2);
+    drop(reopened);
+    scenario.teardown();
+}
