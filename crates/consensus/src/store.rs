@@ -69,23 +69,11 @@ pub struct LogStore {
 
 impl Drop for LogStore {
     fn drop(&mut self) {
-        // A clean stop keeps the newest commit index (best effort: a
-        // commit index lost is learned again from the leader).
-        if self.fault.get().is_none() {
-            let pending = self
-                .commit_pending
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .take();
-            if let Some(hard_state) = pending {
-                let mut batch = LogBatch::with_capacity(0);
-                if batch
-                    .put_message(GROUP_ID, KEY_HARD_STATE.to_vec(), &hard_state)
-                    .is_ok()
-                {
-                    let _ = self.write(&mut batch, true);
-                }
-            }
+        // A clean stop keeps the newest commit index held back (best
+        // effort: a commit index lost is learned again from the leader);
+        // a persist of nothing writes just that, or nothing at all.
+        if self.fault.get().is_none() && !self.commit_pending.is_poisoned() {
+            let _ = self.persist(&[], None, None);
         }
         self.purge.take();
         if let Some(purger) = self.purger.take() {

@@ -101,6 +101,22 @@ impl ZeroFill {
     }
 }
 
+impl ZeroFill {
+    /// raft-engine's descriptor of `path`, and a direct one beside it when
+    /// the file is opened for writing.
+    fn handle(&self, fd: InnerFd, path: &Path, perm: Permission) -> LogHandle {
+        let direct = match perm {
+            Permission::ReadWrite => self.open_direct(path),
+            Permission::ReadOnly => None,
+        };
+        LogHandle {
+            fd: Arc::new(fd),
+            direct,
+            path: path.to_path_buf(),
+        }
+    }
+}
+
 fn log_fallback(path: &Path, error: &IoError) {
     if !FALLBACK_LOGGED.swap(true, Ordering::Relaxed) {
         tracing::warn!(
@@ -142,25 +158,13 @@ impl FileSystem for ZeroFill {
     type Writer = ZeroFillWriter;
 
     fn create<P: AsRef<Path>>(&self, path: P) -> IoResult<Self::Handle> {
-        let fd = Arc::new(DefaultFileSystem.create(path.as_ref())?);
-        Ok(LogHandle {
-            fd,
-            direct: self.open_direct(path.as_ref()),
-            path: path.as_ref().to_path_buf(),
-        })
+        let fd = DefaultFileSystem.create(path.as_ref())?;
+        Ok(self.handle(fd, path.as_ref(), Permission::ReadWrite))
     }
 
     fn open<P: AsRef<Path>>(&self, path: P, perm: Permission) -> IoResult<Self::Handle> {
-        let fd = Arc::new(DefaultFileSystem.open(path.as_ref(), perm)?);
-        let direct = match perm {
-            Permission::ReadWrite => self.open_direct(path.as_ref()),
-            Permission::ReadOnly => None,
-        };
-        Ok(LogHandle {
-            fd,
-            direct,
-            path: path.as_ref().to_path_buf(),
-        })
+        let fd = DefaultFileSystem.open(path.as_ref(), perm)?;
+        Ok(self.handle(fd, path.as_ref(), perm))
     }
 
     fn delete<P: AsRef<Path>>(&self, path: P) -> IoResult<()> {
@@ -177,10 +181,7 @@ impl FileSystem for ZeroFill {
 
     fn new_writer(&self, handle: Arc<Self::Handle>) -> IoResult<Self::Writer> {
         let inner = DefaultFileSystem.new_writer(handle.fd.clone())?;
-        let tail = match handle.direct.is_some() {
-            true => Some(Tail::new()),
-            false => None,
-        };
+        let tail = handle.direct.is_some().then(Tail::new);
         Ok(ZeroFillWriter {
             inner,
             handle,
@@ -607,10 +608,9 @@ mod tests {
         for seed in 1..=8u64 {
             let mut rng = Lcg(seed);
             let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().join("log");
+            let (path, mut writer) = direct_writer(&fs, dir.path());
             let mut model: Vec<u8> = Vec::new();
             let mut capacity = 0usize;
-            let mut writer = fs.new_writer(Arc::new(fs.create(&path).unwrap())).unwrap();
             for step in 0..300 {
                 match rng.below(20) {
                     // Reopen where the records end (raft-engine continues
@@ -662,12 +662,19 @@ mod tests {
         }
     }
 
+    /// A new file "log" in `dir` and its direct writer.
+    fn direct_writer(fs: &ZeroFill, dir: &Path) -> (std::path::PathBuf, ZeroFillWriter) {
+        assert!(fs.direct_io);
+        let path = dir.join("log");
+        let writer = fs.new_writer(Arc::new(fs.create(&path).unwrap())).unwrap();
+        (path, writer)
+    }
+
     #[test]
     fn a_write_larger_than_the_kept_buffer_reads_back_and_frees_it() {
         let fs = ZeroFill { direct_io: true };
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("log");
-        let mut writer = fs.new_writer(Arc::new(fs.create(&path).unwrap())).unwrap();
+        let (path, mut writer) = direct_writer(&fs, dir.path());
         let mut model = b"head".to_vec();
         writer.write_all(&model).unwrap();
         let large: Vec<u8> = (0..SCRATCH_KEPT_BYTES_MAX + 5000)
@@ -686,8 +693,7 @@ mod tests {
         // raft-engine rewinds and writes a fresh header over a reused file.
         let fs = ZeroFill { direct_io: true };
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("log");
-        let mut writer = fs.new_writer(Arc::new(fs.create(&path).unwrap())).unwrap();
+        let (path, mut writer) = direct_writer(&fs, dir.path());
         writer.write_all(&[9u8; 5000]).unwrap();
         writer.rewind().unwrap();
         writer.write_all(b"head").unwrap();
