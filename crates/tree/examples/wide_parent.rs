@@ -1,0 +1,74 @@
+//! One parent, many children: the tree's apply rate for creates whose
+//! names sort last (`seq`) or anywhere (`random`), per 100,000 children.
+//! A parent's children are one sorted vector, so a create whose name
+//! sorts in the middle moves the names after it: the rate falls with the
+//! number of children (README, "What does not work yet").
+//!
+//!     cargo run --release -p keel-tree --example wide_parent -- 1000000 random
+use std::time::Instant;
+
+use keel_jute::{CreateRequest, Request};
+use keel_tree::{acl, DataTree, Txn, TxnOp};
+
+fn txn(op: TxnOp) -> Txn {
+    Txn {
+        session_id: 1,
+        xid: 1,
+        time_ms: 1,
+        auth: vec![],
+        op,
+    }
+}
+
+fn create(path: String) -> Txn {
+    let mut body = Vec::new();
+    let request = Request::Create(CreateRequest {
+        path,
+        data: Some(vec![b'x'; 10]),
+        acl: acl::open_acl_unsafe(),
+        flags: 0,
+    });
+    request.encode(&mut body);
+    txn(TxnOp::Request {
+        op_code: request.op_code(),
+        body,
+    })
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let count: u64 = args
+        .get(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1_000_000);
+    let random = match args.get(2).map(String::as_str) {
+        Some("random") | None => true,
+        Some("seq") => false,
+        Some(other) => panic!("unknown order {other}: random or seq"),
+    };
+    let mut tree = DataTree::new();
+    tree.apply(1, &txn(TxnOp::CreateSession { timeout_ms: 30_000 }));
+    tree.apply(1, &create("/p".into()));
+    let mut x: u64 = 0x9E3779B97F4A7C15;
+    let mut started = Instant::now();
+    for i in 0..count {
+        let name = if random {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            format!("/p/{x:016x}")
+        } else {
+            format!("/p/{i:016x}")
+        };
+        let applied = tree.apply(1, &create(name));
+        assert!(applied.result.is_ok(), "create {i} failed");
+        if (i + 1) % 100_000 == 0 {
+            println!(
+                "{:>8} children: {:>8.0} creates/s",
+                i + 1,
+                100_000.0 / started.elapsed().as_secs_f64()
+            );
+            started = Instant::now();
+        }
+    }
+}
