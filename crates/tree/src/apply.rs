@@ -559,7 +559,7 @@ impl DataTree {
         auth: &[Id],
     ) -> Result<Vec<NodeId>, ErrorCode> {
         let limit = (limit as usize).min(REMOVE_RECURSIVE_NODES_MAX);
-        let mut counted = 1 + self.slot(root).children.len();
+        let mut counted = 1 + self.children(root).len();
         if counted > limit {
             return Err(ErrorCode::NotEmpty);
         }
@@ -568,8 +568,8 @@ impl DataTree {
         while let Some(id) = queue.pop_front() {
             acl::check(self.acl_of(id), perms::DELETE, auth)?;
             doomed.push(id);
-            for &child in self.slot(id).children.iter() {
-                counted += self.slot(child).children.len();
+            for child in self.children(id).iter() {
+                counted += self.children(child).len();
                 if counted > limit {
                     return Err(ErrorCode::NotEmpty);
                 }
@@ -601,7 +601,7 @@ impl DataTree {
         }
         .ok_or(ErrorCode::NoNode)?;
         check_version(self.slot(id).stat.version, version)?;
-        if !self.slot(id).children.is_empty() {
+        if !self.slot(id).is_leaf() {
             return Err(ErrorCode::NotEmpty);
         }
         self.remove(id, path, ctx.zxid, events);
@@ -625,7 +625,7 @@ impl DataTree {
         deletable_parent(path)?;
         let id = self.resolve(path).ok_or(ErrorCode::NoNode)?;
         let slot = self.slot(id);
-        if !slot.children.is_empty() {
+        if !slot.is_leaf() {
             return Err(ErrorCode::NotEmpty);
         }
         let early = crate::planted::reap_early();
@@ -749,10 +749,7 @@ impl DataTree {
     fn close_session(&mut self, ctx: &Context<'_>) -> Applied {
         let mut events = Vec::new();
         for (id, path) in self.ephemerals_in_java_order(ctx.session_id) {
-            assert!(
-                self.slot(id).children.is_empty(),
-                "ephemeral {path} has children"
-            );
+            assert!(self.slot(id).is_leaf(), "ephemeral {path} has children");
             self.remove(id, &path, ctx.zxid, &mut events);
         }
         assert!(!self.ephemerals.contains_key(&ctx.session_id));

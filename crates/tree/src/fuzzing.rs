@@ -912,17 +912,22 @@ pub fn check_tree(tree: &DataTree, strict: bool) {
         if id != ROOT {
             let parent = tree.arena.get(slot.parent);
             assert!(!parent.is_free(), "{node_path} has no parent");
-            assert!(parent.children.contains(&id), "{node_path} not linked");
+            assert!(
+                tree.arena.children(slot.parent).contains(id),
+                "{node_path} not linked"
+            );
         }
-        for pair in slot.children.windows(2) {
+        tree.arena.check_children_form(id);
+        let children = tree.arena.children(id).to_vec();
+        for pair in children.windows(2) {
             let (a, b) = (tree.arena.get(pair[0]), tree.arena.get(pair[1]));
             assert!(
                 a.blob.name_bytes() < b.blob.name_bytes(),
                 "{node_path} children unsorted"
             );
         }
-        for child in slot.children.iter() {
-            let child_slot = tree.arena.get(*child);
+        for child in children {
+            let child_slot = tree.arena.get(child);
             assert!(!child_slot.is_free(), "a child of {node_path} is dangling");
             assert_eq!(
                 child_slot.parent, id,
@@ -930,10 +935,7 @@ pub fn check_tree(tree: &DataTree, strict: bool) {
             );
         }
         if let OwnerKind::Ephemeral(session) = owner_kind(slot.stat.ephemeral_owner) {
-            assert!(
-                slot.children.is_empty(),
-                "ephemeral {node_path} has children"
-            );
+            assert!(slot.is_leaf(), "ephemeral {node_path} has children");
             assert!(
                 !strict || tree.sessions.contains_key(&session),
                 "ephemeral {node_path} of dead session {session:#x}"

@@ -16,7 +16,7 @@ impl DataTree {
     pub(crate) fn quota_prefix(&self, path: &str) -> Option<String> {
         if self
             .resolve(QUOTA_ROOT)
-            .is_none_or(|id| self.slot(id).children.is_empty())
+            .is_none_or(|id| self.slot(id).is_leaf())
         {
             return None;
         }
@@ -71,7 +71,7 @@ impl DataTree {
             let slot = self.slot(current);
             count += 1;
             bytes += slot.blob.data_len() as i64;
-            stack.extend(slot.children.iter().copied());
+            stack.extend(self.children(current).iter());
         }
         (count, bytes)
     }

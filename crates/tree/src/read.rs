@@ -149,8 +149,8 @@ impl DataTree {
             Ok(id) => id,
             Err(code) => return ReadOutcome::plain(Err(code)),
         };
-        let slot = self.slot(id);
-        let count = slot.children.len();
+        let children = self.children(id);
+        let count = children.len();
         let mut body = Vec::with_capacity(4 + count * ENCODED_CHILD_BYTES_GUESS + STAT_BYTES);
         write_i32(
             &mut body,
@@ -159,8 +159,8 @@ impl DataTree {
         // A ustring is its length and bytes, as a buffer: the stored name
         // (UTF-8 since it was created from a `&str`) is copied without
         // checking its UTF-8 again, once per child per request.
-        for child in &slot.children {
-            write_buffer(&mut body, Some(self.slot(*child).blob.name_bytes()));
+        for child in children.iter() {
+            write_buffer(&mut body, Some(self.slot(child).blob.name_bytes()));
         }
         if with_stat {
             self.client_stat(id).write(&mut body);
@@ -189,10 +189,9 @@ impl DataTree {
             Err(code) => return ReadOutcome::plain(Err(code)),
         };
         let children: Vec<String> = self
-            .slot(id)
-            .children
+            .children(id)
             .iter()
-            .map(|c| self.slot(*c).blob.name().to_string())
+            .map(|c| self.slot(c).blob.name().to_string())
             .collect();
         let result = if with_stat {
             Response::GetChildren2(children, self.client_stat(id))
@@ -231,10 +230,10 @@ impl DataTree {
             ));
         }
         let mut count: i64 = 0;
-        let mut stack: Vec<NodeId> = self.slot(id).children.to_vec();
+        let mut stack: Vec<NodeId> = self.children(id).to_vec();
         while let Some(child) = stack.pop() {
             count += 1;
-            stack.extend(self.slot(child).children.iter().copied());
+            stack.extend(self.children(child).iter());
         }
         Ok(Response::GetAllChildrenNumber(
             count.min(i32::MAX as i64) as i32
@@ -286,7 +285,7 @@ impl DataTree {
         auth: &[Id],
     ) -> Result<Vec<String>, ErrorCode> {
         let mut children = Vec::new();
-        for &child in self.slot(id).children.iter() {
+        for child in self.children(id).iter() {
             acl::check(self.acl_of(child), perms::READ, auth)?;
             let slot = self.slot(child);
             let ephemeral = matches!(
@@ -381,7 +380,7 @@ impl DataTree {
     /// more children than one reply may carry.
     fn listable(&self, path: &str, auth: &[Id]) -> Result<NodeId, ErrorCode> {
         let id = self.readable(path, auth)?;
-        if self.slot(id).children.len() > CHILDREN_PER_RESPONSE_MAX {
+        if self.children(id).len() > CHILDREN_PER_RESPONSE_MAX {
             return Err(ErrorCode::MarshallingError);
         }
         Ok(id)

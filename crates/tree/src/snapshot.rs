@@ -25,7 +25,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use keel_jute::{Acl, JuteError, Reader, Record, Stat};
-use thin_vec::ThinVec;
 
 use crate::path;
 use crate::store::{
@@ -659,13 +658,7 @@ fn decode_record(r: &mut Reader<'_>) -> Result<(NodeId, Slot), SnapshotError> {
     if !name_ok || acl == FREE_ACL {
         return Err(inconsistent(format!("node {id}: bad name, parent or ACL")));
     }
-    let slot = Slot {
-        stat,
-        parent,
-        acl,
-        blob: Blob::new(name, data),
-        children: ThinVec::new(),
-    };
+    let slot = Slot::leaf(stat, parent, acl, Blob::new(name, data));
     Ok((id, slot))
 }
 
@@ -845,8 +838,7 @@ fn link_children(tree: &mut DataTree, threads: usize) -> Result<(), SnapshotErro
     for parent in 0..len {
         let children = &flat[counts[parent] as usize..counts[parent + 1] as usize];
         if !children.is_empty() {
-            let list: ThinVec<NodeId> = children.iter().copied().collect();
-            tree.arena.get_mut(parent as NodeId).children = list;
+            tree.arena.set_children(parent as NodeId, children);
         }
     }
     Ok(())
@@ -994,7 +986,7 @@ fn walk(tree: &mut DataTree, contents: &[u64]) -> Result<(), SnapshotError> {
                 .digest
                 .wrapping_add(combine_digest(hash, contents[id as usize]));
             tree.data_size += path_len + slot.blob.data_len() as u64;
-            tree.heap_bytes += (slot.blob.heap_bytes() + slot.children_heap_bytes()) as u64;
+            tree.heap_bytes += (slot.blob.heap_bytes() + tree.arena.children_heap_bytes(id)) as u64;
             let owner = slot.stat.ephemeral_owner;
             match owner_kind(owner) {
                 OwnerKind::Persistent => {}
@@ -1005,7 +997,7 @@ fn walk(tree: &mut DataTree, contents: &[u64]) -> Result<(), SnapshotError> {
                     tree.ttls.insert(id);
                 }
                 OwnerKind::Ephemeral(session) => {
-                    if !slot.children.is_empty() {
+                    if !slot.is_leaf() {
                         ephemeral_parents.push(id);
                     }
                     tree.ephemerals.entry(session).or_default().insert(id);
@@ -1016,11 +1008,11 @@ fn walk(tree: &mut DataTree, contents: &[u64]) -> Result<(), SnapshotError> {
             } else {
                 fnv(hash, b"")
             };
-            for child in slot.children.iter() {
-                let name = tree.arena.get(*child).blob.name_bytes();
+            for child in tree.arena.children(id).iter() {
+                let name = tree.arena.get(child).blob.name_bytes();
                 let child_hash = fnv(fnv(prefix, b"/"), name);
                 let child_len = if id == ROOT { 1 } else { path_len + 1 } + name.len() as u64;
-                next.push((*child, child_hash, child_len));
+                next.push((child, child_hash, child_len));
             }
         }
         level = next;

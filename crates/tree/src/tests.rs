@@ -1015,18 +1015,24 @@ fn unpadded_numbered_children_land_in_order_past_the_hint() {
 }
 
 /// `gallop` finds the first child not before the name, from any start
-/// at or before it, whatever the distance.
+/// at or before it, whatever the distance, in one vector and in chunks.
 #[test]
 fn gallop_finds_the_first_child_not_before_the_name() {
-    let children: Vec<u32> = (0..100).map(|i| i * 2).collect();
-    for from in 0..=children.len() {
-        for sought in 0..=200u32 {
-            let expected = children.partition_point(|c| *c < sought);
-            if expected < from {
-                continue; // the hint is only used when children[from - 1] < sought
+    let children: Vec<u32> = (0..3000).map(|i| i * 2).collect();
+    let chunked = crate::store::Chunked::from_sorted(&children);
+    for form in [
+        crate::store::Children::Flat(&children),
+        crate::store::Children::Chunked(&chunked),
+    ] {
+        for from in (0..=children.len()).step_by(7) {
+            for sought in (0..=6000u32).step_by(13) {
+                let expected = children.partition_point(|c| *c < sought);
+                if expected < from {
+                    continue; // the hint is only used when children[from - 1] < sought
+                }
+                let got = crate::tree::gallop(&form, from, |c| c < sought);
+                assert_eq!(got, expected, "{form:?}: from {from}, sought {sought}");
             }
-            let got = crate::tree::gallop(&children, from, |c| c < sought);
-            assert_eq!(got, expected, "from {from}, sought {sought}");
         }
     }
 }
@@ -1250,4 +1256,84 @@ fn listings_encoded_for_the_reply_are_the_bytes_of_the_plain_read() {
         h.tree.read(&get, SESSION, &[]),
         h.tree.read_for_reply(&get, SESSION, &[])
     );
+}
+
+/// A parent with more children than one vector holds (its list in
+/// chunks): creates and deletes in random order keep the list sorted and
+/// complete, a multi that fails after crossing the bound rolls back whole,
+/// and a snapshot taken while the list is chunked loads the same tree.
+#[test]
+fn a_wide_parent_keeps_its_children_sorted_through_creates_deletes_and_snapshots() {
+    use crate::store::CHILDREN_FLAT_MAX;
+    let mut h = Harness::new();
+    h.create("/w", 0).unwrap();
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut name = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        format!("{x:016x}")
+    };
+    let mut expected = std::collections::BTreeSet::new();
+    // Just under the bound: one vector.
+    while expected.len() < CHILDREN_FLAT_MAX {
+        h.create_child("/w", name(), &mut expected);
+    }
+    // A multi that crosses the bound and then fails leaves the list as it was.
+    let crossing: Vec<MultiOp> = (0..3)
+        .map(|_| MultiOp::Create(create_request(&format!("/w/{}", name()), 0)))
+        .chain([MultiOp::Delete(DeleteRequest {
+            path: "/missing".into(),
+            version: -1,
+        })])
+        .collect();
+    // ZooKeeper's answer: the ops before the failure Ok (0), the failing
+    // delete NoNode (-101).
+    assert_eq!(
+        h.request(Request::Multi(crossing)).result,
+        Ok(Response::Multi(vec![
+            MultiResult::Error(0),
+            MultiResult::Error(0),
+            MultiResult::Error(0),
+            MultiResult::Error(-101),
+        ]))
+    );
+    h.assert_children("/w", expected.clone());
+    // Past it, in random order, with deletes between.
+    for round in 0..3 * CHILDREN_FLAT_MAX {
+        h.create_child("/w", name(), &mut expected);
+        if round % 3 == 0 {
+            let victim = expected.iter().nth(round % expected.len()).unwrap().clone();
+            h.delete(&format!("/w/{victim}")).unwrap();
+            expected.remove(&victim);
+        }
+    }
+    h.assert_children("/w", expected.clone());
+    let wide = h.tree.resolve("/w").unwrap();
+    assert!(matches!(
+        h.tree.children(wide),
+        crate::store::Children::Chunked(_)
+    ));
+    assert_eq!(h.stat("/w").num_children as usize, expected.len());
+    h.tree.set_applied(7, TERM);
+    let mut bytes = Vec::new();
+    snapshot::encode(&mut h.tree, &mut bytes);
+    let loaded = snapshot::decode(&bytes).unwrap();
+    assert_eq!(loaded.digest(), h.tree.digest());
+    assert_eq!(
+        loaded.node("/w").unwrap().children,
+        expected.iter().cloned().collect::<Vec<_>>()
+    );
+    crate::fuzzing::check_invariants(&loaded);
+    // Deleted down to nothing, through the bound again.
+    let all: Vec<String> = expected.iter().cloned().collect();
+    for (i, victim) in all.iter().enumerate() {
+        h.delete(&format!("/w/{victim}")).unwrap();
+        expected.remove(victim);
+        if i % 2000 == 0 {
+            h.assert_children("/w", expected.clone());
+        }
+    }
+    h.assert_children("/w", expected);
+    h.delete("/w").unwrap();
 }

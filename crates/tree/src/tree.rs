@@ -12,11 +12,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use keel_jute::{Acl, EventType, Stat};
-use thin_vec::ThinVec;
 
 use crate::path;
 use crate::snapshot::SnapshotState;
-use crate::store::{AclTable, Arena, Blob, NodeId, PackedStat, PathIndex, Slot, NIL, ROOT};
+use crate::store::{
+    AclTable, Arena, Blob, Children, NodeId, PackedStat, PathIndex, Slot, NIL, ROOT,
+};
 
 /// ZooKeeper's CONTAINER_EPHEMERAL_OWNER (Long.MIN_VALUE).
 pub const CONTAINER_OWNER: i64 = i64::MIN;
@@ -235,7 +236,11 @@ impl InsertHints {
 /// name sought (`before` holds for a prefix of `children[from..]`, the
 /// children being sorted): probes `from`, `from + 1`, `from + 3`, ... and
 /// bisects the last step.
-pub(crate) fn gallop(children: &[NodeId], from: usize, before: impl Fn(NodeId) -> bool) -> usize {
+pub(crate) fn gallop(
+    children: &Children<'_>,
+    from: usize,
+    before: impl Fn(NodeId) -> bool,
+) -> usize {
     assert!(
         from <= children.len(),
         "hint {from} past {} children",
@@ -243,11 +248,11 @@ pub(crate) fn gallop(children: &[NodeId], from: usize, before: impl Fn(NodeId) -
     );
     let mut low = from;
     let mut step = 1;
-    while low < children.len() && before(children[low]) {
+    while low < children.len() && before(children.get(low)) {
         let probe = low + step;
-        if probe >= children.len() || !before(children[probe]) {
+        if probe >= children.len() || !before(children.get(probe)) {
             let high = probe.min(children.len());
-            return low + 1 + children[low + 1..high].partition_point(|child| before(*child));
+            return children.partition_point(low + 1, high, &before);
         }
         low = probe + 1;
         step *= 2;
@@ -294,13 +299,7 @@ impl DataTree {
         let open = crate::acl::open_acl_unsafe();
         let acl = tree.acls.intern(&open);
         let root = tree.arena.alloc(
-            Slot {
-                stat: PackedStat::default(),
-                parent: NIL,
-                acl,
-                blob: Blob::new("", Some(&[])),
-                children: ThinVec::new(),
-            },
+            Slot::leaf(PackedStat::default(), NIL, acl, Blob::new("", Some(&[]))),
             false,
         );
         assert_eq!(root, ROOT);
@@ -377,10 +376,11 @@ impl DataTree {
             stat: self.persisted_stat(id),
             data: slot.blob.data().map(|d| d.to_vec()),
             acl: self.acls.get(slot.acl).to_vec(),
-            children: slot
-                .children
+            children: self
+                .arena
+                .children(id)
                 .iter()
-                .map(|c| self.arena.get(*c).blob.name().to_string())
+                .map(|c| self.arena.get(c).blob.name().to_string())
                 .collect(),
         }
     }
@@ -466,7 +466,7 @@ impl DataTree {
         let mut candidates = Vec::new();
         for id in self.containers.iter() {
             let slot = self.arena.get(*id);
-            if slot.children.is_empty() && (slot.stat.cversion > 0 || early) && !late {
+            if slot.is_leaf() && (slot.stat.cversion > 0 || early) && !late {
                 candidates.push(self.path_of(*id));
             }
         }
@@ -478,7 +478,7 @@ impl DataTree {
                 } else {
                     ttl_ms
                 };
-                if slot.children.is_empty()
+                if slot.is_leaf()
                     && ttl_ms != 0
                     && (now_ms.saturating_sub(slot.stat.mtime) > ttl_ms || early)
                 {
@@ -550,6 +550,11 @@ impl DataTree {
         Some(id)
     }
 
+    /// The children of `id`, sorted by name.
+    pub(crate) fn children(&self, id: NodeId) -> Children<'_> {
+        self.arena.children(id)
+    }
+
     pub(crate) fn slot(&self, id: NodeId) -> &Slot {
         self.arena.get(id)
     }
@@ -604,21 +609,21 @@ impl DataTree {
     /// two past it, found in two or three probes instead of a bisection
     /// of the whole list, where every probe is a cache miss.
     fn insert_position(&self, parent: NodeId, name: &[u8]) -> usize {
-        let children = &self.arena.get(parent).children;
+        let children = self.arena.children(parent);
         let name_of = |child: NodeId| self.arena.get(child).blob.name_bytes();
         if let Some(at) = self.insert_hints.get(parent) {
             let after_previous =
-                at == 0 || (at <= children.len() && name_of(children[at - 1]) < name);
+                at == 0 || (at <= children.len() && name_of(children.get(at - 1)) < name);
             if after_previous {
                 // Past the last child (appends, most creates, also those of
                 // a second writer whose names sort after the first's) at
                 // once; the last child is usually in the cache.
-                if children.last().is_none_or(|last| name_of(*last) < name) {
+                if children.last().is_none_or(|last| name_of(last) < name) {
                     return children.len();
                 }
-                let position = gallop(children, at, |child| name_of(child) < name);
+                let position = gallop(&children, at, |child| name_of(child) < name);
                 assert!(
-                    position == children.len() || name_of(children[position]) != name,
+                    position == children.len() || name_of(children.get(position)) != name,
                     "linking an existing name"
                 );
                 return position;
@@ -634,19 +639,26 @@ impl DataTree {
     /// of the search is a cache miss in a list of millions.
     fn child_position(&self, parent: NodeId, name: &[u8]) -> Result<usize, usize> {
         let arena = &self.arena;
-        let children = &arena.get(parent).children;
-        let name_of = |child: &NodeId| arena.get(*child).blob.name_bytes();
+        let children = arena.children(parent);
+        let name_of = |child: NodeId| arena.get(child).blob.name_bytes();
         match children.last().map(|last| name_of(last).cmp(name)) {
             None | Some(std::cmp::Ordering::Less) => return Err(children.len()),
             Some(std::cmp::Ordering::Equal) => return Ok(children.len() - 1),
             Some(std::cmp::Ordering::Greater) => {}
         }
-        match name_of(&children[0]).cmp(name) {
+        match name_of(children.get(0)).cmp(name) {
             std::cmp::Ordering::Equal => return Ok(0),
             std::cmp::Ordering::Greater => return Err(0),
             std::cmp::Ordering::Less => {}
         }
-        children.binary_search_by(|child| name_of(child).cmp(name))
+        // Between the first and the last, both already compared.
+        let position =
+            children.partition_point(1, children.len() - 1, |child| name_of(child) < name);
+        if name_of(children.get(position)) == name {
+            Ok(position)
+        } else {
+            Err(position)
+        }
     }
 
     /// The client-visible Stat of a node, as ZooKeeper's DataNode.copyStat
@@ -675,7 +687,7 @@ impl DataTree {
             aversion: s.aversion,
             ephemeral_owner: s.ephemeral_owner,
             data_length: slot.blob.data_len() as i32,
-            num_children: slot.children.len() as i32,
+            num_children: self.arena.children(id).len() as i32,
             pzxid: s.pzxid,
         }
     }
@@ -694,21 +706,14 @@ impl DataTree {
         let position = self.insert_position(parent, name.as_bytes());
         let fresh_only = self.snapshot.is_some();
         let blob = Blob::new(name, data);
-        let id = self.arena.alloc(
-            Slot {
-                stat,
-                parent,
-                acl,
-                blob,
-                children: ThinVec::new(),
-            },
-            fresh_only,
-        );
+        let id = self
+            .arena
+            .alloc(Slot::leaf(stat, parent, acl, blob), fresh_only);
         self.index.insert(&self.arena, id);
-        let before = self.arena.get(parent).children_heap_bytes();
-        self.arena.get_mut(parent).children.insert(position, id);
+        let before = self.arena.children_heap_bytes(parent);
+        self.arena.insert_child(parent, position, id);
         self.insert_hints.set(parent, position + 1);
-        let after = self.arena.get(parent).children_heap_bytes();
+        let after = self.arena.children_heap_bytes(parent);
         self.heap_bytes = self.heap_bytes + after as u64 - before as u64;
         self.account(id, true);
         if let Some(journal) = &mut self.journal {
@@ -721,7 +726,7 @@ impl DataTree {
     pub(crate) fn unlink_slot(&mut self, id: NodeId) -> Slot {
         assert!(id != ROOT, "unlinking the root");
         assert!(
-            self.arena.get(id).children.is_empty(),
+            self.arena.get(id).is_leaf(),
             "unlinking a node with children"
         );
         self.before_change(id);
@@ -732,10 +737,10 @@ impl DataTree {
         let position = self
             .child_position(parent, self.arena.get(id).blob.name_bytes())
             .expect("a node is listed by its parent");
-        let before = self.arena.get(parent).children_heap_bytes();
-        let removed = self.arena.get_mut(parent).children.remove(position);
+        let before = self.arena.children_heap_bytes(parent);
+        let removed = self.arena.remove_child(parent, position);
         assert_eq!(removed, id);
-        let after = self.arena.get(parent).children_heap_bytes();
+        let after = self.arena.children_heap_bytes(parent);
         self.heap_bytes = self.heap_bytes + after as u64 - before as u64;
         let slot = self.arena.release(id);
         self.heap_bytes -= slot.children_heap_bytes() as u64;
@@ -885,10 +890,10 @@ impl DataTree {
         self.heap_bytes += slot.children_heap_bytes() as u64;
         self.arena.restore(id, slot);
         self.index.insert(&self.arena, id);
-        let before = self.arena.get(parent).children_heap_bytes();
-        self.arena.get_mut(parent).children.insert(position, id);
+        let before = self.arena.children_heap_bytes(parent);
+        self.arena.insert_child(parent, position, id);
         self.insert_hints.set(parent, position + 1);
-        let after = self.arena.get(parent).children_heap_bytes();
+        let after = self.arena.children_heap_bytes(parent);
         self.heap_bytes = self.heap_bytes + after as u64 - before as u64;
         self.account(id, true);
     }
@@ -962,7 +967,7 @@ impl DataTree {
         let slot = self.arena.get(id);
         assert!(!slot.is_free(), "node {id} is free");
         if let OwnerKind::Ephemeral(_) = owner_kind(slot.stat.ephemeral_owner) {
-            assert!(slot.children.is_empty(), "ephemeral {id} has children");
+            assert!(slot.is_leaf(), "ephemeral {id} has children");
         }
     }
 
@@ -999,7 +1004,7 @@ impl DataTree {
             count += 1;
             copy.digest = copy.digest.wrapping_add(self.slot_digest(id));
             copy.data_size += self.path_len(id) + slot.blob.data_len() as u64;
-            copy.heap_bytes += (slot.blob.heap_bytes() + slot.children_heap_bytes()) as u64;
+            copy.heap_bytes += (slot.blob.heap_bytes() + self.arena.children_heap_bytes(id)) as u64;
             let owner = slot.stat.ephemeral_owner;
             match owner_kind(owner) {
                 OwnerKind::Persistent => {}
