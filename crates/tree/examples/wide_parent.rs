@@ -1,8 +1,8 @@
 //! One parent, many children: the tree's apply rate for creates whose
 //! names sort last (`seq`) or anywhere (`random`), per 100,000 children.
-//! A parent's children are one sorted vector, so a create whose name
-//! sorts in the middle moves the names after it: the rate falls with the
-//! number of children (README, "What does not work yet").
+//! Past CHILDREN_FLAT_MAX children a parent keeps them in chunks, so a
+//! create whose name sorts in the middle moves one chunk, not every id
+//! after it (ARCHITECTURE.md, "The data tree in memory").
 //!
 //!     cargo run --release -p keel-tree --example wide_parent -- 1000000 random
 use std::time::Instant;
