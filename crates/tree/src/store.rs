@@ -333,10 +333,6 @@ impl<'a> Children<'a> {
         }
     }
 
-    pub fn first(&self) -> Option<NodeId> {
-        (!self.is_empty()).then(|| self.get(0))
-    }
-
     pub fn last(&self) -> Option<NodeId> {
         self.len().checked_sub(1).map(|last| self.get(last))
     }
