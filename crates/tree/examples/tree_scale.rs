@@ -11,6 +11,7 @@
 use std::time::Instant;
 
 use keel_jute::{CreateRequest, MultiOp, Request};
+use keel_tree::fuzzing::{local_request, local_txn};
 use keel_tree::{acl, snapshot, DataTree, Txn, TxnOp};
 
 #[cfg(keel_jemalloc)]
@@ -30,24 +31,8 @@ fn rss_bytes() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-fn txn(op: TxnOp) -> Txn {
-    Txn {
-        session_id: 1,
-        xid: 1,
-        time_ms: 1,
-        auth: vec![],
-        op,
-    }
-}
-
 fn multi(ops: Vec<MultiOp>) -> Txn {
-    let mut body = Vec::new();
-    let request = Request::Multi(ops);
-    request.encode(&mut body);
-    txn(TxnOp::Request {
-        op_code: request.op_code(),
-        body,
-    })
+    local_request(&Request::Multi(ops))
 }
 
 fn create(path: String) -> MultiOp {
@@ -70,7 +55,7 @@ fn main() {
         .unwrap_or(1_000_000);
     let base_rss = rss_bytes();
     let mut tree = DataTree::new();
-    tree.apply(1, &txn(TxnOp::CreateSession { timeout_ms: 30_000 }));
+    tree.apply(1, &local_txn(TxnOp::CreateSession { timeout_ms: 30_000 }));
     let started = Instant::now();
     let mut ops = Vec::with_capacity(MULTI_OPS);
     let mut made = 0;

@@ -10,41 +10,20 @@
 use std::time::Instant;
 
 use keel_jute::{CreateRequest, DeleteRequest, Request};
+use keel_tree::fuzzing::{local_request, local_txn};
 use keel_tree::{acl, DataTree, Txn, TxnOp};
 
-fn txn(op: TxnOp) -> Txn {
-    Txn {
-        session_id: 1,
-        xid: 1,
-        time_ms: 1,
-        auth: vec![],
-        op,
-    }
-}
-
 fn create(path: String) -> Txn {
-    let mut body = Vec::new();
-    let request = Request::Create(CreateRequest {
+    local_request(&Request::Create(CreateRequest {
         path,
         data: Some(vec![b'x'; 10]),
         acl: acl::open_acl_unsafe(),
         flags: 0,
-    });
-    request.encode(&mut body);
-    txn(TxnOp::Request {
-        op_code: request.op_code(),
-        body,
-    })
+    }))
 }
 
 fn delete(path: String) -> Txn {
-    let mut body = Vec::new();
-    let request = Request::Delete(DeleteRequest { path, version: -1 });
-    request.encode(&mut body);
-    txn(TxnOp::Request {
-        op_code: request.op_code(),
-        body,
-    })
+    local_request(&Request::Delete(DeleteRequest { path, version: -1 }))
 }
 
 /// `count` children in order, then 100,000 times: the oldest deleted, a
@@ -52,7 +31,7 @@ fn delete(path: String) -> Txn {
 fn queue(count: u64) {
     const ROUNDS: u64 = 100_000;
     let mut tree = DataTree::new();
-    tree.apply(1, &txn(TxnOp::CreateSession { timeout_ms: 30_000 }));
+    tree.apply(1, &local_txn(TxnOp::CreateSession { timeout_ms: 30_000 }));
     tree.apply(1, &create("/q".into()));
     for i in 0..count {
         assert!(tree
@@ -86,7 +65,7 @@ fn main() {
         Some(other) => panic!("unknown order {other}: random, seq or queue"),
     };
     let mut tree = DataTree::new();
-    tree.apply(1, &txn(TxnOp::CreateSession { timeout_ms: 30_000 }));
+    tree.apply(1, &local_txn(TxnOp::CreateSession { timeout_ms: 30_000 }));
     tree.apply(1, &create("/p".into()));
     let mut x: u64 = 0x9E3779B97F4A7C15;
     let mut started = Instant::now();

@@ -978,6 +978,31 @@ pub fn assert_same(a: &DataTree, b: &DataTree) {
 }
 
 // ---------------------------------------------------------------------------
+// Transactions for code that applies to a tree without a server (the
+// crate's examples and integration tests)
+
+/// `op` as session 1's transaction (xid 1, time 1 ms, no auth ids).
+pub fn local_txn(op: TxnOp) -> Txn {
+    Txn {
+        session_id: 1,
+        xid: 1,
+        time_ms: 1,
+        auth: Vec::new(),
+        op,
+    }
+}
+
+/// A client's write request as session 1's transaction.
+pub fn local_request(request: &keel_jute::Request) -> Txn {
+    let mut body = Vec::new();
+    request.encode(&mut body);
+    local_txn(TxnOp::Request {
+        op_code: request.op_code(),
+        body,
+    })
+}
+
+// ---------------------------------------------------------------------------
 // tree_batch_decode
 
 /// Most transactions [`decode_txns`] reads.

@@ -6,7 +6,8 @@
 //! test, so no other test thread allocates meanwhile).
 
 use keel_jute::{CreateRequest, MultiOp, Request};
-use keel_tree::{acl, snapshot, DataTree, Txn, TxnOp};
+use keel_tree::fuzzing::{local_request, local_txn};
+use keel_tree::{acl, snapshot, DataTree, TxnOp};
 
 const ZNODES: usize = 300_000;
 const FANOUT: usize = 1_000;
@@ -23,27 +24,8 @@ fn rss_bytes() -> u64 {
         * 1024
 }
 
-fn txn(op: TxnOp) -> Txn {
-    Txn {
-        session_id: 1,
-        xid: 1,
-        time_ms: 1,
-        auth: vec![],
-        op,
-    }
-}
-
 fn apply_multi(tree: &mut DataTree, ops: Vec<MultiOp>) {
-    let request = Request::Multi(ops);
-    let mut body = Vec::new();
-    request.encode(&mut body);
-    let applied = tree.apply(
-        1,
-        &txn(TxnOp::Request {
-            op_code: request.op_code(),
-            body,
-        }),
-    );
+    let applied = tree.apply(1, &local_request(&Request::Multi(ops)));
     assert!(applied.result.is_ok());
 }
 
@@ -58,7 +40,7 @@ fn create(path: String) -> MultiOp {
 
 fn snapshot_of_populated_tree() -> Vec<u8> {
     let mut tree = DataTree::new();
-    tree.apply(1, &txn(TxnOp::CreateSession { timeout_ms: 30_000 }));
+    tree.apply(1, &local_txn(TxnOp::CreateSession { timeout_ms: 30_000 }));
     let mut ops = Vec::new();
     for parent in 0..ZNODES / FANOUT {
         ops.push(create(format!("/p{parent}")));
