@@ -179,9 +179,10 @@ impl Slot {
     }
 }
 
-/// A wide parent's children, sorted by name, in chunks of at most
-/// CHILDREN_CHUNK_MAX ids: an insert or removal moves ids within one chunk
-/// and shifts the chunks' start offsets, never the whole list.
+/// A wide parent's children, sorted by name, in chunks of fewer than
+/// CHILDREN_CHUNK_MAX ids (never empty): an insert or removal moves ids
+/// within one chunk and shifts the chunks' start offsets, never the whole
+/// list.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Chunked {
     chunks: Vec<Vec<NodeId>>,
