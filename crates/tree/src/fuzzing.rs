@@ -918,21 +918,20 @@ pub fn check_tree(tree: &DataTree, strict: bool) {
             );
         }
         tree.arena.check_children_form(id);
-        let children = tree.arena.children(id).to_vec();
-        for pair in children.windows(2) {
-            let (a, b) = (tree.arena.get(pair[0]), tree.arena.get(pair[1]));
-            assert!(
-                a.blob.name_bytes() < b.blob.name_bytes(),
-                "{node_path} children unsorted"
-            );
-        }
-        for child in children {
+        let mut previous: Option<&[u8]> = None;
+        for child in tree.arena.children(id).iter() {
             let child_slot = tree.arena.get(child);
             assert!(!child_slot.is_free(), "a child of {node_path} is dangling");
             assert_eq!(
                 child_slot.parent, id,
                 "a child of {node_path} names another parent"
             );
+            let name = child_slot.blob.name_bytes();
+            assert!(
+                previous.is_none_or(|previous| previous < name),
+                "{node_path} children unsorted"
+            );
+            previous = Some(name);
         }
         if let OwnerKind::Ephemeral(session) = owner_kind(slot.stat.ephemeral_owner) {
             assert!(slot.is_leaf(), "ephemeral {node_path} has children");

@@ -460,7 +460,13 @@ impl Arena {
         }
         let mut chunked = Chunked::from_sorted(children);
         chunked.insert(position, child);
-        *children = ThinVec::from([CHUNKED_MARK]);
+        self.keep_chunked(parent, chunked);
+    }
+
+    /// `chunked` becomes the children of `parent`, whose own vector keeps
+    /// only CHUNKED_MARK.
+    fn keep_chunked(&mut self, parent: NodeId, chunked: Chunked) {
+        self.get_mut(parent).children = ThinVec::from([CHUNKED_MARK]);
         let replaced = self.chunked.insert(parent, chunked);
         assert!(replaced.is_none(), "parent {parent} chunked twice");
     }
@@ -502,9 +508,7 @@ impl Arena {
         );
         assert!(!sorted.contains(&CHUNKED_MARK), "NIL as a child");
         if sorted.len() > CHILDREN_FLAT_MAX {
-            self.get_mut(parent).children = ThinVec::from([CHUNKED_MARK]);
-            let replaced = self.chunked.insert(parent, Chunked::from_sorted(sorted));
-            assert!(replaced.is_none(), "parent {parent} chunked twice");
+            self.keep_chunked(parent, Chunked::from_sorted(sorted));
         } else {
             self.get_mut(parent).children = sorted.iter().copied().collect();
         }

@@ -710,16 +710,23 @@ impl DataTree {
             .arena
             .alloc(Slot::leaf(stat, parent, acl, blob), fresh_only);
         self.index.insert(&self.arena, id);
-        let before = self.arena.children_heap_bytes(parent);
-        self.arena.insert_child(parent, position, id);
-        self.insert_hints.set(parent, position + 1);
-        let after = self.arena.children_heap_bytes(parent);
-        self.heap_bytes = self.heap_bytes + after as u64 - before as u64;
+        self.list_child(parent, position, id);
         self.account(id, true);
         if let Some(journal) = &mut self.journal {
             journal.push(Undo::Linked(id));
         }
         id
+    }
+
+    /// Puts `id` at `position` among the children of `parent` (`link` and
+    /// its undo's `relink`): the heap count follows the list, the next
+    /// insert under `parent` is hinted past it.
+    fn list_child(&mut self, parent: NodeId, position: usize, id: NodeId) {
+        let before = self.arena.children_heap_bytes(parent);
+        self.arena.insert_child(parent, position, id);
+        self.insert_hints.set(parent, position + 1);
+        let after = self.arena.children_heap_bytes(parent);
+        self.heap_bytes = self.heap_bytes + after as u64 - before as u64;
     }
 
     /// Removes a childless node; returns its slot.
@@ -890,11 +897,7 @@ impl DataTree {
         self.heap_bytes += slot.children_heap_bytes() as u64;
         self.arena.restore(id, slot);
         self.index.insert(&self.arena, id);
-        let before = self.arena.children_heap_bytes(parent);
-        self.arena.insert_child(parent, position, id);
-        self.insert_hints.set(parent, position + 1);
-        let after = self.arena.children_heap_bytes(parent);
-        self.heap_bytes = self.heap_bytes + after as u64 - before as u64;
+        self.list_child(parent, position, id);
         self.account(id, true);
     }
 
