@@ -7,7 +7,7 @@ epoll_wait, write and futex calls and their context switches for 3 s in
 the middle of the run (`zk_ab.count_syscalls`; BENCHMARKS.md, "make
 compare-java on this machine").
 
-    python3 bench/probes/syscalls.py bench|java WORKLOAD CLIENTS
+    python3 bench/probes/syscalls.py bench|java|go WORKLOAD CLIENTS
     python3 bench/probes/syscalls.py java mix 400
 
 Run it on a quiet machine: nothing else may build or test meanwhile.
@@ -51,7 +51,7 @@ def load_command(load, address, workload, clients, duration_s=RUN_S, warmup_s=WA
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("bench", "java") or sys.argv[2] not in ("create", "mix"):
+    if len(sys.argv) != 4 or sys.argv[1] not in ("bench", "java", "go") or sys.argv[2] not in ("create", "mix"):
         sys.exit(__doc__)
     load, workload = sys.argv[1], sys.argv[2]
     try:
