@@ -12,8 +12,9 @@ alternating between the systems, with the clients spread over all three
 nodes (over TLS, verifying the servers' certificates, for the TLS systems).
 Prints one table (TPS, p99, Keel/ZooKeeper TPS ratio, and the CPU time all
 three servers of each system used per 1,000 operations during the timed
-run, with its ratio), the single-client create p50 of the plain two next to
-this machine's fdatasync p50 (128-byte appends) and loopback round trip,
+run, with its ratio), the single-client create p50 of the plain two (the
+client on the leader, then on a follower) next to this machine's fdatasync
+p50 (128-byte appends) and loopback round trip,
 the peak RSS (VmHWM) of every server, and writes the raw rows to
 bench/work/compare.csv. The TLS tables follow: Keel with TLS against plain
 Keel, ZooKeeper with TLS against plain ZooKeeper, and Keel against
@@ -79,6 +80,21 @@ LABELS = {"zookeeper": "ZooKeeper 3.8", "keel": "Keel", "keel-tls": "Keel (TLS c
           "zookeeper-tls": "ZooKeeper 3.8 (TLS client ports and quorum links)"}
 # The systems whose single-client create latency is measured and printed.
 SINGLE_CLIENT_SYSTEMS = ("zookeeper", "keel")
+# Where the single client connects, one run each: the leader (what issue
+# 12's target counts: one replication hop, fsync + 2 round trips) and a
+# follower (its write is forwarded to the leader and the reply comes back:
+# a hop more). Connecting to the first member, as before, measured either,
+# by the election's luck.
+SINGLE_CLIENT_ROLES = ("leader", "follower")
+
+
+def member_address(group, role):
+    """The client address of the group's leader, or of its first follower."""
+    leader = group.leader(timeout=30)
+    if role == "leader":
+        return leader.address
+    assert role == "follower", role
+    return next(nd.address for nd in group.nodes if nd is not leader)
 
 # Each system with its own defaults, fsync on, not the test suites' settings.
 SETTINGS = {
@@ -227,13 +243,14 @@ def run_sampled(command, pids, deadline_s):
     return proc.returncode, "".join(stdout), lines, cpu_ms_per_kop, own_ms_per_kop
 
 
-def bench_with_cpu(root, system, group, workload, clients, duration, tag):
+def bench_with_cpu(root, system, group, workload, clients, duration, tag, servers=None):
     """Like bench(), and also the servers' CPU ms per 1,000 operations over
-    the timed phase (between its first and last progress lines)."""
+    the timed phase (between its first and last progress lines). `servers`:
+    the members to connect to (default: all, `group.bench_address`)."""
     csvp = os.path.join(root, "bench-%s-%s-%d-%s.csv" % (system, workload, clients, tag))
     out = os.path.join(root, "bench-%s-%s-%d-%s.out" % (system, workload, clients, tag))
     pids = [nd.proc.pid for nd in group.nodes]
-    command = [KEEL_BIN, "bench", "--servers", group.bench_address, "--workload", workload,
+    command = [KEEL_BIN, "bench", "--servers", servers or group.bench_address, "--workload", workload,
                "--clients", str(clients), "--duration", str(duration), "--csv", csvp] + group.bench_flags
     status, stdout, lines, cpu_ms_per_kop, _ = run_sampled(command, pids, duration + 180)
     with open(out, "w") as f:
@@ -505,7 +522,8 @@ def main():
     os.makedirs(WORK, exist_ok=True)
     root = tempfile.mkdtemp(prefix="run-%s-" % time.strftime("%Y%m%dT%H%M%S"), dir=WORK)
     singles = [system for system in SYSTEMS if system in SINGLE_CLIENT_SYSTEMS]
-    total_runs = args.rounds * len(WORKLOADS) * len(CLIENTS) * len(SYSTEMS) + len(singles)
+    total_runs = (args.rounds * len(WORKLOADS) * len(CLIENTS) * len(SYSTEMS)
+                  + len(singles) * len(SINGLE_CLIENT_ROLES))
     log("work dir %s; duration %ds per run, %d round(s), %d runs, warm-up %ds"
         % (root, args.duration, args.rounds, total_runs, args.warmup))
 
@@ -550,11 +568,14 @@ def main():
 
         single = {}
         for system in singles:
-            n += 1
-            log("step 2/4: run %d/%d: %s create 1 client (%ds): single-client latency"
-                % (n, total_runs, system, args.duration))
-            single[system] = bench(root, system, clusters[system], "create", 1, args.duration, "single")
-            log("          -> p50 %s ms" % fmt_ms(float(single[system]["p50_us"])))
+            for role in SINGLE_CLIENT_ROLES:
+                n += 1
+                log("step 2/4: run %d/%d: %s create 1 client on a %s (%ds): single-client latency"
+                    % (n, total_runs, system, role, args.duration))
+                group = clusters[system]
+                single[(system, role)] = bench_with_cpu(root, system, group, "create", 1, args.duration,
+                                                        "single-" + role, servers=member_address(group, role))
+                log("          -> p50 %s ms" % fmt_ms(float(single[(system, role)]["p50_us"])))
         log("step 2/4: fdatasync p50 (128-byte appends) and loopback round trip p50")
         fsync_ms = fdatasync_p50_ms(root)
         fsync3_ms = concurrent_fdatasync_p50_ms(root)
@@ -588,9 +609,15 @@ def main():
         print_round_ratios(rounds, "zookeeper-tls", "zookeeper", "ZooKeeper TLS/plain TPS in each round:")
         if "keel-tls" in SYSTEMS:
             print_round_ratios(rounds, "keel-tls", "zookeeper-tls", "Keel/ZK TPS, both with TLS, in each round:")
-    z1, k1 = float(single["zookeeper"]["p50_us"]) / 1000.0, float(single["keel"]["p50_us"]) / 1000.0
+    def p50_ms(system, role):
+        return float(single[(system, role)]["p50_us"]) / 1000.0
+
+    z1, k1 = p50_ms("zookeeper", "leader"), p50_ms("keel", "leader")
+    zf, kf = p50_ms("zookeeper", "follower"), p50_ms("keel", "follower")
     target_ms = 1.5 * (fsync_ms + 2 * rtt_ms)
     print("Single-client create p50: ZK %.2f ms, Keel %.2f ms (Keel/ZK %.2fx)" % (z1, k1, k1 / z1 if z1 else 0))
+    print("  (the client on each system's leader; through a follower, which forwards the write:"
+          " ZK %.2f ms, Keel %.2f ms, Keel/ZK %.2fx)" % (zf, kf, kf / zf if zf else 0))
     print("This machine: fdatasync p50 %.3f ms (128-byte appends), loopback round trip p50 %.3f ms"
           % (fsync_ms, rtt_ms))
     print("Target for Keel: <= 1.5 x (fsync + 2 x round trip) = %.2f ms: %s"
