@@ -96,6 +96,7 @@ def member_address(group, role):
     assert role == "follower", role
     return next(nd.address for nd in group.nodes if nd is not leader)
 
+
 # Each system with its own defaults, fsync on, not the test suites' settings.
 SETTINGS = {
     "zookeeper": {
