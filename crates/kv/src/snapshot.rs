@@ -3,9 +3,10 @@
 //! keyspace is empty, so a node that never served KV writes the same
 //! file as before and every older snapshot loads as an empty keyspace.
 //!
-//! Format (version 3; 2 had the same layout): `KEELKVSN`, version u32, then frames
+//! Format (version 4): `KEELKVSN`, version u32, then frames
 //! `[kind u8][len u32][crc32 u32][payload]` (the CRC covers kind and
-//! payload): HEADER (log index u64, log clock i64), per shard DELETED
+//! payload): HEADER (log index u64, log clock i64, the version again:
+//! the copy a CRC covers; versions 1-3 end the HEADER at the clock), per shard DELETED
 //! (`[count u32]{[slot u16][index u64]}`, then `[count u32]{[slot
 //! u16][mark u64][index u64]}`: what WATCH knows of deletions, per slot
 //! and key by key, `shard.rs`'s `Tombstones`; version 1 had only the
@@ -30,11 +31,20 @@ use crate::slot::{key_slot, shard_of_slot, shard_slots};
 use crate::value::{Aggregate, Bytes, Entry};
 
 pub(crate) const MAGIC: &[u8; 8] = b"KEELKVSN";
+/// Version 4: the HEADER frame repeats the version, so that a CRC covers
+/// it. In version 3 nothing did, and one flipped bit made a version 3
+/// part read as version 2, whose layout is the same: the restart loaded a
+/// damaged file without a word (simulator seed 209899). A version 4 part
+/// whose version reads 1-3 has a HEADER too long for them and is refused;
+/// any other version is refused as unknown.
 /// Version 3: keys' versions and deletion marks are write stamps
 /// (`shard::stamp`); version 2's were log indexes, in the same layout.
-/// An older Keel refuses version 3: it would compare stamps with its own
-/// indexes (and its deletion records assert that they only grow).
-pub const FORMAT_VERSION: u32 = 3;
+/// An older Keel refuses a newer version: it would compare stamps with
+/// its own indexes (and its deletion records assert that they only grow).
+pub const FORMAT_VERSION: u32 = 4;
+/// The first version whose HEADER repeats the version.
+const HEADER_VERSION_SINCE: u32 = 4;
+const _: () = assert!(HEADER_VERSION_SINCE <= FORMAT_VERSION);
 /// The oldest format this Keel reads (no remembered deletions).
 const FORMAT_VERSION_MIN: u32 = 1;
 pub(crate) const FILE_HEADER_BYTES: usize = 12;
@@ -122,6 +132,7 @@ pub fn encode_head(index: u64, clock_ms: i64, out: &mut Vec<u8>) {
     frame(out, KIND_HEADER, |out| {
         out.extend_from_slice(&index.to_be_bytes());
         out.extend_from_slice(&clock_ms.to_be_bytes());
+        out.extend_from_slice(&FORMAT_VERSION.to_be_bytes());
     });
 }
 
@@ -277,6 +288,15 @@ pub fn decode(bytes: &[u8], shard_count: usize) -> Result<Image, KvSnapshotError
                     ));
                 }
                 image.clock_ms = r.u64()? as i64;
+                if version >= HEADER_VERSION_SINCE {
+                    let checked = r.u32()? as u32;
+                    if checked != version {
+                        return Err(frame_error(
+                            offset,
+                            format!("the header says format {checked}, the file {version}"),
+                        ));
+                    }
+                }
             }
             KIND_DELETED if header_seen => {
                 frames += 1;

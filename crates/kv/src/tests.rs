@@ -378,22 +378,26 @@ fn flushdb_empties_every_shard_and_snapshots_round_trip() {
     }
     // A version 1 file (before deletions were remembered key by key):
     // its DELETED frames lack the second list, and still load.
-    let v1 = version_1(&bytes);
+    let v1 = older_version(&bytes, 1);
     let image = crate::snapshot::decode(&v1, 2).unwrap();
     let loaded = Keyspace::from_shards(image.shards, image.index, image.clock_ms);
     assert_eq!(loaded.key_count(), 4);
-    // Version 3 (versions are write stamps) has version 2's layout: a
-    // version 2 file loads; a newer one is refused, as an older Keel
-    // refuses version 3 (its versions would not order with its own).
-    assert_eq!(crate::snapshot::FORMAT_VERSION, 3);
-    let mut v2 = bytes.clone();
-    v2[8..12].copy_from_slice(&2u32.to_be_bytes());
-    assert_eq!(crate::snapshot::decode(&v2, 2).unwrap().shards.len(), 2);
-    let mut v4 = bytes.clone();
-    v4[8..12].copy_from_slice(&4u32.to_be_bytes());
+    // Versions 2 and 3 (the versions write stamps) have version 4's
+    // frames with a HEADER that stops at the clock: they load; a newer
+    // one is refused, as an older Keel refuses version 4 (its versions
+    // would not order with its own).
+    assert_eq!(crate::snapshot::FORMAT_VERSION, 4);
+    for version in [2, 3] {
+        let older = older_version(&bytes, version);
+        let image = crate::snapshot::decode(&older, 2).unwrap();
+        let loaded = Keyspace::from_shards(image.shards, image.index, image.clock_ms);
+        assert_eq!(loaded.key_count(), 4, "version {version}");
+    }
+    let mut v5 = bytes.clone();
+    v5[8..12].copy_from_slice(&5u32.to_be_bytes());
     assert!(matches!(
-        crate::snapshot::decode(&v4, 2),
-        Err(crate::snapshot::KvSnapshotError::Version(4))
+        crate::snapshot::decode(&v5, 2),
+        Err(crate::snapshot::KvSnapshotError::Version(5))
     ));
     let mut flipped = bytes.clone();
     let last = flipped.len() - 20;
@@ -471,15 +475,59 @@ fn a_part_that_lists_a_field_or_a_member_twice_is_refused() {
 
 /// `bytes` (a version 2 KV part) rewritten as version 1: each DELETED
 /// frame without its remembered deletions, its CRC made again.
-fn version_1(bytes: &[u8]) -> Vec<u8> {
+/// The file's version is outside every frame; the HEADER's copy is what
+/// a CRC covers. A part whose version reads anything else than the one
+/// it was written with is refused: every bit flipped, and every older
+/// version written over it (simulator seed 209899 flipped a version 3
+/// to 2, which has the same layout, and the restart loaded it).
+#[test]
+fn a_part_whose_version_field_changed_is_refused() {
+    let mut f = Fixture::new(2);
+    f.run(&["SET", "s", "v"]);
+    f.run(&["SET", "gone", "1"]);
+    f.run(&["DEL", "gone"]);
+    let bytes = crate::snapshot::encode(f.keyspace.shards(), f.keyspace.index, f.keyspace.clock_ms);
+    assert!(crate::snapshot::decode(&bytes, 2).is_ok());
+    let versions = (0..32)
+        .map(|bit| crate::snapshot::FORMAT_VERSION ^ (1 << bit))
+        .chain(1..crate::snapshot::FORMAT_VERSION);
+    for version in versions {
+        let mut changed = bytes.clone();
+        changed[8..12].copy_from_slice(&version.to_be_bytes());
+        assert!(
+            crate::snapshot::decode(&changed, 2).is_err(),
+            "version {version} loaded"
+        );
+    }
+    // The HEADER's copy itself disagreeing (its CRC mended) is refused too.
+    let mut header = bytes.clone();
+    let copy = 12 + 9 + 16;
+    header[copy..copy + 4].copy_from_slice(&3u32.to_be_bytes());
+    let sealed = crate::fuzzing::seal_kv_snapshot(&header);
+    let error = crate::snapshot::decode(&sealed, 2).unwrap_err().to_string();
+    assert!(
+        error.contains("the header says format 3, the file 4"),
+        "{error}"
+    );
+}
+
+/// A current part rewritten as version `version` (1-3) wrote it: the
+/// HEADER without the version's copy; in version 1, DELETED frames
+/// without their second list.
+fn older_version(bytes: &[u8], version: u32) -> Vec<u8> {
+    assert!((1..=3).contains(&version));
     let mut out = bytes[..12].to_vec();
-    out[8..12].copy_from_slice(&1u32.to_be_bytes());
+    out[8..12].copy_from_slice(&version.to_be_bytes());
     let mut at = 12;
     while at < bytes.len() {
         let kind = bytes[at];
         let len = u32::from_be_bytes(bytes[at + 1..at + 5].try_into().unwrap()) as usize;
         let mut payload = bytes[at + 9..at + 9 + len].to_vec();
-        if kind == 2 {
+        if kind == 1 {
+            assert_eq!(payload.len(), 20, "index, clock, version");
+            payload.truncate(16);
+        }
+        if kind == 2 && version == 1 {
             let slots = u32::from_be_bytes(payload[..4].try_into().unwrap()) as usize;
             payload.truncate(4 + slots * 10);
         }
