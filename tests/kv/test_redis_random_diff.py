@@ -181,16 +181,22 @@ def ttl_kind(parsed):
     return parsed if not isinstance(parsed, int) or parsed < 0 else "counting down"
 
 
+# Replies that count down: compared by kind (`ttl_kind`).
+TTL_COMMANDS = ("TTL", "PTTL")
+# Replies in no defined order: compared sorted (`unordered`).
+UNORDERED_COMMANDS = ("SMEMBERS", "HGETALL", "SCAN")
+
+
 def comparable(command, raw, parsed):
     name = command[0].upper()
     if raw.startswith(b"-"):
         return raw
     if name == "HELLO":
         return "HELLO's map"
-    if name in ("TTL", "PTTL"):
-        return ttl_kind(parsed)
-    if name in ("SMEMBERS", "HGETALL", "SCAN", "EXEC"):
+    if name == "EXEC":
         return unordered(parsed)
+    if name in TTL_COMMANDS + UNORDERED_COMMANDS:
+        return comparable_in_exec(command, parsed)
     return raw
 
 
@@ -202,9 +208,9 @@ def comparable_in_exec(command, parsed):
     name = command[0].upper()
     if isinstance(parsed, tuple) and parsed and parsed[0] == "error":
         return parsed
-    if name in ("TTL", "PTTL"):
+    if name in TTL_COMMANDS:
         return ttl_kind(parsed)
-    if name in ("SMEMBERS", "HGETALL", "SCAN"):
+    if name in UNORDERED_COMMANDS:
         return unordered(parsed)
     return parsed
 

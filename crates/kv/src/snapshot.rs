@@ -37,6 +37,7 @@ pub(crate) const MAGIC: &[u8; 8] = b"KEELKVSN";
 /// damaged file without a word (simulator seed 209899). A version 4 part
 /// whose version reads 1-3 has a HEADER too long for them and is refused;
 /// any other version is refused as unknown.
+///
 /// Version 3: keys' versions and deletion marks are write stamps
 /// (`shard::stamp`); version 2's were log indexes, in the same layout.
 /// An older Keel refuses a newer version: it would compare stamps with

@@ -473,8 +473,6 @@ fn a_part_that_lists_a_field_or_a_member_twice_is_refused() {
     }
 }
 
-/// `bytes` (a version 2 KV part) rewritten as version 1: each DELETED
-/// frame without its remembered deletions, its CRC made again.
 /// The file's version is outside every frame; the HEADER's copy is what
 /// a CRC covers. A part whose version reads anything else than the one
 /// it was written with is refused: every bit flipped, and every older
@@ -501,7 +499,9 @@ fn a_part_whose_version_field_changed_is_refused() {
     }
     // The HEADER's copy itself disagreeing (its CRC mended) is refused too.
     let mut header = bytes.clone();
-    let copy = 12 + 9 + 16;
+    // After the file's header and HEADER's frame header: index, clock,
+    // then the copy.
+    let copy = crate::snapshot::FILE_HEADER_BYTES + crate::snapshot::FRAME_HEADER_BYTES + 16;
     header[copy..copy + 4].copy_from_slice(&3u32.to_be_bytes());
     let sealed = crate::fuzzing::seal_kv_snapshot(&header);
     let error = crate::snapshot::decode(&sealed, 2).unwrap_err().to_string();
@@ -513,7 +513,7 @@ fn a_part_whose_version_field_changed_is_refused() {
 
 /// A current part rewritten as version `version` (1-3) wrote it: the
 /// HEADER without the version's copy; in version 1, DELETED frames
-/// without their second list.
+/// without their second list; each frame's CRC made again.
 fn older_version(bytes: &[u8], version: u32) -> Vec<u8> {
     assert!((1..=3).contains(&version));
     let mut out = bytes[..12].to_vec();
