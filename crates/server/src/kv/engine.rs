@@ -1261,9 +1261,8 @@ impl KvApplier {
         }
         // Spanning shards: what came before on each shard goes first,
         // then this runs whole with the shards borrowed.
-        let engine = Arc::clone(engine);
         self.flush();
-        let mut lent = engine.borrow_blocking(&shards);
+        let mut lent = self.engine.borrow_blocking(&shards);
         let reply = keyspace::apply(&mut lent.view(), &op, ctx);
         drop(lent);
         if let (Some(reply), Some(to)) = (reply, to) {
