@@ -50,8 +50,8 @@ const _: () = assert!(HEADER_VERSION_SINCE <= FORMAT_VERSION);
 const FORMAT_VERSION_MIN: u32 = 1;
 pub(crate) const FILE_HEADER_BYTES: usize = 12;
 pub(crate) const FRAME_HEADER_BYTES: usize = 9;
-const KIND_HEADER: u8 = 1;
-const KIND_DELETED: u8 = 2;
+pub(crate) const KIND_HEADER: u8 = 1;
+pub(crate) const KIND_DELETED: u8 = 2;
 const KIND_KEYS: u8 = 3;
 pub(crate) const KIND_END: u8 = 4;
 /// A KEYS frame is closed once its payload passes this size.
@@ -290,8 +290,8 @@ pub fn decode(bytes: &[u8], shard_count: usize) -> Result<Image, KvSnapshotError
                 }
                 image.clock_ms = r.u64()? as i64;
                 if version >= HEADER_VERSION_SINCE {
-                    let checked = r.u32()? as u32;
-                    if checked != version {
+                    let checked = r.u32()?;
+                    if checked != u64::from(version) {
                         return Err(frame_error(
                             offset,
                             format!("the header says format {checked}, the file {version}"),

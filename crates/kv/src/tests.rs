@@ -515,19 +515,21 @@ fn a_part_whose_version_field_changed_is_refused() {
 /// HEADER without the version's copy; in version 1, DELETED frames
 /// without their second list; each frame's CRC made again.
 fn older_version(bytes: &[u8], version: u32) -> Vec<u8> {
+    use crate::snapshot::{FILE_HEADER_BYTES, FRAME_HEADER_BYTES, KIND_DELETED, KIND_HEADER};
     assert!((1..=3).contains(&version));
-    let mut out = bytes[..12].to_vec();
-    out[8..12].copy_from_slice(&version.to_be_bytes());
-    let mut at = 12;
+    let mut out = bytes[..FILE_HEADER_BYTES].to_vec();
+    out[8..FILE_HEADER_BYTES].copy_from_slice(&version.to_be_bytes());
+    let mut at = FILE_HEADER_BYTES;
     while at < bytes.len() {
         let kind = bytes[at];
         let len = u32::from_be_bytes(bytes[at + 1..at + 5].try_into().unwrap()) as usize;
-        let mut payload = bytes[at + 9..at + 9 + len].to_vec();
-        if kind == 1 {
+        let start = at + FRAME_HEADER_BYTES;
+        let mut payload = bytes[start..start + len].to_vec();
+        if kind == KIND_HEADER {
             assert_eq!(payload.len(), 20, "index, clock, version");
             payload.truncate(16);
         }
-        if kind == 2 && version == 1 {
+        if kind == KIND_DELETED && version == 1 {
             let slots = u32::from_be_bytes(payload[..4].try_into().unwrap()) as usize;
             payload.truncate(4 + slots * 10);
         }
@@ -536,7 +538,7 @@ fn older_version(bytes: &[u8], version: u32) -> Vec<u8> {
         out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
         out.extend_from_slice(&crc.to_be_bytes());
         out.extend_from_slice(&payload);
-        at += 9 + len;
+        at = start + len;
     }
     out
 }
