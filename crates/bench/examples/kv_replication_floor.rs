@@ -511,3 +511,69 @@ fn parse_header(bytes: &[u8], kind: u8) -> Option<(usize, usize)> {
         .ok()?;
     Some((number, line_end + 2))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(key: &str, value: &str) -> Vec<u8> {
+        format!(
+            "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n{value}\r\n",
+            key.len(),
+            value.len()
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn commands_are_parsed_whole_or_not_at_all() {
+        let command = set("key:1", "abc");
+        assert_eq!(parse_command(&command), Some((command.len(), &b"SET"[..])));
+        for cut in 0..command.len() {
+            assert_eq!(parse_command(&command[..cut]), None, "cut at {cut}");
+        }
+        assert_eq!(set_arguments(&command), Some((&b"key:1"[..], &b"abc"[..])));
+        assert_eq!(set_arguments(b"*2\r\n$3\r\nSET\r\n$1\r\nk\r\n"), None);
+        assert_eq!(parse_command(b"PING\r\n"), None);
+        assert_eq!(parse_command(b"*1\r\n$99999999999999999999999\r\n"), None);
+    }
+
+    #[test]
+    fn a_round_is_applied_in_order() {
+        let mut round = set("a", "1");
+        round.extend(set("b", "2"));
+        round.extend(set("a", "333"));
+        let mut keyspace = Keyspace::new();
+        apply(&mut keyspace, &round);
+        assert_eq!(keyspace.len(), 2);
+        assert_eq!(keyspace[&b"a"[..]], b"333");
+        assert_eq!(keyspace[&b"b"[..]], b"2");
+    }
+
+    /// Appends land back to back in the file, across block boundaries,
+    /// with zeros after the last.
+    #[test]
+    fn appends_land_back_to_back() {
+        let dir = std::env::temp_dir().join(format!("kv-floor-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("log");
+        let mut log = match Log::create(path.clone()) {
+            Ok(log) => log,
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                eprintln!("this file system refuses O_DIRECT; not tested");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let mut expected = Vec::new();
+        for (i, size) in [3000, 3000, 5000, 1, 4096].into_iter().enumerate() {
+            let bytes = vec![i as u8 + 1; size];
+            log.append(&bytes).unwrap();
+            expected.extend_from_slice(&bytes);
+        }
+        let file = std::fs::read(&path).unwrap();
+        assert_eq!(&file[..expected.len()], &expected[..]);
+        assert!(file[expected.len()..].iter().all(|&b| b == 0));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
