@@ -23,6 +23,8 @@
 //! after it acks. Commands other than SET get an empty array
 //! (redis-benchmark's CONFIG GET) or `+PONG` (PING).
 
+mod floor_common;
+
 use std::collections::HashMap;
 
 /// The keyspace each node applies its rounds to: key to value.
@@ -114,16 +116,7 @@ struct Log {
 
 impl Log {
     fn create(path: PathBuf) -> io::Result<Log> {
-        {
-            let mut file = File::create(&path)?;
-            let zeros = vec![0u8; 1 << 20];
-            let mut made: u64 = 0;
-            while made < LOG_FILE_BYTES {
-                file.write_all(&zeros)?;
-                made += zeros.len() as u64;
-            }
-            file.sync_all()?;
-        }
+        floor_common::make_room(&path, LOG_FILE_BYTES)?;
         let file = OpenOptions::new()
             .write(true)
             .custom_flags(libc::O_DIRECT)
@@ -371,12 +364,7 @@ impl Leader {
             follower.write_all(&self.batch)?;
         }
         self.log.append(&self.batch)?;
-        // A quorum of the cluster counts the leader's own copy.
-        let nodes = self.followers.len() + 1;
-        let followers_needed = nodes / 2 + 1 - 1;
-        while self.acked.iter().filter(|&&a| a >= self.sequence).count() < followers_needed {
-            await_acks(&mut self.followers, &mut self.acked)?;
-        }
+        floor_common::await_quorum(&mut self.followers, &mut self.acked, self.sequence)?;
         apply(&mut self.keyspace, &self.batch);
         let ok = b"+OK\r\n";
         let mut reply = Vec::new();
@@ -406,39 +394,6 @@ fn write_fully(stream: &mut TcpStream, mut bytes: &[u8]) -> io::Result<()> {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => thread::yield_now(),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-/// Blocks until a follower's connection is readable, then reads one ack
-/// from each that is.
-fn await_acks(followers: &mut [TcpStream], acked: &mut [u64]) -> io::Result<()> {
-    let mut polls: Vec<libc::pollfd> = followers
-        .iter()
-        .map(|s| libc::pollfd {
-            fd: s.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    // SAFETY: `polls` is a valid array of pollfd of the length passed.
-    let ready = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, -1) };
-    if ready < 0 {
-        let error = io::Error::last_os_error();
-        return if error.kind() == io::ErrorKind::Interrupted {
-            Ok(())
-        } else {
-            Err(error)
-        };
-    }
-    for (index, poll) in polls.iter().enumerate() {
-        if poll.revents != 0 {
-            let mut ack = [0u8; 8];
-            followers[index].read_exact(&mut ack)?;
-            let sequence = u64::from_le_bytes(ack);
-            assert!(sequence > acked[index], "acks in order");
-            acked[index] = sequence;
         }
     }
     Ok(())

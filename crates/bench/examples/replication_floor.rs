@@ -19,11 +19,12 @@
 //! measurement: `name p50_us p99_us`. `bench/probes/replication_floor.py`
 //! runs it beside a 3-node Keel and prints the two side by side.
 
+mod floor_common;
+
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::Instant;
@@ -99,16 +100,7 @@ struct Log {
 
 impl Log {
     fn create(path: PathBuf, direct: bool) -> io::Result<Log> {
-        {
-            let mut file = File::create(&path)?;
-            let zeros = vec![0u8; 1 << 20];
-            let mut made: u64 = 0;
-            while made < LOG_FILE_BYTES {
-                file.write_all(&zeros)?;
-                made += zeros.len() as u64;
-            }
-            file.sync_all()?;
-        }
+        floor_common::make_room(&path, LOG_FILE_BYTES)?;
         let mut options = OpenOptions::new();
         options.write(true);
         if direct {
@@ -270,10 +262,6 @@ fn follow(mut leader: TcpStream, mut log: Log) -> io::Result<()> {
 }
 
 fn lead(mut client: TcpStream, mut followers: Vec<TcpStream>, mut log: Log) -> io::Result<()> {
-    // A quorum of the cluster counts the leader's own copy.
-    let nodes = followers.len() + 1;
-    let quorum = nodes / 2 + 1;
-    let followers_needed = quorum - 1;
     let mut acked = vec![0u64; followers.len()];
     let mut frame = [0u8; FRAME_BYTES];
     let mut sequence: u64 = 0;
@@ -289,9 +277,7 @@ fn lead(mut client: TcpStream, mut followers: Vec<TcpStream>, mut log: Log) -> i
             follower.write_all(&frame)?;
         }
         log.append(&frame[8..])?;
-        while acked.iter().filter(|&&a| a >= sequence).count() < followers_needed {
-            await_acks(&mut followers, &mut acked)?;
-        }
+        floor_common::await_quorum(&mut followers, &mut acked, sequence)?;
         client.write_all(&sequence.to_le_bytes())?;
     }
 }
@@ -302,39 +288,6 @@ fn drain(followers: Vec<TcpStream>) -> io::Result<()> {
     for mut follower in followers {
         follower.shutdown(std::net::Shutdown::Write)?;
         io::copy(&mut follower, &mut io::sink())?;
-    }
-    Ok(())
-}
-
-/// Blocks until at least one follower's connection is readable, then
-/// reads one ack from each that is.
-fn await_acks(followers: &mut [TcpStream], acked: &mut [u64]) -> io::Result<()> {
-    let mut polls: Vec<libc::pollfd> = followers
-        .iter()
-        .map(|s| libc::pollfd {
-            fd: s.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    // SAFETY: `polls` is a valid array of pollfd of the length passed.
-    let ready = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, -1) };
-    if ready < 0 {
-        let error = io::Error::last_os_error();
-        return if error.kind() == io::ErrorKind::Interrupted {
-            Ok(())
-        } else {
-            Err(error)
-        };
-    }
-    for (index, poll) in polls.iter().enumerate() {
-        if poll.revents != 0 {
-            let mut ack = [0u8; 8];
-            followers[index].read_exact(&mut ack)?;
-            let sequence = u64::from_le_bytes(ack);
-            assert!(sequence > acked[index], "acks in order");
-            acked[index] = sequence;
-        }
     }
     Ok(())
 }
