@@ -16,6 +16,7 @@ the floor's own fdatasync and round trip.
     ROUNDS=5 SECONDS=6 python3 bench/probes/replication_floor.py
 """
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -107,6 +108,7 @@ def main():
             print("round %d: %s" % (number, "  ".join("%s %.1f" % (c, row[c]) for c in COLUMNS)), flush=True)
     finally:
         compare.stop_all()
+        shutil.rmtree(root, ignore_errors=True)
     med = {c: statistics.median(r[c] for r in rows) for c in COLUMNS}
     target = 1.5 * (med["fsync_buffered"] + 2 * med["loopback_rtt"])
     print()
