@@ -349,10 +349,8 @@ impl Leader {
 
     /// Makes the batch durable on a quorum, then answers it.
     fn round(&mut self) -> io::Result<()> {
-        let take = self.batch.len().min(ROUND_BYTES_MAX);
-        assert_eq!(
-            take,
-            self.batch.len(),
+        assert!(
+            self.batch.len() <= ROUND_BYTES_MAX,
             "a round larger than ROUND_BYTES_MAX"
         );
         self.sequence += 1;
