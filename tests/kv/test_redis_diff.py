@@ -757,6 +757,41 @@ def test_pipelined_commands_answer_in_order(reference, kv):
     assert replies[0] == replies[1]
 
 
+def test_pipelined_writes_with_errors_between_them_match_redis(reference, kv):
+    """Keel proposes a connection's pipelined writes in batches of up to 16
+    (`op::PIPELINE_COMMANDS_MAX`, one Raft proposal each): writes that
+    fail when applied (WRONGTYPE, not an integer), requests answered on
+    arrival between writes (an arity error, PING, an unknown command) and
+    runs longer than one batch must answer as redis-server does, in
+    order, and leave the same keyspace."""
+    requests = []
+    for i in range(70):
+        requests.append(["SET", "w%d" % (i % 11), "v%d" % i])
+        requests.append(["INCR", "n%d" % (i % 3)])
+        if i % 4 == 0:
+            requests.append(["INCR", "w%d" % (i % 11)])  # not an integer
+        if i % 6 == 0:
+            requests.append(["HSET", "w%d" % (i % 11), "f", "1"])  # WRONGTYPE
+        if i % 9 == 0:
+            requests.append(["SET", "only-a-key"])  # arity, answered at once
+        if i % 10 == 0:
+            requests.append(["PING"])
+        if i % 13 == 0:
+            requests.append(["NOSUCHCOMMAND", "x"])
+        if i % 7 == 0:
+            requests.append(["DEL", "w%d" % (i % 5), "n2"])
+        requests.append(["APPEND", "log", "%d," % i])
+    requests.append(["MGET"] + ["w%d" % i for i in range(11)] + ["n0", "n1", "n2", "log"])
+    frames = b"".join(RespConnection.encode(r) for r in requests)
+    replies = []
+    for port in (reference.port, kv.port):
+        with RespConnection(port) as c:
+            c.call("FLUSHDB")
+            c.send(frames)
+            replies.append([c.reply()[0] for _ in range(len(requests))])
+    assert replies[0] == replies[1]
+
+
 def test_a_command_pipelined_after_exec_sees_its_connection_commands(reference, kv):
     """A transaction's CLIENT SETNAME runs when the transaction does
     (after the log's reply, on Keel): what the client pipelined behind

@@ -9,6 +9,12 @@
 //! - COMMAND: `[seq u64][args]`
 //! - EXEC: `[seq u64][watches u32]{[token u64][watched_ms i64][key]}[commands u32]{[args]}`
 //! - EXPIRE: `[keys u32]{[key]}`
+//! - COMMANDS: `[first_seq u64][commands u32]{[args]}`: commands one
+//!   connection pipelined, numbered `first_seq`, `first_seq + 1`, ...
+//!   (at most `PIPELINE_COMMANDS_MAX`); applied one after another as the
+//!   COMMANDs they stand for, each with its own write stamp. One proposal
+//!   for the lot: the Txn around it, consensus's framing, its decoding
+//!   and the reply's route are paid once, not per command.
 //!
 //! where `[args]` is `[count u32]{[len u32][bytes]}` and `[key]` is
 //! `[len u32][bytes]`. `seq` numbers the request on its connection (the
@@ -19,6 +25,13 @@ use crate::resp::Args;
 const KIND_COMMAND: u8 = 1;
 const KIND_EXEC: u8 = 2;
 const KIND_EXPIRE: u8 = 3;
+const KIND_COMMANDS: u8 = 4;
+
+/// Commands one COMMANDS batch carries at most. An entry holds at most
+/// consensus's `BATCH_PROPOSALS_MAX` proposals, and every operation in it
+/// takes a write stamp ordinal (`shard::STAMP_ORDINALS_MAX` per entry):
+/// the server asserts that their product fits.
+pub const PIPELINE_COMMANDS_MAX: usize = 16;
 
 /// A key watched by a transaction: the log index the watching read saw it
 /// at, and that read's clock.
@@ -55,6 +68,8 @@ pub enum OpError {
     Kind(u8),
     #[error("KV operation has {0} trailing bytes")]
     Trailing(usize),
+    #[error("KV command batch of {0} commands")]
+    Count(usize),
 }
 
 fn put_u32(out: &mut Vec<u8>, value: usize) {
@@ -76,6 +91,11 @@ fn put_args(out: &mut Vec<u8>, args: &[Vec<u8>]) {
 /// Bytes `encode` will write for `args` (sizing checks before proposing).
 pub fn args_bytes(args: &[Vec<u8>]) -> usize {
     4 + args.iter().map(|a| 4 + a.len()).sum::<usize>()
+}
+
+/// Bytes of a COMMANDS batch of `commands`.
+pub fn commands_bytes<'a>(commands: impl IntoIterator<Item = &'a Args>) -> usize {
+    1 + 8 + 4 + commands.into_iter().map(|c| args_bytes(c)).sum::<usize>()
 }
 
 impl Op {
@@ -115,9 +135,68 @@ impl Op {
     }
 
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(self.encoded_bytes());
         self.encode(&mut out);
         out
+    }
+
+    /// Bytes `encode` writes (so the buffer is allocated once).
+    pub fn encoded_bytes(&self) -> usize {
+        match self {
+            Op::Command { args, .. } => 1 + 8 + args_bytes(args),
+            Op::Exec {
+                watches, commands, ..
+            } => {
+                let watches: usize = watches.iter().map(|w| 8 + 8 + 4 + w.key.len()).sum();
+                let commands: usize = commands.iter().map(|c| args_bytes(c)).sum();
+                1 + 8 + 4 + watches + 4 + commands
+            }
+            Op::Expire { keys } => 1 + 4 + keys.iter().map(|k| 4 + k.len()).sum::<usize>(),
+        }
+    }
+
+    /// The COMMANDS batch of `commands`, numbered from `first_seq`: 2 to
+    /// `PIPELINE_COMMANDS_MAX` of them (one alone is a COMMAND).
+    pub fn commands_to_bytes(first_seq: u64, commands: &[Args]) -> Vec<u8> {
+        assert!(commands.len() >= 2, "one command is a COMMAND");
+        assert!(commands.len() <= PIPELINE_COMMANDS_MAX);
+        let mut out = Vec::with_capacity(commands_bytes(commands.iter()));
+        out.push(KIND_COMMANDS);
+        out.extend_from_slice(&first_seq.to_be_bytes());
+        put_u32(&mut out, commands.len());
+        for args in commands {
+            put_args(&mut out, args);
+        }
+        out
+    }
+
+    /// Decodes a proposal's operations: a COMMANDS batch gives its
+    /// commands (as COMMANDs, in order), anything else the one operation.
+    /// All or nothing: a malformed batch gives an error, no command.
+    pub fn decode_all(bytes: &[u8]) -> Result<Vec<Op>, OpError> {
+        if bytes.first() != Some(&KIND_COMMANDS) {
+            return Ok(vec![Op::decode(bytes)?]);
+        }
+        let mut r = Reader { bytes, at: 1 };
+        let first_seq = r.u64()?;
+        let count = r.count(4)?;
+        if !(2..=PIPELINE_COMMANDS_MAX).contains(&count) {
+            return Err(OpError::Count(count));
+        }
+        let end_seq = first_seq
+            .checked_add(count as u64)
+            .ok_or(OpError::Count(count))?;
+        let mut ops = Vec::with_capacity(count);
+        for seq in first_seq..end_seq {
+            ops.push(Op::Command {
+                seq,
+                args: r.args()?,
+            });
+        }
+        if r.at != bytes.len() {
+            return Err(OpError::Trailing(bytes.len() - r.at));
+        }
+        Ok(ops)
     }
 
     /// Decodes a whole operation; anything malformed is an error.
@@ -271,5 +350,61 @@ mod tests {
         // A huge count is refused, not allocated.
         assert!(Op::decode(&[3, 0xff, 0xff, 0xff, 0xff]).is_err());
         assert_eq!(args_bytes(&args(&["ab", ""])), 4 + 6 + 4);
+        for op in &ops {
+            assert_eq!(op.to_bytes().len(), op.encoded_bytes(), "{op:?}");
+            assert_eq!(Op::decode_all(&op.to_bytes()), Ok(vec![op.clone()]));
+        }
+    }
+
+    #[test]
+    fn a_command_batch_decodes_to_its_commands_or_to_nothing() {
+        let commands = vec![
+            args(&["SET", "a", "1"]),
+            args(&["INCR", "b"]),
+            args(&["DEL", "a", "c"]),
+        ];
+        let bytes = Op::commands_to_bytes(41, &commands);
+        assert_eq!(bytes.len(), commands_bytes(&commands));
+        let expected: Vec<Op> = commands
+            .iter()
+            .zip(41..)
+            .map(|(args, seq)| Op::Command {
+                seq,
+                args: args.clone(),
+            })
+            .collect();
+        assert_eq!(Op::decode_all(&bytes), Ok(expected));
+        // Not a single operation: decode alone refuses the kind.
+        assert_eq!(Op::decode(&bytes), Err(OpError::Kind(KIND_COMMANDS)));
+        for cut in 0..bytes.len() {
+            assert!(Op::decode_all(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert_eq!(Op::decode_all(&longer), Err(OpError::Trailing(1)));
+        // Counts outside 2..=PIPELINE_COMMANDS_MAX are refused.
+        let max = vec![args(&["PING"]); PIPELINE_COMMANDS_MAX];
+        assert_eq!(
+            Op::decode_all(&Op::commands_to_bytes(1, &max)).map(|ops| ops.len()),
+            Ok(PIPELINE_COMMANDS_MAX)
+        );
+        for count in [0u32, 1, PIPELINE_COMMANDS_MAX as u32 + 1] {
+            let mut bytes = vec![KIND_COMMANDS];
+            bytes.extend_from_slice(&1u64.to_be_bytes());
+            bytes.extend_from_slice(&count.to_be_bytes());
+            for _ in 0..count {
+                put_args(&mut bytes, &args(&["PING"]));
+            }
+            assert_eq!(Op::decode_all(&bytes), Err(OpError::Count(count as usize)));
+        }
+        // Request numbers that would wrap are refused.
+        let wrapping = Op::commands_to_bytes(u64::MAX, &commands[..2]);
+        assert_eq!(Op::decode_all(&wrapping), Err(OpError::Count(2)));
+    }
+
+    #[test]
+    #[should_panic(expected = "one command is a COMMAND")]
+    fn a_batch_of_one_is_refused() {
+        Op::commands_to_bytes(1, &[args(&["PING"])]);
     }
 }

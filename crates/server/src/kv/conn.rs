@@ -22,7 +22,7 @@ use std::time::Instant;
 use keel_kv::command::Command;
 use keel_kv::exec::{route_shards, Clocks};
 use keel_kv::keyspace;
-use keel_kv::op::Op;
+use keel_kv::op::{self, Op};
 use keel_kv::resp::{Args, Decoder};
 use keel_kv::session::{Action, ReadRoute, Session};
 use keel_kv::shard::PREFETCH_KEYS_MAX;
@@ -46,6 +46,9 @@ pub const OUT_BUFFER_MAX_BYTES: usize = 1 << 20;
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// Bytes a proposal's Txn adds around the KV operation.
 const TXN_OVERHEAD_BYTES: usize = 64;
+/// A KV operation's bytes in one proposal at most.
+const PROPOSED_KV_BYTES_MAX: usize =
+    keel_consensus::proposal::PROPOSAL_BYTES_MAX - TXN_OVERHEAD_BYTES;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SlotKind {
@@ -124,6 +127,19 @@ struct Connection {
     /// Whether the leader's read lease covered this turn's reads, asked
     /// once per turn at its first read (`lease_covers_turn`).
     lease_this_turn: Option<bool>,
+    /// Writes of this turn not proposed yet (request numbers from
+    /// `first_seq`, consecutive): proposed together as one COMMANDS batch
+    /// (`flush_writes`) when the turn's dispatch ends, before anything
+    /// else is proposed, or when the batch is full.
+    writes: PendingWrites,
+}
+
+#[derive(Default)]
+struct PendingWrites {
+    first_seq: u64,
+    commands: Vec<Args>,
+    /// The batch's encoded size (`op::commands_bytes`).
+    bytes: usize,
 }
 
 pub async fn serve(ctx: Arc<KvContext>, stream: TcpStream, peer: SocketAddr) {
@@ -164,6 +180,7 @@ pub async fn serve(ctx: Arc<KvContext>, stream: TcpStream, peer: SocketAddr) {
         commands_this_turn: 0,
         lease_reads_this_turn: 0,
         lease_this_turn: None,
+        writes: PendingWrites::default(),
     };
     let outcome = connection.run(stream, &mut inbox).await;
     tracing::debug!(%peer, id, ?outcome, "KV connection ended");
@@ -418,8 +435,15 @@ impl Connection {
     }
 
     /// Hands requests to the session and carries out their actions, as
-    /// far as the ordering rules allow; whether it handed any.
+    /// far as the ordering rules allow; whether it handed any. The writes
+    /// among them are proposed before it returns.
     async fn dispatch_requests(&mut self) -> bool {
+        let handled = self.dispatch_in_order().await;
+        self.flush_writes();
+        handled
+    }
+
+    async fn dispatch_in_order(&mut self) -> bool {
         let mut handled = false;
         loop {
             if self.watch_parts > 0 || self.exec_local_open || self.closing {
@@ -505,7 +529,7 @@ impl Connection {
                     return Err((seq, Action::Write(args)));
                 }
                 let seq = self.slot(SlotKind::Write);
-                self.propose(seq, Op::Command { seq, args });
+                self.queue_write(seq, args);
                 Ok(())
             }
             Action::Exec {
@@ -523,12 +547,14 @@ impl Connection {
                         },
                     ));
                 }
+                // The writes before it reach the log first.
+                self.flush_writes();
                 let seq = self.slot(SlotKind::Write);
                 if !local.is_empty() {
                     self.exec_local_open = true;
                     self.slot_mut(seq).expect("just made").exec_local = Some(local);
                 }
-                self.propose(
+                self.propose_op(
                     seq,
                     Op::Exec {
                         seq,
@@ -556,16 +582,66 @@ impl Connection {
         }
     }
 
-    /// A write through the Raft log; its reply comes when it is applied.
-    fn propose(&mut self, seq: u64, op: Op) {
-        let body = op.to_bytes();
-        let max = keel_consensus::proposal::PROPOSAL_BYTES_MAX - TXN_OVERHEAD_BYTES;
-        if body.len() > max {
+    /// Adds the write numbered `seq` to the turn's batch; a full batch,
+    /// or one it would not follow or fit in, is proposed first.
+    fn queue_write(&mut self, seq: u64, args: Args) {
+        let pending = &self.writes;
+        let follows = pending.first_seq + pending.commands.len() as u64 == seq;
+        let bytes = pending.bytes.max(op::commands_bytes([])) + op::args_bytes(&args);
+        if !pending.commands.is_empty()
+            && (!follows
+                || pending.commands.len() == op::PIPELINE_COMMANDS_MAX
+                || bytes > PROPOSED_KV_BYTES_MAX)
+        {
+            self.flush_writes();
+        }
+        let pending = &mut self.writes;
+        if pending.commands.is_empty() {
+            pending.first_seq = seq;
+            pending.bytes = op::commands_bytes([]);
+        }
+        pending.bytes += op::args_bytes(&args);
+        pending.commands.push(args);
+        assert!(pending.commands.len() <= op::PIPELINE_COMMANDS_MAX);
+    }
+
+    /// Proposes the turn's pending writes: one alone as a COMMAND, more as
+    /// one COMMANDS batch.
+    fn flush_writes(&mut self) {
+        let first_seq = self.writes.first_seq;
+        let mut commands = std::mem::take(&mut self.writes.commands);
+        self.writes.bytes = 0;
+        match commands.len() {
+            0 => {}
+            1 => {
+                let args = commands.pop().expect("one");
+                let seq = first_seq;
+                self.propose(&[seq], Op::Command { seq, args }.to_bytes());
+            }
+            count => {
+                let seqs: Vec<u64> = (first_seq..first_seq + count as u64).collect();
+                self.propose(&seqs, Op::commands_to_bytes(first_seq, &commands));
+            }
+        }
+    }
+
+    /// A write through the Raft log (the requests `seqs` of this
+    /// connection); each reply comes when it is applied.
+    fn propose_op(&mut self, seq: u64, op: Op) {
+        self.propose(&[seq], op.to_bytes());
+    }
+
+    fn propose(&mut self, seqs: &[u64], body: Vec<u8>) {
+        assert!(!seqs.is_empty());
+        if body.len() > PROPOSED_KV_BYTES_MAX {
             let text = format!(
-                "ERR the command takes {} bytes in the log; one Raft entry holds at most {max}",
+                "ERR the command takes {} bytes in the log; one Raft entry holds at most {PROPOSED_KV_BYTES_MAX}",
                 body.len()
             );
-            return self.fill(seq, Reply::error_owned(text));
+            for &seq in seqs {
+                self.fill(seq, Reply::error_owned(text.clone()));
+            }
+            return;
         }
         let txn = Txn {
             session_id: self.id as i64,
@@ -576,7 +652,9 @@ impl Connection {
         };
         if let Err(error) = self.ctx.raft.propose(txn.encode()) {
             let text = format!("TRYAGAIN the write was not queued: {error}");
-            self.fill(seq, Reply::error_owned(text));
+            for &seq in seqs {
+                self.fill(seq, Reply::error_owned(text.clone()));
+            }
         }
     }
 

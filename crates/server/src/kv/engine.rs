@@ -844,6 +844,86 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_command_batch_applies_as_its_commands_one_after_another() {
+        let engine = KvEngine::start_inline(kv_snapshot::empty(2), first_connection_id(5));
+        let (id, mut replies) = engine.connect();
+        let mut applier = KvApplier::new(engine.clone());
+        let single = Op::Command {
+            seq: 1,
+            args: args(&["SET", "a", "x"]),
+        };
+        applier.apply(9, 1_000, id as i64, &single.to_bytes(), true);
+        let mut words = vec!["MSET"];
+        let keys: Vec<String> = (0..8).map(|i| format!("m{i}")).collect();
+        for key in &keys {
+            words.extend([key.as_str(), "1"]);
+        }
+        let batch = vec![
+            args(&["SET", "b", "1"]),
+            args(&["INCR", "b"]),
+            args(&["APPEND", "a", "y"]),
+            args(&words),
+            args(&["INCR", "a"]),
+        ];
+        applier.apply(9, 1_001, id as i64, &Op::commands_to_bytes(2, &batch), true);
+        applier.flush();
+        let mut got = Vec::new();
+        while let Ok(message) = replies.try_recv() {
+            match message {
+                Outbound::Reply(seq, reply) => got.push((seq, reply)),
+                Outbound::Replies(some) => got.extend(some),
+                other => panic!("expected replies, got {other:?}"),
+            }
+        }
+        // Each shard answers its part in order; the connection puts the
+        // replies in request order.
+        got.sort_by_key(|(seq, _)| *seq);
+        assert_eq!(
+            got,
+            vec![
+                (1, Reply::ok()),
+                (2, Reply::ok()),
+                (3, Reply::Integer(2)),
+                (4, Reply::Integer(2)),
+                (5, Reply::ok()),
+                (
+                    6,
+                    Reply::error("ERR value is not an integer or out of range")
+                ),
+            ]
+        );
+        // Each command took its own ordinal of entry 9: the single one 0,
+        // the batch's 1 to 5 (the MSET's parts share the fourth's).
+        let versions = engine.inspect(|view| {
+            ["a", "b", "m0", "m7"].map(|key| {
+                view.shard(key.as_bytes())
+                    .peek(key.as_bytes())
+                    .unwrap()
+                    .version
+            })
+        });
+        assert_eq!(
+            versions,
+            [stamp(9, 3), stamp(9, 2), stamp(9, 4), stamp(9, 4)]
+        );
+        // A batch that does not decode is skipped whole, and takes one
+        // ordinal, as any operation that does not decode.
+        let mut broken = Op::commands_to_bytes(7, &batch[..2]);
+        broken.pop();
+        applier.apply(9, 1_002, id as i64, &broken, true);
+        let set = Op::Command {
+            seq: 7,
+            args: args(&["SET", "c", "1"]),
+        };
+        applier.apply(9, 1_002, id as i64, &set.to_bytes(), true);
+        applier.flush();
+        assert_eq!(reply(&mut replies), (7, Reply::ok()));
+        assert!(replies.try_recv().is_err(), "nothing from the broken batch");
+        let version = engine.inspect(|view| view.shard(b"c").peek(b"c").unwrap().version);
+        assert_eq!(version, stamp(9, 7));
+    }
+
     /// The route a session finds for `args`, a keyspace read.
     fn route(args: &Args) -> ReadRoute {
         ReadRoute::checked(args).expect("a keyspace read")
@@ -1163,6 +1243,14 @@ mod tests {
 #[error("the keyspace stopped while a snapshot was written")]
 pub struct KvSnapshotStopped;
 
+// Every KV operation of an entry takes a write stamp ordinal, and a
+// proposal carries at most PIPELINE_COMMANDS_MAX of them (a COMMANDS
+// batch): an entry's operations never run out of ordinals.
+const _: () = assert!(
+    keel_consensus::proposal::BATCH_PROPOSALS_MAX * keel_kv::op::PIPELINE_COMMANDS_MAX
+        <= keel_kv::shard::STAMP_ORDINALS_MAX as usize
+);
+
 /// The apply step's side: on the Raft driver's thread, it turns committed
 /// KV transactions into shard work, an entry's worth at a time.
 pub struct KvApplier {
@@ -1190,9 +1278,10 @@ impl KvApplier {
         &self.engine
     }
 
-    /// One committed KV operation at `index`, stamped `time_ms` by its
-    /// proposer; `connection` (the Txn's session id) is the asking
-    /// connection when `asked_here`.
+    /// One committed KV proposal at `index` (an operation, or a batch of
+    /// one connection's commands), stamped `time_ms` by its proposer;
+    /// `connection` (the Txn's session id) is the asking connection when
+    /// `asked_here`.
     pub fn apply(
         &mut self,
         index: u64,
@@ -1201,7 +1290,32 @@ impl KvApplier {
         body: &[u8],
         asked_here: bool,
     ) {
-        // Counted before decoding: every replica numbers the same bytes.
+        let ops = match Op::decode_all(body) {
+            Ok(ops) => ops,
+            Err(error) => {
+                // Every replica decodes the same bytes alike: skipped
+                // everywhere, and counted as one operation everywhere.
+                self.next_ordinal(index);
+                tracing::error!(index, %error, "committed KV operation does not decode; skipped");
+                return;
+            }
+        };
+        // The connection's mailbox, looked up once for the proposal (a
+        // lock and a map lookup), not once per command of a batch.
+        let outlet = match asked_here && ops.iter().any(|op| op.seq().is_some()) {
+            true => self.engine.outlet(connection as u64),
+            false => None,
+        };
+        for op in ops {
+            self.next_ordinal(index);
+            self.apply_op(index, time_ms, op, asked_here, outlet.as_ref());
+        }
+    }
+
+    /// The next operation of the entry at `index` gets the next ordinal
+    /// (the first of an entry 0): counted per operation, before decoding
+    /// its arguments, so every replica numbers the same bytes alike.
+    fn next_ordinal(&mut self, index: u64) {
         if index == self.last_index {
             self.ordinal += 1;
         } else {
@@ -1209,15 +1323,16 @@ impl KvApplier {
             self.last_index = index;
             self.ordinal = 0;
         }
-        let op = match Op::decode(body) {
-            Ok(op) => op,
-            Err(error) => {
-                // Every replica decodes the same bytes alike: skipped
-                // everywhere.
-                tracing::error!(index, %error, "committed KV operation does not decode; skipped");
-                return;
-            }
-        };
+    }
+
+    fn apply_op(
+        &mut self,
+        index: u64,
+        time_ms: i64,
+        op: Op,
+        asked_here: bool,
+        outlet: Option<&Outlet>,
+    ) {
         // Borrowed, not cloned: the engine's reference count is shared
         // with every connection and shard thread; its atomic increment
         // and decrement per operation were 2.3% of the Raft threads'
@@ -1233,10 +1348,11 @@ impl KvApplier {
         if matches!(op, Op::Expire { .. }) && asked_here {
             engine.expiry_applied();
         }
-        let to = match (asked_here, op.seq()) {
-            (true, Some(seq)) => engine
-                .outlet(connection as u64)
-                .map(|outlet| Responder { outlet, seq }),
+        let to = match (outlet, op.seq()) {
+            (Some(outlet), Some(seq)) => Some(Responder {
+                outlet: outlet.clone(),
+                seq,
+            }),
             _ => None,
         };
         let shards = keyspace::op_shards(&op, engine.shard_count());
