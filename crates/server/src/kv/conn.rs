@@ -609,7 +609,10 @@ impl Connection {
     /// one COMMANDS batch.
     fn flush_writes(&mut self) {
         let first_seq = self.writes.first_seq;
-        let mut commands = std::mem::take(&mut self.writes.commands);
+        let mut commands = std::mem::replace(
+            &mut self.writes.commands,
+            Vec::with_capacity(op::PIPELINE_COMMANDS_MAX),
+        );
         self.writes.bytes = 0;
         match commands.len() {
             0 => {}
