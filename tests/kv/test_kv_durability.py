@@ -5,6 +5,9 @@ linearizable across nodes, a lagging follower that catches up by a
 snapshot holding the keyspace, and keys that expire on every replica when
 the leader that saw them set is killed before they are due.
 
+The writers pipeline a third of their writes (up to 24 at once), so the
+kills also fall among batches of one connection's writes.
+
 KEEL_KV_CRASH_KILLS (default 3) and KEEL_KV_CLUSTER_KILLS (default 2) set the
 number of kills, KEEL_KV_CRASH_SEED the seed."""
 
@@ -38,10 +41,53 @@ class Acked:
         self.count = 0
 
 
+def next_write(rng, index, counter, acked):
+    """One random write (SET, INCR or SADD) of writer `index`: its
+    arguments, and what records its reply as acknowledged (true when the
+    reply is the success it should be)."""
+    kind = rng.random()
+    if kind < 0.6:
+        key = "w%d:k%d" % (index, rng.randrange(KEYS_PER_WRITER))
+
+        def on_set(reply):
+            if reply != "OK":
+                return False
+            with acked.lock:
+                acked.values[key] = max(acked.values.get(key, 0), counter)
+            return True
+        return ["SET", key, "%012d" % counter], on_set
+    if kind < 0.8:
+        name = "w%d:n" % index
+
+        def on_incr(reply):
+            if not isinstance(reply, int):
+                return False
+            with acked.lock:
+                acked.counters[name] = max(acked.counters.get(name, 0), reply)
+            return True
+        return ["INCR", name], on_incr
+    name = "w%d:s" % index
+
+    def on_sadd(reply):
+        if not isinstance(reply, int):
+            return False
+        with acked.lock:
+            acked.members.setdefault(name, set()).add(str(counter).encode())
+        return True
+    return ["SADD", name, str(counter)], on_sadd
+
+
+# Writes a writer sends pipelined at most: past the 16 a connection
+# proposes as one batch (`op::PIPELINE_COMMANDS_MAX`), so a kill can fall
+# between two batches of one pipeline, or inside one.
+PIPELINE_WRITES_MAX = 24
+
+
 def writer(ports, index, acked, stop, seed):
-    """SET/INCR/SADD through whichever node answers; a failed or dropped
-    connection moves on to the next node (its last write is unacknowledged:
-    it may or may not have happened)."""
+    """SET/INCR/SADD through whichever node answers, one at a time or (a
+    third of the rounds) pipelined; a failed or dropped connection moves
+    on to the next node (a write without its reply is unacknowledged: it
+    may or may not have happened)."""
     rng = random.Random(seed)
     counter = 0
     nodes = NodeRotation(ports, index)
@@ -49,34 +95,21 @@ def writer(ports, index, acked, stop, seed):
         conn = nodes.connect(stop)
         if conn is None:
             break
-        key = "w%d:k%d" % (index, rng.randrange(KEYS_PER_WRITER))
-        counter += 1
-        kind = rng.random()
+        count = rng.randint(2, PIPELINE_WRITES_MAX) if rng.random() < 0.33 else 1
+        writes = []
+        for _ in range(count):
+            counter += 1
+            writes.append(next_write(rng, index, counter, acked))
         try:
-            if kind < 0.6:
-                _, reply = conn.call("SET", key, "%012d" % counter)
-                ok = reply == "OK"
-                if ok:
+            conn.send(b"".join(RespConnection.encode(args) for args, _ in writes))
+            ok = True
+            for _, on_reply in writes:
+                if on_reply(conn.reply()[1]):
                     with acked.lock:
-                        acked.values[key] = max(acked.values.get(key, 0), counter)
-            elif kind < 0.8:
-                name = "w%d:n" % index
-                _, reply = conn.call("INCR", name)
-                ok = isinstance(reply, int)
-                if ok:
-                    with acked.lock:
-                        acked.counters[name] = max(acked.counters.get(name, 0), reply)
-            else:
-                name = "w%d:s" % index
-                _, reply = conn.call("SADD", name, str(counter))
-                ok = isinstance(reply, int)
-                if ok:
-                    with acked.lock:
-                        acked.members.setdefault(name, set()).add(str(counter).encode())
-            if ok:
-                with acked.lock:
-                    acked.count += 1
-            else:
+                        acked.count += 1
+                else:
+                    ok = False
+            if not ok:
                 time.sleep(0.05)
         except (OSError, Closed, ValueError):
             nodes.drop()

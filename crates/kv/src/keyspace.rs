@@ -85,6 +85,16 @@ pub fn op_shards(op: &Op, shard_count: usize) -> Vec<usize> {
     }
 }
 
+/// The one shard of a one-key write (`command_shards`' first case, with
+/// no list allocated): `None` for any other operation.
+pub fn single_key_shard(op: &Op, shard_count: usize) -> Option<usize> {
+    let Op::Command { args, .. } = op else {
+        return None;
+    };
+    let key = command::single_key(args, Kind::Write)?;
+    Some(shard_of_slot(key_slot(key), shard_count))
+}
+
 /// The shards a command's arguments need (shard 0 for one that fails its
 /// checks: its error needs no shard, but it is answered from one).
 pub fn command_shards(args: &[Vec<u8>], shard_count: usize) -> Vec<usize> {
@@ -311,6 +321,13 @@ mod tests {
                     let routed = route_shards(&command.route(), shards);
                     assert_eq!(command_shards(&args, shards), routed, "{}", spec.name);
                     assert_eq!(parsed_shards(&args, shards), routed, "{}", spec.name);
+                    let op = Op::Command {
+                        seq: 1,
+                        args: args.clone(),
+                    };
+                    let fast = single_key_shard(&op, shards);
+                    assert_eq!(fast.is_some(), single, "{}", spec.name);
+                    assert!(fast.is_none_or(|shard| routed == [shard]), "{}", spec.name);
                 }
                 checked += single as usize;
             }

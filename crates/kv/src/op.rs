@@ -178,7 +178,10 @@ impl Op {
             return Ok(vec![Op::decode(bytes)?]);
         }
         let mut r = Reader { bytes, at: 1 };
-        let first_seq = r.u64()?;
+        let mut first_seq = r.u64()?;
+        if crate::planted::batch_seq_shifted() {
+            first_seq = first_seq.wrapping_add(1);
+        }
         let count = r.count(4)?;
         if !(2..=PIPELINE_COMMANDS_MAX).contains(&count) {
             return Err(OpError::Count(count));

@@ -91,3 +91,12 @@ planted!(
     set_scan_skips,
     scan_skips
 );
+
+planted!(
+    /// A COMMANDS batch numbers its commands from one past its first
+    /// request number: each reply goes to the request after its own (on
+    /// this thread, until switched off).
+    BATCH_SEQ_SHIFTED,
+    set_batch_seq_shifted,
+    batch_seq_shifted
+);

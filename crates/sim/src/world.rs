@@ -143,6 +143,14 @@ const KV_TYPES_SALT: u64 = 0x7479_7065;
 pub const KV_SCAN_RUN_PER_MILLION: u64 = 500_000;
 pub const KV_SCAN_REQUEST_PER_MILLION: u64 = 100_000;
 const KV_SCAN_SALT: u64 = 0x7363_616e;
+/// The share of a KV client's one-command writes proposed as a COMMANDS
+/// batch (`keel_kv::op`), as a connection proposes what it pipelined: the
+/// write, then a ghost command (DEL of the client's `ghost:` key, which
+/// never exists: it changes nothing and answers 0) numbered after it
+/// (drawn from a generator of its own, so the other draws stay as they
+/// were).
+pub const KV_BATCH_WRITE_PER_MILLION: u64 = 250_000;
+const KV_BATCH_SALT: u64 = 0x6261_7463;
 /// SCAN's COUNT in those iterations: small, so one takes several calls
 /// and the cursor crosses shards and nodes.
 pub const KV_SCAN_COUNT_MIN: u64 = 1;
@@ -305,6 +313,11 @@ pub struct Options {
     /// The KV clients also send MSET, MULTI/EXEC and MGET of the
     /// SPAN_KEYS (`crate::kv`): writes and reads spanning shards.
     pub kv_spans: bool,
+    /// A planted bug in COMMANDS batches
+    /// (`keel_kv::planted::set_batch_seq_shifted`): their replies go to
+    /// the request after their own. The client must see a reply to a
+    /// request not in flight.
+    pub kv_batch_seq_shifted: bool,
     /// A planted bug in EXEC (`keel_kv::planted::set_exec_partial`): a
     /// transaction's last command is answered but not applied. The KV
     /// checks must see a spanning write applied in part.
@@ -390,6 +403,7 @@ impl Options {
             kv_spans: kv_clients > 0
                 && Rng::new(seed ^ KV_SPAN_SALT).chance(KV_SPAN_RUN_PER_MILLION),
             kv_exec_partial: false,
+            kv_batch_seq_shifted: false,
             kv_expiry: kv_clients > 0
                 && Rng::new(seed ^ KV_EXPIRY_SALT).chance(KV_EXPIRY_RUN_PER_MILLION),
             kv_expire_early: false,
@@ -468,6 +482,9 @@ pub struct Stats {
     pub kv_typed_requests: usize,
     /// FLUSHDBs sent.
     pub kv_flushes: usize,
+    /// One-command writes proposed as a COMMANDS batch behind a ghost
+    /// command (`KV_BATCH_WRITE_PER_MILLION`).
+    pub kv_batched_writes: usize,
     /// SCAN calls answered, and SCAN iterations finished (cursor 0).
     pub kv_scan_calls: usize,
     pub kv_scans: usize,
@@ -697,6 +714,9 @@ struct KvConn {
     id: u64,
     replies: tokio::sync::mpsc::UnboundedReceiver<KvOutbound>,
     next_seq: u64,
+    /// Request numbers of ghost commands in flight (batched writes'):
+    /// their replies are checked and dropped.
+    ghosts: Vec<u64>,
 }
 
 struct KvPending {
@@ -889,6 +909,7 @@ pub struct World {
     kv_watch_rng: Rng,
     /// Which KV requests go to the hash and the set (`Options::kv_types`).
     kv_types_rng: Rng,
+    kv_batch_rng: Rng,
     /// Which KV requests start a SCAN iteration (`Options::kv_scan`).
     kv_scan_rng: Rng,
     /// The SCAN iterations the clients finished.
@@ -933,6 +954,7 @@ impl World {
         let kv_expiry_rng = Rng::new(options.seed ^ KV_EXPIRY_SALT ^ 0x7271);
         let kv_watch_rng = Rng::new(options.seed ^ KV_WATCH_SALT ^ 0x7271);
         let kv_types_rng = Rng::new(options.seed ^ KV_TYPES_SALT ^ 0x7271);
+        let kv_batch_rng = Rng::new(options.seed ^ KV_BATCH_SALT ^ 0x7271);
         let kv_scan_rng = Rng::new(options.seed ^ KV_SCAN_SALT ^ 0x7271);
         let replaced = options
             .joiner
@@ -999,6 +1021,7 @@ impl World {
             kv_expiry_rng,
             kv_watch_rng,
             kv_types_rng,
+            kv_batch_rng,
             kv_scan_rng,
             kv_scans: Vec::new(),
             replaced,
@@ -1068,6 +1091,7 @@ impl World {
         keel_tree::planted::set_snapshot_torn(self.options.snapshot_torn);
         keel_kv::planted::set_snapshot_keys_dropped(self.options.kv_snapshot_keys_dropped);
         keel_kv::planted::set_exec_partial(self.options.kv_exec_partial);
+        keel_kv::planted::set_batch_seq_shifted(self.options.kv_batch_seq_shifted);
         keel_kv::planted::set_expire_early(self.options.kv_expire_early);
         keel_kv::planted::set_ttl_from_log_clock(self.options.kv_ttl_from_log_clock);
         keel_kv::planted::set_watch_blind(self.options.kv_watch_blind);
@@ -1114,6 +1138,7 @@ impl World {
         keel_tree::planted::set_snapshot_torn(false);
         keel_kv::planted::set_snapshot_keys_dropped(false);
         keel_kv::planted::set_exec_partial(false);
+        keel_kv::planted::set_batch_seq_shifted(false);
         keel_kv::planted::set_expire_early(false);
         keel_kv::planted::set_ttl_from_log_clock(false);
         keel_kv::planted::set_watch_blind(false);
@@ -2131,6 +2156,7 @@ impl World {
                 id,
                 replies,
                 next_seq: 1,
+                ghosts: Vec::new(),
             });
             self.note(format!("kv{client} connects to n{node} as {id}"));
         }
@@ -2230,6 +2256,24 @@ impl World {
             // The planted bug: no barrier, the node's shards at once.
             return self.kv_read_now(client);
         }
+        let body = (!read).then(|| {
+            // Drawn for every write, batched or not: the draws do not
+            // depend on the call.
+            let batch = self.kv_batch_rng.chance(KV_BATCH_WRITE_PER_MILLION);
+            match call.op(seq, watches) {
+                keel_kv::Op::Command { args, .. } if batch => {
+                    // The ghost takes the number after the write's.
+                    let conn = self.kv_clients[client].conn.as_mut().expect("sending");
+                    assert_eq!(conn.next_seq, seq + 1);
+                    conn.next_seq += 1;
+                    conn.ghosts.push(seq + 1);
+                    self.stats.kv_batched_writes += 1;
+                    let ghost = vec![b"DEL".to_vec(), format!("ghost:kv{client}").into_bytes()];
+                    keel_kv::Op::commands_to_bytes(seq, &[args, ghost])
+                }
+                op => op.to_bytes(),
+            }
+        });
         let now_ms = (self.now_us / 1000) as i64;
         let n = self.node(node);
         let core = n.core.as_mut().expect("connected to a live node");
@@ -2249,7 +2293,7 @@ impl World {
                 .expect("just set")
                 .barrier = Some(number);
         } else {
-            let body = call.op(seq, watches).to_bytes();
+            let body = body.expect("a write's body");
             let txn = Txn {
                 session_id: connection as i64,
                 xid: 0,
@@ -2662,6 +2706,17 @@ impl World {
 
     /// The reply to the client's request `seq`.
     fn kv_reply(&mut self, client: usize, seq: u64, reply: keel_kv::Reply) {
+        if let Some(conn) = self.kv_clients[client].conn.as_mut() {
+            if let Some(at) = conn.ghosts.iter().position(|&ghost| ghost == seq) {
+                conn.ghosts.swap_remove(at);
+                if reply != keel_kv::Reply::Integer(0) {
+                    self.fail(format!(
+                        "kv{client}: the ghost DEL of request {seq} answered {reply:?}, not 0"
+                    ));
+                }
+                return;
+            }
+        }
         let pending = &self.kv_clients[client].pending;
         let Some(pending) = pending.as_ref().filter(|p| p.seq == seq) else {
             self.fail(format!(

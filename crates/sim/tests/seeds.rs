@@ -104,6 +104,7 @@ fn add_stats(total: &mut sim::Stats, run: &sim::Stats) {
     total.kv_cas_aborted += run.kv_cas_aborted;
     total.kv_typed_requests += run.kv_typed_requests;
     total.kv_flushes += run.kv_flushes;
+    total.kv_batched_writes += run.kv_batched_writes;
     total.kv_scan_calls += run.kv_scan_calls;
     total.kv_scans += run.kv_scans;
     total.lease_reads += run.lease_reads;
@@ -169,6 +170,7 @@ fn replay() {
         Ok("snapshot-torn") => options.snapshot_torn = true,
         Ok("kv-reads-skip-barrier") => options.kv_reads_skip_barrier = true,
         Ok("kv-snapshot-keys-dropped") => options.kv_snapshot_keys_dropped = true,
+        Ok("kv-batch-seq-shifted") => options.kv_batch_seq_shifted = true,
         Ok("kv-exec-partial") => {
             options.kv_spans = options.kv_clients > 0;
             options.kv_exec_partial = true;
@@ -627,6 +629,27 @@ fn planted_kv_bug_is_caught(
     );
     assert!(caught > 0, "{what}: the expected check missed it");
     stats
+}
+
+#[test]
+fn batched_replies_to_the_wrong_request_are_caught() {
+    // A COMMANDS batch (a connection's pipelined writes in one proposal)
+    // numbers its commands one past their own request numbers
+    // (keel_kv::planted::set_batch_seq_shifted): the client must see a
+    // reply to a request it has not in flight, or its ghost answered
+    // what the write should have been.
+    let stats = planted_kv_bug_is_caught(
+        20,
+        "batched replies shifted by one request",
+        Options::for_seed,
+        |options| Options {
+            kv_batch_seq_shifted: true,
+            ..options
+        },
+        |f| f.contains("not in flight") || f.contains("ghost DEL"),
+    );
+    assert!(stats.kv_batched_writes > 0, "no write was batched");
+    eprintln!("batched writes: {}", stats.kv_batched_writes);
 }
 
 #[test]

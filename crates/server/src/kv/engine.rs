@@ -1355,6 +1355,10 @@ impl KvApplier {
             }),
             _ => None,
         };
+        if let Some(shard) = keyspace::single_key_shard(&op, engine.shard_count()) {
+            self.pending[shard].push(Item { op, ctx, to });
+            return;
+        }
         let shards = keyspace::op_shards(&op, engine.shard_count());
         if let [shard] = shards[..] {
             self.pending[shard].push(Item { op, ctx, to });
