@@ -170,11 +170,17 @@ impl Op {
         out
     }
 
+    /// Whether `bytes` is a COMMANDS batch (`decode_all` decodes it; a
+    /// single operation `decode` does, with no list around it).
+    pub fn is_batch(bytes: &[u8]) -> bool {
+        bytes.first() == Some(&KIND_COMMANDS)
+    }
+
     /// Decodes a proposal's operations: a COMMANDS batch gives its
     /// commands (as COMMANDs, in order), anything else the one operation.
     /// All or nothing: a malformed batch gives an error, no command.
     pub fn decode_all(bytes: &[u8]) -> Result<Vec<Op>, OpError> {
-        if bytes.first() != Some(&KIND_COMMANDS) {
+        if !Op::is_batch(bytes) {
             return Ok(vec![Op::decode(bytes)?]);
         }
         let mut r = Reader { bytes, at: 1 };
@@ -356,6 +362,7 @@ mod tests {
         for op in &ops {
             assert_eq!(op.to_bytes().len(), op.encoded_bytes(), "{op:?}");
             assert_eq!(Op::decode_all(&op.to_bytes()), Ok(vec![op.clone()]));
+            assert!(!Op::is_batch(&op.to_bytes()), "{op:?}");
         }
     }
 
@@ -368,6 +375,7 @@ mod tests {
         ];
         let bytes = Op::commands_to_bytes(41, &commands);
         assert_eq!(bytes.len(), commands_bytes(&commands));
+        assert!(Op::is_batch(&bytes));
         let expected: Vec<Op> = commands
             .iter()
             .zip(41..)

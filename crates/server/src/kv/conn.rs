@@ -619,11 +619,11 @@ impl Connection {
             1 => {
                 let args = commands.pop().expect("one");
                 let seq = first_seq;
-                self.propose(&[seq], Op::Command { seq, args }.to_bytes());
+                self.propose(seq..seq + 1, Op::Command { seq, args }.to_bytes());
             }
             count => {
-                let seqs: Vec<u64> = (first_seq..first_seq + count as u64).collect();
-                self.propose(&seqs, Op::commands_to_bytes(first_seq, &commands));
+                let seqs = first_seq..first_seq + count as u64;
+                self.propose(seqs, Op::commands_to_bytes(first_seq, &commands));
             }
         }
     }
@@ -631,17 +631,17 @@ impl Connection {
     /// A write through the Raft log (the requests `seqs` of this
     /// connection); each reply comes when it is applied.
     fn propose_op(&mut self, seq: u64, op: Op) {
-        self.propose(&[seq], op.to_bytes());
+        self.propose(seq..seq + 1, op.to_bytes());
     }
 
-    fn propose(&mut self, seqs: &[u64], body: Vec<u8>) {
+    fn propose(&mut self, seqs: std::ops::Range<u64>, body: Vec<u8>) {
         assert!(!seqs.is_empty());
         if body.len() > PROPOSED_KV_BYTES_MAX {
             let text = format!(
                 "ERR the command takes {} bytes in the log; one Raft entry holds at most {PROPOSED_KV_BYTES_MAX}",
                 body.len()
             );
-            for &seq in seqs {
+            for seq in seqs {
                 self.fill(seq, Reply::error_owned(text.clone()));
             }
             return;
@@ -655,7 +655,7 @@ impl Connection {
         };
         if let Err(error) = self.ctx.raft.propose(txn.encode()) {
             let text = format!("TRYAGAIN the write was not queued: {error}");
-            for &seq in seqs {
+            for seq in seqs {
                 self.fill(seq, Reply::error_owned(text.clone()));
             }
         }

@@ -1290,19 +1290,27 @@ impl KvApplier {
         body: &[u8],
         asked_here: bool,
     ) {
+        if !Op::is_batch(body) {
+            // One operation: no list around it (an unpipelined write's
+            // path stays as short as it was).
+            let op = match Op::decode(body) {
+                Ok(op) => op,
+                Err(error) => return self.undecodable(index, error),
+            };
+            let outlet = match asked_here && op.seq().is_some() {
+                true => self.engine.outlet(connection as u64),
+                false => None,
+            };
+            self.next_ordinal(index);
+            return self.apply_op(index, time_ms, op, asked_here, outlet.as_ref());
+        }
         let ops = match Op::decode_all(body) {
             Ok(ops) => ops,
-            Err(error) => {
-                // Every replica decodes the same bytes alike: skipped
-                // everywhere, and counted as one operation everywhere.
-                self.next_ordinal(index);
-                tracing::error!(index, %error, "committed KV operation does not decode; skipped");
-                return;
-            }
+            Err(error) => return self.undecodable(index, error),
         };
-        // The connection's mailbox, looked up once for the proposal (a
-        // lock and a map lookup), not once per command of a batch.
-        let outlet = match asked_here && ops.iter().any(|op| op.seq().is_some()) {
+        // The connection's mailbox, looked up once for the batch (a lock
+        // and a map lookup), not once per command.
+        let outlet = match asked_here {
             true => self.engine.outlet(connection as u64),
             false => None,
         };
@@ -1310,6 +1318,14 @@ impl KvApplier {
             self.next_ordinal(index);
             self.apply_op(index, time_ms, op, asked_here, outlet.as_ref());
         }
+    }
+
+    /// A committed KV proposal that does not decode. Every replica decodes
+    /// the same bytes alike: skipped everywhere, and counted as one
+    /// operation everywhere.
+    fn undecodable(&mut self, index: u64, error: keel_kv::op::OpError) {
+        self.next_ordinal(index);
+        tracing::error!(index, %error, "committed KV operation does not decode; skipped");
     }
 
     /// The next operation of the entry at `index` gets the next ordinal
