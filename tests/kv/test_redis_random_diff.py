@@ -22,6 +22,10 @@ commands), INFO and CLIENT ID (they describe the server), expiry times
 short enough to pass between the two servers' turns, and SCAN cursors
 that no SCAN returned (both servers may answer any keys for them).
 
+The same streams also go pipelined (`run_pipelined`: up to 40 commands
+at once on the main connection), so Keel's batches of pipelined writes
+meet reads, errors, transactions and WATCH between them.
+
 KEEL_KV_RANDOM_STEPS sets the commands per seed, KEEL_KV_RANDOM_SEEDS the
 seeds (comma-separated)."""
 
@@ -248,13 +252,49 @@ def ties(probe, key, amount_ms):
     return isinstance(remaining_ms, int) and 0 <= amount_ms - remaining_ms <= TIE_WINDOW_MS
 
 
+class Comparison:
+    """Compares the two servers' replies to one stream of commands, in
+    order, and remembers what the main connection's MULTI queued (what
+    an EXEC's array answers)."""
+
+    def __init__(self, seed):
+        self.seed = seed
+        self.history = []
+        # The main connection's commands redis-server queued since its
+        # MULTI (None outside one).
+        self.queued = None
+
+    def difference(self, step, command, main, replies_r, replies_k, tie=False):
+        """None if the replies match, else the report; `main`: sent on
+        the main connection; `tie`: a GT/LT expiry whose 0 and 1 may
+        differ (see TIE_WINDOW_MS)."""
+        (raw_r, parsed_r), (raw_k, parsed_k) = replies_r, replies_k
+        if tie and {raw_r, raw_k} == {b":0\r\n", b":1\r\n"}:
+            return None
+        name = command[0].upper()
+        same = same_exec(self.queued, parsed_r, parsed_k) if name == "EXEC" else None
+        if main:
+            if name in ("EXEC", "DISCARD"):
+                self.queued = None
+            elif name == "MULTI" and parsed_r == "OK":
+                self.queued = []
+            elif self.queued is not None and parsed_r == "QUEUED":
+                self.queued.append(command)
+        if same is None:
+            same = comparable(command, raw_r, parsed_r) == comparable(command, raw_k, parsed_k)
+        if same:
+            return None
+        shown = "\n".join("  %r" % c for c in self.history[-HISTORY_SHOWN:])
+        return ("seed %d, step %d: %r\n  redis-server: %r\n  Keel:         %r\n"
+                "the last %d commands:\n%s" % (
+                    self.seed, step, command, raw_r[:REPLY_SHOWN_BYTES], raw_k[:REPLY_SHOWN_BYTES],
+                    HISTORY_SHOWN, shown))
+
+
 def run(seed, redis_port, keel_port):
     """The first difference as text, or None."""
     generator = Generator(seed)
-    history = []
-    # The main connection's commands redis-server queued since its MULTI
-    # (None outside one): what an EXEC's array answers, in order.
-    queued = None
+    compare = Comparison(seed)
     with RespConnection(redis_port) as redis, RespConnection(keel_port) as keel, \
             RespConnection(redis_port) as redis_other, RespConnection(keel_port) as keel_other:
         for conn in (redis, keel):
@@ -262,35 +302,66 @@ def run(seed, redis_port, keel_port):
         for step in range(STEPS):
             if generator.r.random() < OTHER_SHARE:
                 command = generator.draw_other()
-                history.append(["(other connection)"] + command)
+                compare.history.append(["(other connection)"] + command)
                 pair = (redis_other, keel_other)
             else:
                 command = generator.draw()
-                history.append(command)
+                compare.history.append(command)
                 pair = (redis, keel)
             amount_ms = relative_comparison_ms(command)
             tie = (amount_ms is not None and pair[0] is redis and not generator.in_multi
                    and ties(redis_other, command[1], amount_ms) and ties(keel_other, command[1], amount_ms))
-            raw_r, parsed_r = pair[0].call(*command)
-            raw_k, parsed_k = pair[1].call(*command)
-            if tie and {raw_r, raw_k} == {b":0\r\n", b":1\r\n"}:
+            replies_r = pair[0].call(*command)
+            replies_k = pair[1].call(*command)
+            difference = compare.difference(step, command, pair[0] is redis, replies_r, replies_k, tie)
+            if difference:
+                return difference
+    return None
+
+
+# Commands the pipelined run sends at once at most: past the 16 that
+# Keel proposes as one batch of writes (`op::PIPELINE_COMMANDS_MAX`).
+PIPELINE_COMMANDS_MAX = 40
+
+
+def run_pipelined(seed, redis_port, keel_port):
+    """`run`, but the main connection's commands go in pipelines of 1 to
+    PIPELINE_COMMANDS_MAX (its replies read after the whole pipeline is
+    sent), so Keel proposes its writes in batches, with reads, errors,
+    MULTI/EXEC and WATCH between them; the second connection still
+    writes between pipelines. A GT/LT expiry cannot be probed for a tie
+    before it is sent here: any such command may answer 0 on one server
+    and 1 on the other."""
+    generator = Generator(seed)
+    compare = Comparison(seed)
+    step = 0
+    with RespConnection(redis_port) as redis, RespConnection(keel_port) as keel, \
+            RespConnection(redis_port) as redis_other, RespConnection(keel_port) as keel_other:
+        for conn in (redis, keel):
+            conn.call("FLUSHDB")
+        while step < STEPS:
+            if generator.r.random() < OTHER_SHARE:
+                command = generator.draw_other()
+                compare.history.append(["(other connection)"] + command)
+                difference = compare.difference(
+                    step, command, False, redis_other.call(*command), keel_other.call(*command))
+                step += 1
+                if difference:
+                    return difference
                 continue
-            name = command[0].upper()
-            same = same_exec(queued, parsed_r, parsed_k) if name == "EXEC" else None
-            if pair[0] is redis:
-                if name in ("EXEC", "DISCARD"):
-                    queued = None
-                elif name == "MULTI" and parsed_r == "OK":
-                    queued = []
-                elif queued is not None and parsed_r == "QUEUED":
-                    queued.append(command)
-            if same is None:
-                same = comparable(command, raw_r, parsed_r) == comparable(command, raw_k, parsed_k)
-            if not same:
-                shown = "\n".join("  %r" % c for c in history[-HISTORY_SHOWN:])
-                return ("seed %d, step %d: %r\n  redis-server: %r\n  Keel:         %r\n"
-                        "the last %d commands:\n%s" % (
-                            seed, step, command, raw_r[:REPLY_SHOWN_BYTES], raw_k[:REPLY_SHOWN_BYTES], HISTORY_SHOWN, shown))
+            commands = [generator.draw() for _ in range(generator.r.randint(1, PIPELINE_COMMANDS_MAX))]
+            frames = b"".join(RespConnection.encode(c) for c in commands)
+            redis.send(frames)
+            keel.send(frames)
+            replies_r = [redis.reply() for _ in commands]
+            replies_k = [keel.reply() for _ in commands]
+            for command, reply_r, reply_k in zip(commands, replies_r, replies_k):
+                compare.history.append(command)
+                tie = relative_comparison_ms(command) is not None
+                difference = compare.difference(step, command, True, reply_r, reply_k, tie)
+                step += 1
+                if difference:
+                    return difference
     return None
 
 
@@ -313,6 +384,15 @@ def test_random_commands_on_the_leader_answer_as_redis_server_does(reference, kv
     if kv.topology == "single":
         pytest.skip("one node: the test above talks to it")
     difference = run(seed + 1000, reference.port, kv.leader_port())
+    assert difference is None, difference
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_random_pipelined_commands_answer_as_redis_server_does(reference, kv, seed):
+    """The same streams sent in pipelines: Keel proposes a connection's
+    pipelined writes as batches (up to 16 per proposal), which must
+    answer and apply as redis-server runs the same commands one by one."""
+    difference = run_pipelined(seed + 2000, reference.port, kv.port)
     assert difference is None, difference
 
 
