@@ -741,20 +741,24 @@ def test_a_frame_split_byte_by_byte_is_one_command(kv):
         assert c.reply()[1] == b"v" * 50
 
 
+def pipelined_replies(port, requests):
+    """The raw replies of `requests`, sent pipelined (all at once, after a
+    FLUSHDB) to the server on `port`."""
+    with RespConnection(port) as c:
+        c.call("FLUSHDB")
+        c.send(b"".join(RespConnection.encode(r) for r in requests))
+        return [c.reply()[0] for _ in requests]
+
+
 def test_pipelined_commands_answer_in_order(reference, kv):
-    frames = b""
+    requests = []
     for i in range(200):
-        frames += RespConnection.encode(["SET", "p%d" % (i % 7), str(i)])
-        frames += RespConnection.encode(["GET", "p%d" % (i % 7)])
-        frames += RespConnection.encode(["INCR", "pc"])
-    frames += RespConnection.encode(["MGET"] + ["p%d" % i for i in range(7)])
-    replies = []
-    for port in (reference.port, kv.port):
-        with RespConnection(port) as c:
-            c.call("FLUSHDB")
-            c.send(frames)
-            replies.append([c.reply()[0] for _ in range(601)])
-    assert replies[0] == replies[1]
+        requests.append(["SET", "p%d" % (i % 7), str(i)])
+        requests.append(["GET", "p%d" % (i % 7)])
+        requests.append(["INCR", "pc"])
+    requests.append(["MGET"] + ["p%d" % i for i in range(7)])
+    assert len(requests) == 601
+    assert pipelined_replies(reference.port, requests) == pipelined_replies(kv.port, requests)
 
 
 def test_pipelined_writes_with_errors_between_them_match_redis(reference, kv):
@@ -782,14 +786,7 @@ def test_pipelined_writes_with_errors_between_them_match_redis(reference, kv):
             requests.append(["DEL", "w%d" % (i % 5), "n2"])
         requests.append(["APPEND", "log", "%d," % i])
     requests.append(["MGET"] + ["w%d" % i for i in range(11)] + ["n0", "n1", "n2", "log"])
-    frames = b"".join(RespConnection.encode(r) for r in requests)
-    replies = []
-    for port in (reference.port, kv.port):
-        with RespConnection(port) as c:
-            c.call("FLUSHDB")
-            c.send(frames)
-            replies.append([c.reply()[0] for _ in range(len(requests))])
-    assert replies[0] == replies[1]
+    assert pipelined_replies(reference.port, requests) == pipelined_replies(kv.port, requests)
 
 
 def test_a_command_pipelined_after_exec_sees_its_connection_commands(reference, kv):
