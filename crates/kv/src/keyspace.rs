@@ -91,6 +91,11 @@ pub fn single_key_shard(op: &Op, shard_count: usize) -> Option<usize> {
     let Op::Command { args, .. } = op else {
         return None;
     };
+    one_key_write_shard(args, shard_count)
+}
+
+/// The shard of a write with one key, found without parsing the command.
+fn one_key_write_shard(args: &[Vec<u8>], shard_count: usize) -> Option<usize> {
     let key = command::single_key(args, Kind::Write)?;
     Some(shard_of_slot(key_slot(key), shard_count))
 }
@@ -101,8 +106,8 @@ pub fn command_shards(args: &[Vec<u8>], shard_count: usize) -> Vec<usize> {
     // Most writes have one key: its shard, without parsing the command.
     // (One that would fail its parse is answered its error on that shard
     // instead of shard 0: the same reply, and nothing changes either way.)
-    if let Some(key) = command::single_key(args, Kind::Write) {
-        return vec![shard_of_slot(key_slot(key), shard_count)];
+    if let Some(shard) = one_key_write_shard(args, shard_count) {
+        return vec![shard];
     }
     parsed_shards(args, shard_count)
 }

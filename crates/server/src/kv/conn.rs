@@ -587,7 +587,8 @@ impl Connection {
     fn queue_write(&mut self, seq: u64, args: Args) {
         let pending = &self.writes;
         let follows = pending.first_seq + pending.commands.len() as u64 == seq;
-        let bytes = pending.bytes.max(op::commands_bytes([])) + op::args_bytes(&args);
+        // A batch not empty counts its header already.
+        let bytes = pending.bytes + op::args_bytes(&args);
         if !pending.commands.is_empty()
             && (!follows
                 || pending.commands.len() == op::PIPELINE_COMMANDS_MAX
