@@ -419,3 +419,14 @@ def test_metrics_are_off_by_default(servers):
     assert "prometheus metrics served" not in server.log_text()
     assert "metrics_port" not in open(server.config_path).read()
     assert mntr(server.port).get("zk_server_state") == "standalone"
+
+
+def test_a_log_written_to_a_file_is_plain_text(servers):
+    """The harness sends the server's stderr to a file, as a service
+    manager does: no terminal colour codes in it, so `grep 'leader=true'`
+    and log shippers see the fields as written."""
+    server = servers("keel")
+    log = server.log_since_start()
+    assert "keel serving" in log
+    assert "\x1b[" not in log, log[-400:]
+    assert re.search(r"keel serving address=127\.0\.0\.1:\d+", log), log[-400:]

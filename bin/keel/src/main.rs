@@ -341,14 +341,23 @@ fn server_config(args: ServerArgs) -> anyhow::Result<ServerConfig> {
     Ok(config)
 }
 
-fn server(args: ServerArgs) -> anyhow::Result<()> {
+/// Logs to stderr at `KEEL_LOG`'s levels (else `default_level`); colours
+/// only on a terminal, so a log file or a journal holds plain text.
+fn init_logging(default_level: &str) {
+    use std::io::IsTerminal;
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("KEEL_LOG")
-                .unwrap_or_else(|_| "info".into()),
+                .unwrap_or_else(|_| default_level.into()),
         )
+        .with_ansi(colour)
         .with_writer(std::io::stderr)
         .init();
+}
+
+fn server(args: ServerArgs) -> anyhow::Result<()> {
+    init_logging("info");
     let config = server_config(args)?;
     let runtime = client_runtime(config.client_threads())?;
     runtime.block_on(async move {
@@ -443,13 +452,7 @@ fn client(args: CliArgs) -> anyhow::Result<()> {
 const PROFILE_TOP_ROWS: usize = 12;
 
 fn bench(args: BenchArgs) -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("KEEL_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    init_logging("warn");
     if args.workload == "populate" {
         return populate(args);
     }
