@@ -418,7 +418,7 @@ class KeelServer(BaseServer):
         "metrics_port", "metrics_address", "read_only_when_partitioned",
         "reconfig_enabled", "join", "peer_address", "join_auth_file",
         "resp_port", "resp_max_bulk_bytes", "client_threads", "read_lease", "kv_shards",
-        "log_direct_io",
+        "log_direct_io", "kv_batch_writes",
     )
     # A key listed twice would be written twice: TOML refuses the file.
     assert len(set(TOML_KEYS)) == len(TOML_KEYS), "TOML_KEYS lists a key twice"

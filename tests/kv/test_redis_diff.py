@@ -789,6 +789,37 @@ def test_pipelined_writes_with_errors_between_them_match_redis(reference, kv):
     assert pipelined_replies(reference.port, requests) == pipelined_replies(kv.port, requests)
 
 
+def write_batches(port):
+    """INFO's count of proposals that carried several pipelined writes."""
+    with RespConnection(port) as c:
+        text = c.call("INFO", "stats")[1].decode()
+    return int(re.search(r"^keel_write_batches:(\d+)\r?$", text, re.M).group(1))
+
+
+PIPELINED_WRITES = [["SET", "b%d" % (i % 5), "v%d" % i] for i in range(40)] + [
+    ["INCR", "bn"] for _ in range(40)] + [["MGET"] + ["b%d" % i for i in range(5)] + ["bn"]]
+
+
+def test_pipelined_writes_are_proposed_in_batches(reference, kv):
+    """The counter the rolling-upgrade setting below is checked by moves
+    when a connection pipelines writes (in a cluster, on the follower the
+    client is connected to, which forwards the batches)."""
+    before = write_batches(kv.port)
+    assert pipelined_replies(reference.port, PIPELINED_WRITES) == pipelined_replies(kv.port, PIPELINED_WRITES)
+    assert write_batches(kv.port) > before
+
+
+def test_kv_batch_writes_off_proposes_every_write_alone(reference, kv_factory):
+    """`kv_batch_writes = false`, for a rolling upgrade from a release that
+    cannot apply a batch (README, "Rolling restarts"): the same answers,
+    and no proposal carries two writes."""
+    target = kv_factory("single", kv_batch_writes=False)
+    assert pipelined_replies(reference.port, PIPELINED_WRITES) == pipelined_replies(target.port, PIPELINED_WRITES)
+    requests = PIPELINED_WRITES[:-1] * 5 + PIPELINED_WRITES[-1:]
+    assert pipelined_replies(reference.port, requests) == pipelined_replies(target.port, requests)
+    assert write_batches(target.port) == 0
+
+
 def test_a_command_pipelined_after_exec_sees_its_connection_commands(reference, kv):
     """A transaction's CLIENT SETNAME runs when the transaction does
     (after the log's reply, on Keel): what the client pipelined behind

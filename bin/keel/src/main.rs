@@ -155,6 +155,11 @@ struct ServerArgs {
     /// O_DIRECT (`log_direct_io = false`).
     #[arg(long)]
     no_log_direct_io: bool,
+    /// Keel KV proposes every write alone, never a pipelined batch
+    /// (`kv_batch_writes = false`; for a rolling upgrade from a release
+    /// without batches).
+    #[arg(long)]
+    no_kv_batch_writes: bool,
     /// Serve Keel KV (Redis protocol, RESP2/RESP3) on this port of
     /// --client-address (0 = off, the default).
     #[arg(long)]
@@ -314,6 +319,9 @@ fn server_config(args: ServerArgs) -> anyhow::Result<ServerConfig> {
     }
     if args.no_log_direct_io {
         config.log_direct_io = false;
+    }
+    if args.no_kv_batch_writes {
+        config.kv_batch_writes = false;
     }
     for (flag, value) in [
         (&mut config.tls_cert_file, args.tls_cert_file),

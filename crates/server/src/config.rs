@@ -158,6 +158,13 @@ pub struct ServerConfig {
     /// connections); 0, the default, is one per core. A node's own choice:
     /// the snapshot is cut into this many shards when loaded.
     pub kv_shards: usize,
+    /// Keel KV proposes a connection's pipelined writes as one log entry
+    /// operation each turn (a `COMMANDS` batch, on by default).
+    /// `kv_batch_writes = false` proposes every write alone, which a
+    /// member of a release before batches (2026-12-06) can still apply:
+    /// the setting for a rolling upgrade from such a release (README,
+    /// "Rolling restarts").
+    pub kv_batch_writes: bool,
 }
 
 impl Default for ServerConfig {
@@ -217,6 +224,7 @@ impl Default for ServerConfig {
             read_lease: true,
             log_direct_io: true,
             kv_shards: 0,
+            kv_batch_writes: true,
         }
     }
 }
@@ -702,6 +710,15 @@ mod tests {
             (parsed.metrics_port, parsed.metrics_address.as_str()),
             (7000, "0.0.0.0")
         );
+    }
+
+    #[test]
+    fn kv_batch_writes_default_on_and_a_toml_key_turns_them_off() {
+        assert!(ServerConfig::default().kv_batch_writes);
+        let parsed: ServerConfig = toml::from_str("kv_batch_writes = false").unwrap();
+        parsed.validate().unwrap();
+        assert!(!parsed.kv_batch_writes);
+        assert!(toml::from_str::<ServerConfig>("kv_batch_writes = 0").is_err());
     }
 
     #[test]

@@ -521,6 +521,7 @@ async fn start_node(config: ServerConfig, stats: Arc<Stats>) -> Result<Started, 
         config.resp_limits(),
         config.resp_port,
         config.server_id,
+        config.kv_batch_writes,
     ));
     let shared = Arc::new(Shared::new(config, node, raft.clone(), stats, kv_engine));
     Ok(Started {

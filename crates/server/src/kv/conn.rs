@@ -123,6 +123,9 @@ struct Connection {
     /// turn (`report_counts`), not once per command, so the shard threads
     /// do not pass the counters' cache line between cores on every read.
     commands_this_turn: u64,
+    /// Batches of pipelined writes proposed this turn (INFO's
+    /// keel_write_batches).
+    write_batches_this_turn: u64,
     lease_reads_this_turn: u64,
     /// Whether the leader's read lease covered this turn's reads, asked
     /// once per turn at its first read (`lease_covers_turn`).
@@ -178,6 +181,7 @@ pub async fn serve(ctx: Arc<KvContext>, stream: TcpStream, peer: SocketAddr) {
         closing: false,
         turn_clock: None,
         commands_this_turn: 0,
+        write_batches_this_turn: 0,
         lease_reads_this_turn: 0,
         lease_this_turn: None,
         writes: PendingWrites::default(),
@@ -429,6 +433,10 @@ impl Connection {
             std::mem::take(&mut self.commands_this_turn),
         );
         add_count(
+            &self.ctx.engine.stats.write_batches,
+            std::mem::take(&mut self.write_batches_this_turn),
+        );
+        add_count(
             &self.ctx.raft.status.lease_reads,
             std::mem::take(&mut self.lease_reads_this_turn),
         );
@@ -591,7 +599,7 @@ impl Connection {
         let bytes = pending.bytes + op::args_bytes(&args);
         if !pending.commands.is_empty()
             && (!follows
-                || pending.commands.len() == op::PIPELINE_COMMANDS_MAX
+                || pending.commands.len() == self.ctx.batch_writes_max
                 || bytes > PROPOSED_KV_BYTES_MAX)
         {
             self.flush_writes();
@@ -603,7 +611,8 @@ impl Connection {
         }
         pending.bytes += op::args_bytes(&args);
         pending.commands.push(args);
-        assert!(pending.commands.len() <= op::PIPELINE_COMMANDS_MAX);
+        assert!(pending.commands.len() <= self.ctx.batch_writes_max);
+        assert!(self.ctx.batch_writes_max <= op::PIPELINE_COMMANDS_MAX);
     }
 
     /// Proposes the turn's pending writes: one alone as a COMMAND, more as
@@ -623,6 +632,7 @@ impl Connection {
                 self.propose(seq..seq + 1, Op::Command { seq, args }.to_bytes());
             }
             count => {
+                self.write_batches_this_turn += 1;
                 let seqs = first_seq..first_seq + count as u64;
                 self.propose(seqs, Op::commands_to_bytes(first_seq, &commands));
             }

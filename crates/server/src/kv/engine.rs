@@ -234,6 +234,9 @@ pub struct KvStats {
     pub connections_received: AtomicU64,
     pub connected: AtomicU64,
     pub commands_processed: AtomicU64,
+    /// Proposals that carried two or more of a connection's pipelined
+    /// writes (`keel_kv::op`'s COMMANDS).
+    pub write_batches: AtomicU64,
     pub rejected_connections: AtomicU64,
     pub errors: AtomicU64,
 }

@@ -50,6 +50,10 @@ pub struct KvContext {
     pub limits: Limits,
     pub port: u16,
     pub server_id: u64,
+    /// The most pipelined writes a connection proposes as one operation:
+    /// `keel_kv::op::PIPELINE_COMMANDS_MAX`, or 1 with `kv_batch_writes =
+    /// false` (every write alone).
+    pub batch_writes_max: usize,
     clients: Mutex<BTreeMap<u64, Arc<ClientRecord>>>,
     run_id: String,
     started: Instant,
@@ -119,6 +123,7 @@ impl KvContext {
         limits: Limits,
         port: u16,
         server_id: u64,
+        batch_writes: bool,
     ) -> KvContext {
         let seed = wall_clock_ms() as u64 ^ ((std::process::id() as u64) << 32) ^ server_id;
         let mut run_id = String::with_capacity(40);
@@ -136,6 +141,10 @@ impl KvContext {
             limits,
             port,
             server_id,
+            batch_writes_max: match batch_writes {
+                true => keel_kv::op::PIPELINE_COMMANDS_MAX,
+                false => 1,
+            },
             clients: Mutex::new(BTreeMap::new()),
             run_id,
             started: Instant::now(),
@@ -444,6 +453,11 @@ fn info_section(ctx: &KvContext, section: &str, out: &mut String) {
                 out,
                 "total_error_replies",
                 &stats.errors.load(Ordering::Relaxed),
+            );
+            line(
+                out,
+                "keel_write_batches",
+                &stats.write_batches.load(Ordering::Relaxed),
             );
             line(
                 out,
