@@ -47,8 +47,8 @@ use raft::{Config, RawNode, StateRole};
 use crate::driver::{RaftStatus, StateMachine};
 use crate::membership::Membership;
 use crate::proposal::{
-    decode_entry, encode_entry, Committed, Configuration, Dedup, Envelope, Proposal, ProposalId,
-    BATCH_PROPOSALS_MAX,
+    decode_entry, encode_entry, Committed, Configuration, Dedup, Envelope, Proposal, ProposalError,
+    ProposalId, BATCH_PROPOSALS_MAX,
 };
 use crate::transport::PeerInput;
 use crate::ConsensusError;
@@ -708,6 +708,15 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         self.pending.push(proposal);
     }
 
+    /// Appends `data` as an entry's payload as it is, past the batch and
+    /// its encoding (a test's entry of another format, or damaged).
+    #[cfg(test)]
+    pub(crate) fn append_raw_for_test(&mut self, data: Vec<u8>) {
+        self.raw
+            .propose(Vec::new(), data)
+            .expect("a leader takes it");
+    }
+
     /// The dedup table as applied so far (the simulator compares replicas).
     pub fn dedup(&self) -> &Dedup {
         &self.dedup
@@ -1322,7 +1331,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             self.install_snapshot(ready.snapshot().clone())?;
         }
         self.note_read_states(ready.take_read_states());
-        self.apply_entries(ready.take_committed_entries());
+        self.apply_entries(ready.take_committed_entries())?;
         self.send_all(notices);
         let entries = ready.take_entries();
         let hard_state = ready.hs().cloned();
@@ -1354,7 +1363,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
                 .filter(|e| e.index == self.applied + 1 && !e.data.is_empty())
                 .cloned()
                 .collect();
-            self.apply_entries(early);
+            self.apply_entries(early)?;
         }
         self.send_all(ready.take_persisted_messages());
         let mut light = self.raw.advance(ready);
@@ -1367,7 +1376,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             self.status.commit_index.store(commit, Ordering::Release);
         }
         self.send_all(light.take_messages());
-        self.apply_entries(light.take_committed_entries());
+        self.apply_entries(light.take_committed_entries())?;
         self.raw.advance_apply();
         // A commit learned from peers (a follower's appends, the leader's
         // acks) comes in a Ready's HardState, not in the light ready: the
@@ -1459,7 +1468,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         }
     }
 
-    fn apply_entries(&mut self, entries: Vec<Entry>) {
+    fn apply_entries(&mut self, entries: Vec<Entry>) -> Result<(), ConsensusError> {
         self.publish_lease();
         for entry in entries {
             let (index, term) = (entry.index, entry.term);
@@ -1496,7 +1505,14 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
                                 .commits
                                 .fetch_add(fresh.len() as u64, Ordering::Relaxed);
                         }
-                        self.machine.apply(index, term, &fresh)
+                        self.machine
+                            .apply(index, term, &fresh)
+                            .map_err(|source| ConsensusError::Unapplicable { index, source })?;
+                    }
+                    Err(source @ ProposalError::EntryFormat(_)) => {
+                        // Another release's entry format: refused, as a log
+                        // of it is at start (`check_entries`).
+                        return Err(ConsensusError::EntryFormat { index, source });
                     }
                     Err(error) => {
                         // Every replica decodes the same bytes the same way, so
@@ -1511,6 +1527,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             self.applied = index;
             self.status.applied_index.store(index, Ordering::Release);
         }
+        Ok(())
     }
 
     /// The leader's answers to ReadIndex requests: the index each read

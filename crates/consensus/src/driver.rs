@@ -49,7 +49,17 @@ pub type MachineError = Box<dyn std::error::Error + Send + Sync>;
 pub trait StateMachine: Send + 'static {
     /// Applies the proposals of the committed entry at (index, term), in
     /// order; proposals applied before (resent) are already left out.
-    fn apply(&mut self, index: u64, term: u64, proposals: &[Committed<'_>]);
+    /// `Err`: the entry holds something this release cannot apply (a kind
+    /// a newer release wrote). The node stops there
+    /// (`ConsensusError::Unapplicable`), as it refuses a file of a newer
+    /// format: skipping it would leave this member's state short of what
+    /// the others applied, without a word.
+    fn apply(
+        &mut self,
+        index: u64,
+        term: u64,
+        proposals: &[Committed<'_>],
+    ) -> Result<(), MachineError>;
     /// An entry with nothing to apply (a new leader's empty entry).
     fn skip(&mut self, index: u64, term: u64);
     /// Starts a snapshot of the state as applied now; the writer runs on

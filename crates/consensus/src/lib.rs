@@ -106,4 +106,9 @@ pub enum ConsensusError {
     /// index its entries out of bounds.
     #[error("the log jumps from entry {after} to entry {next}: entries are missing")]
     Hole { after: u64, next: u64 },
+    /// A committed entry this release cannot apply: the node applies
+    /// nothing from it on and stops (a restart on a release that knows it
+    /// replays it).
+    #[error("committed entry {index} cannot be applied by this Keel: {source}. Stopping before it: start this member on the release the other members run (they wrote it); it then applies the entry from its log")]
+    Unapplicable { index: u64, source: MachineError },
 }

@@ -92,12 +92,18 @@ pub(crate) struct Machine {
 }
 
 impl StateMachine for Machine {
-    fn apply(&mut self, index: u64, term: u64, proposals: &[Committed<'_>]) {
+    fn apply(
+        &mut self,
+        index: u64,
+        term: u64,
+        proposals: &[Committed<'_>],
+    ) -> Result<(), crate::MachineError> {
         self.applied += proposals.len();
         (self.index, self.term) = (index, term);
         if let Some(sent) = &self.sent_counter {
             self.sent_at_apply.push(sent.load(Ordering::Relaxed));
         }
+        Ok(())
     }
     fn skip(&mut self, index: u64, term: u64) {
         (self.index, self.term) = (index, term);

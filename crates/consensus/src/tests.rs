@@ -48,6 +48,9 @@ impl SnapshotSource for NoSnapshots {
     }
 }
 
+/// A payload the Recorder cannot apply (as one a newer release wrote).
+const NEWER: &[u8] = b"newer:";
+
 /// Records what it applied, as (origin, payload), and the configurations
 /// that came into effect (member ids, reply context).
 #[derive(Default)]
@@ -68,10 +71,19 @@ impl SnapshotWriter for Done {
 }
 
 impl StateMachine for Recorder {
-    fn apply(&mut self, index: u64, term: u64, proposals: &[Committed<'_>]) {
+    fn apply(
+        &mut self,
+        index: u64,
+        term: u64,
+        proposals: &[Committed<'_>],
+    ) -> Result<(), crate::MachineError> {
+        if let Some(newer) = proposals.iter().find(|p| p.payload.starts_with(NEWER)) {
+            return Err(format!("{:?} is of a newer release", newer.payload).into());
+        }
         self.applied
             .extend(proposals.iter().map(|p| (p.origin, p.payload.to_vec())));
         (self.index, self.term) = (index, term);
+        Ok(())
     }
     fn skip(&mut self, index: u64, term: u64) {
         (self.index, self.term) = (index, term);
@@ -210,6 +222,72 @@ fn a_proposal_resent_is_applied_once_even_after_a_restart_from_a_snapshot() {
     restarted.propose(b"after".to_vec());
     restarted.advance().expect("advance");
     assert_eq!(restarted.machine().applied.last().unwrap().1, b"after");
+}
+
+#[test]
+fn an_entry_the_machine_cannot_apply_stops_the_node_before_it() {
+    let mut core = single_node(Dedup::default());
+    core.propose(b"first".to_vec());
+    core.advance().expect("advance");
+    let applied = core
+        .status()
+        .applied_index
+        .load(std::sync::atomic::Ordering::Acquire);
+    core.propose(b"newer:kind 99".to_vec());
+    let error = core.advance().expect_err("the machine refuses the entry");
+    let text = error.to_string();
+    assert!(
+        matches!(error, ConsensusError::Unapplicable { index, .. } if index == applied + 1),
+        "{text}"
+    );
+    assert!(
+        text.contains("newer release") && text.contains("start this member on the release"),
+        "{text}"
+    );
+    assert_eq!(applied_payloads(&core), [b"first".to_vec()]);
+    assert_eq!(
+        core.status()
+            .applied_index
+            .load(std::sync::atomic::Ordering::Acquire),
+        applied,
+        "the refused entry is not counted as applied"
+    );
+}
+
+#[test]
+fn an_entry_of_another_format_stops_the_node_and_a_damaged_one_is_skipped() {
+    for (payload, stops) in [
+        (vec![0x00, 1, 2, 3], true),
+        (vec![crate::proposal::ENTRY_FORMAT, 1], false),
+    ] {
+        let mut core = single_node(Dedup::default());
+        core.propose(b"first".to_vec());
+        core.advance().expect("advance");
+        let applied = core
+            .status()
+            .applied_index
+            .load(std::sync::atomic::Ordering::Acquire);
+        core.append_raw_for_test(payload.clone());
+        let result = core.advance();
+        let now = core
+            .status()
+            .applied_index
+            .load(std::sync::atomic::Ordering::Acquire);
+        match stops {
+            true => {
+                let error = result.expect_err("another format stops the node");
+                assert!(
+                    matches!(error, ConsensusError::EntryFormat { index, .. } if index == applied + 1),
+                    "{error}"
+                );
+                assert_eq!(now, applied);
+            }
+            false => {
+                result.expect("a damaged entry of this format is skipped on every node alike");
+                assert_eq!(now, applied + 1, "{payload:?}");
+            }
+        }
+    }
 }
 
 #[test]

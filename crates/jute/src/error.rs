@@ -35,6 +35,20 @@ pub enum JuteError {
     /// An operation code that this codec does not know how to decode.
     #[error("unknown op code {0}")]
     UnknownOpCode(i32),
+    /// A multi holding an op of a type this codec does not know: a
+    /// malformed request to a server (MarshallingError, as ZooKeeper's),
+    /// an op of a newer release in a committed transaction.
+    #[error("unknown op code {0} in multi")]
+    UnknownOpInMulti(i32),
+    /// A tagged union's tag this codec does not know (`what` names the
+    /// union: a Keel transaction's kind).
+    #[error("unknown {what} tag {tag}")]
+    UnknownTag {
+        /// The union whose tag it is.
+        what: &'static str,
+        /// The tag read.
+        tag: i32,
+    },
     /// A vector claimed more elements than the remaining bytes could hold.
     #[error("vector of {0} elements cannot fit in the remaining input")]
     VectorTooLong(usize),

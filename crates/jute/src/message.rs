@@ -209,7 +209,7 @@ fn read_multi_ops(r: &mut Reader<'_>, multi_read: bool) -> Result<Vec<MultiOp>> 
         }
         let op =
             MultiOp::read_body(header.op_type, multi_read, r).map_err(|error| match error {
-                JuteError::UnknownOpCode(_) => JuteError::Malformed("unknown op in multi"),
+                JuteError::UnknownOpCode(code) => JuteError::UnknownOpInMulti(code),
                 other => other,
             })?;
         if ops
@@ -965,7 +965,7 @@ mod tests {
             ));
             assert_eq!(
                 Request::decode(opcode::MULTI, &body),
-                Err(JuteError::Malformed("unknown op in multi")),
+                Err(JuteError::UnknownOpInMulti(op)),
                 "op {op}"
             );
         }
@@ -1084,7 +1084,7 @@ mod tests {
         body.extend_from_slice(&[0; 16]);
         assert_eq!(
             Request::decode(opcode::MULTI, &body),
-            Err(JuteError::Malformed("unknown op in multi"))
+            Err(JuteError::UnknownOpInMulti(opcode::EXISTS))
         );
         let mut body = Vec::new();
         MultiHeader {

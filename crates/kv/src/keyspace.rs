@@ -85,13 +85,44 @@ pub fn op_shards(op: &Op, shard_count: usize) -> Vec<usize> {
     }
 }
 
-/// The one shard of a one-key write (`command_shards`' first case, with
-/// no list allocated): `None` for any other operation.
-pub fn single_key_shard(op: &Op, shard_count: usize) -> Option<usize> {
-    let Op::Command { args, .. } = op else {
-        return None;
-    };
-    one_key_write_shard(args, shard_count)
+/// How the apply step routes a committed `op`: `Ok(Some(shard))` for a
+/// write with one key (its shard, found without parsing the command and
+/// with no list allocated), `Ok(None)` for any other operation (routed by
+/// `op_shards`).
+///
+/// `Err` names a command this release does not know: no name, or a name,
+/// subcommand or arity that fails `command::lookup`. Every proposer checks
+/// a command so on arrival and answers such a one at once, so only a newer
+/// release's proposer puts one in the log. Applied here it would answer
+/// an error and change nothing, where the members that know it change
+/// their keyspace: the caller stops instead.
+pub fn apply_route(op: &Op, shard_count: usize) -> Result<Option<usize>, String> {
+    match op {
+        Op::Command { args, .. } => {
+            let spec = known_to_this_release(args)?;
+            let key = (spec.kind == Kind::Write)
+                .then(|| spec.single_key(args))
+                .flatten();
+            Ok(key.map(|key| shard_of_slot(key_slot(key), shard_count)))
+        }
+        Op::Exec { commands, .. } => {
+            for args in commands {
+                known_to_this_release(args)?;
+            }
+            Ok(None)
+        }
+        Op::Expire { .. } => Ok(None),
+    }
+}
+
+fn known_to_this_release(args: &[Vec<u8>]) -> Result<&'static Spec, String> {
+    if args.is_empty() {
+        return Err("a KV command without a name".to_string());
+    }
+    command::lookup(args).map_err(|refusal| match refusal {
+        Reply::Error(text) => text.into_owned(),
+        other => format!("{other:?}"),
+    })
 }
 
 /// The shard of a write with one key, found without parsing the command.
@@ -330,7 +361,7 @@ mod tests {
                         seq: 1,
                         args: args.clone(),
                     };
-                    let fast = single_key_shard(&op, shards);
+                    let fast = apply_route(&op, shards).expect("a command this release knows");
                     assert_eq!(fast.is_some(), single, "{}", spec.name);
                     assert!(fast.is_none_or(|shard| routed == [shard]), "{}", spec.name);
                 }

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use keel_consensus::{
     Committed, MachineError, Members, ReconfigError, SnapshotJob, SnapshotWriter, StateMachine,
 };
-use keel_jute::{opcode, AuthPacket, ErrorCode, Id, Record, Request, Response};
+use keel_jute::{opcode, AuthPacket, ErrorCode, Id, JuteError, Record, Request, Response};
 use keel_session::SessionTracker;
 use keel_tree::watch::{WatchKind, WatchManager};
 use keel_tree::{Applied, DataTree, Event, Txn, TxnOp};
@@ -773,7 +773,12 @@ fn deliver<O: Outlet>(
 }
 
 impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
-    fn apply(&mut self, index: u64, term: u64, proposals: &[Committed<'_>]) {
+    fn apply(
+        &mut self,
+        index: u64,
+        term: u64,
+        proposals: &[Committed<'_>],
+    ) -> Result<(), MachineError> {
         let _op = profile::enter(Op::APPLY);
         let now_ms = self.node.now_ms();
         // Keel KV's operations go to the keyspace's shards first, without
@@ -782,9 +787,12 @@ impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
         let mut txns = Vec::with_capacity(proposals.len());
         for proposal in proposals {
             // Every replica decodes the same committed bytes the same way:
-            // one that does not decode is skipped everywhere alike.
+            // one that does not decode is skipped everywhere alike. But a
+            // kind this release does not know is a newer release's, which
+            // the members that wrote it apply: the node stops there.
             let txn = match Txn::decode(proposal.payload) {
                 Ok(txn) => txn,
+                Err(error @ JuteError::UnknownTag { .. }) => return Err(Box::new(error)),
                 Err(error) => {
                     tracing::error!(index, %error, "committed proposal does not decode; skipped");
                     continue;
@@ -793,7 +801,7 @@ impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
             let asked_here = proposal.origin == self.node.server_id;
             if let TxnOp::Kv { body } = &txn.op {
                 if let Some(kv) = &mut self.kv {
-                    kv.apply(index, txn.time_ms, txn.session_id, body, asked_here);
+                    kv.apply(index, txn.time_ms, txn.session_id, body, asked_here)?;
                 }
                 continue;
             }
@@ -807,6 +815,9 @@ impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
         for (txn, asked_here) in &txns {
             self.observer.applying(index, txn, &state.tree);
             let applied = state.tree.apply(term, txn);
+            if let Some(error) = applied.unapplicable {
+                return Err(Box::new(error));
+            }
             state
                 .ttl_clock
                 .applied(&state.tree, &applied.events, now_ms);
@@ -822,6 +833,7 @@ impl<O: Outlet, B: ApplyObserver> StateMachine for NodeMachine<O, B> {
         }
         state.tree.set_applied(index, term);
         self.observer.settled(&state.tree);
+        Ok(())
     }
 
     fn skip(&mut self, index: u64, term: u64) {
@@ -1129,7 +1141,7 @@ mod tests {
             origin,
             payload: &payload,
         }];
-        machine.apply(index, 1, &committed);
+        machine.apply(index, 1, &committed).expect("applies");
     }
 
     fn request(session_id: i64, xid: i32, request: &Request) -> Txn {
@@ -1204,6 +1216,58 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn a_transaction_of_a_newer_release_stops_the_apply_and_a_damaged_one_is_skipped() {
+        let (mut machine, _) = node();
+        let _ = open(&mut machine, 7, 1);
+        commit(&mut machine, 2, 1, &request(7, 1, &create("/a")));
+        let raw = |op_code: i32, body: Vec<u8>| Txn {
+            session_id: 7,
+            xid: 2,
+            time_ms: 0,
+            auth: Vec::new(),
+            op: TxnOp::Request { op_code, body },
+        };
+        // A multi holding an op it may not hold (exists): every proposer
+        // refuses such a request on arrival.
+        let mut multi = Vec::new();
+        multi.extend_from_slice(&opcode::EXISTS.to_be_bytes());
+        multi.push(0);
+        multi.extend_from_slice(&(-1i32).to_be_bytes());
+        multi.extend_from_slice(&[0; 16]);
+        let mut tag = raw(opcode::SET_DATA, Vec::new()).encode();
+        // session id, xid, time, auth count: the kind's tag follows.
+        tag[24..28].copy_from_slice(&77i32.to_be_bytes());
+        let newer: [(Vec<u8>, &str); 3] = [
+            (tag, "unknown txn tag 77"),
+            (raw(9_999, Vec::new()).encode(), "unknown op code 9999"),
+            (
+                raw(opcode::MULTI, multi).encode(),
+                "unknown op code 3 in multi",
+            ),
+        ];
+        for (payload, named) in &newer {
+            let committed = [Committed { origin: 1, payload }];
+            let error = machine
+                .apply(3, 1, &committed)
+                .expect_err("a newer release's transaction");
+            assert!(error.to_string().contains(named), "{error}");
+            let state = machine.node().read_state();
+            assert_eq!(state.tree.applied_index(), 2, "{named}: not applied");
+        }
+        // A body that does not decode, of an op this release knows: an
+        // error transaction on every replica alike (ZooKeeper's prep).
+        let before = machine.node().read_state().tree.last_zxid();
+        let damaged = raw(opcode::CREATE, vec![0, 0]);
+        commit(&mut machine, 3, 2, &damaged);
+        let state = machine.node().read_state();
+        assert_eq!(state.tree.applied_index(), 3);
+        assert!(
+            state.tree.last_zxid() > before,
+            "the error transaction took a zxid"
+        );
     }
 
     #[test]

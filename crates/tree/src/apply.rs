@@ -6,8 +6,8 @@
 use std::collections::VecDeque;
 
 use keel_jute::{
-    perms, Acl, CreateMode, CreateRequest, ErrorCode, EventType, Id, MultiOp, MultiResult, Request,
-    Response, Stat,
+    perms, Acl, CreateMode, CreateRequest, ErrorCode, EventType, Id, JuteError, MultiOp,
+    MultiResult, Request, Response, Stat,
 };
 
 use crate::store::{NodeId, PackedStat};
@@ -31,6 +31,12 @@ pub struct Applied {
     pub events: Vec<Event>,
     pub session_created: Option<(i64, u32)>,
     pub session_closed: Option<i64>,
+    /// The request holds an op this release does not know (at the top or
+    /// in a multi): every proposer decodes a request before it proposes
+    /// it, so a newer release's proposer wrote it. Nothing changed; the
+    /// node must stop rather than answer it with an error where the
+    /// members that know it apply it.
+    pub unapplicable: Option<JuteError>,
 }
 
 /// Who is asking, when, and at which zxid: ZooKeeper's Request + TxnHeader.
@@ -109,6 +115,11 @@ impl DataTree {
                     let result = self.apply_request(&request, &ctx, &mut events);
                     self.applied(zxid, result, events)
                 }
+                Err(error @ (JuteError::UnknownOpCode(_) | JuteError::UnknownOpInMulti(_))) => {
+                    let mut applied = self.applied(zxid, Err(ErrorCode::Unimplemented), events);
+                    applied.unapplicable = Some(error);
+                    applied
+                }
                 Err(_) => self.applied(zxid, Err(ErrorCode::MarshallingError), events),
             },
             TxnOp::Sync { .. } | TxnOp::Kv { .. } => unreachable!("handled above"),
@@ -166,6 +177,7 @@ impl DataTree {
             events,
             session_created: None,
             session_closed: None,
+            unapplicable: None,
         }
     }
 

@@ -121,7 +121,7 @@ impl Txn {
             TAG_KV => TxnOp::Kv {
                 body: r.read_buffer()?.unwrap_or_default(),
             },
-            _ => return Err(JuteError::Malformed("txn tag")),
+            tag => return Err(JuteError::UnknownTag { what: "txn", tag }),
         };
         Ok(Txn {
             session_id,

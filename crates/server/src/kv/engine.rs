@@ -34,7 +34,7 @@ use std::time::Instant;
 use keel_kv::command::Kind;
 use keel_kv::exec::{Clocks, View};
 use keel_kv::keyspace;
-use keel_kv::op::{Op, Watch};
+use keel_kv::op::{Op, OpError, Watch};
 use keel_kv::resp::Args;
 use keel_kv::session::ReadRoute;
 use keel_kv::shard::{stamp, Ctx, Shard, PREFETCH_KEYS_MAX};
@@ -806,7 +806,9 @@ mod tests {
             keyspace::op_shards(&mset, 2).len() == 2,
             "spans both shards"
         );
-        applier.apply(7, 1_000, id as i64, &mset.to_bytes(), true);
+        applier
+            .apply(7, 1_000, id as i64, &mset.to_bytes(), true)
+            .expect("applies");
         // A transaction spanning shards borrows them (the lent shards come
         // back before the next message) and runs after what is pending.
         let exec = Op::Exec {
@@ -814,7 +816,9 @@ mod tests {
             watches: Vec::new(),
             commands: keys.iter().map(|k| args(&["INCR", k])).collect(),
         };
-        applier.apply(8, 1_001, id as i64, &exec.to_bytes(), true);
+        applier
+            .apply(8, 1_001, id as i64, &exec.to_bytes(), true)
+            .expect("applies");
         applier.flush();
         assert_eq!(reply(&mut replies), (1, Reply::ok()));
         let (seq, incrs) = reply(&mut replies);
@@ -856,7 +860,9 @@ mod tests {
             seq: 1,
             args: args(&["SET", "a", "x"]),
         };
-        applier.apply(9, 1_000, id as i64, &single.to_bytes(), true);
+        applier
+            .apply(9, 1_000, id as i64, &single.to_bytes(), true)
+            .expect("applies");
         let mut words = vec!["MSET"];
         let keys: Vec<String> = (0..8).map(|i| format!("m{i}")).collect();
         for key in &keys {
@@ -869,7 +875,9 @@ mod tests {
             args(&words),
             args(&["INCR", "a"]),
         ];
-        applier.apply(9, 1_001, id as i64, &Op::commands_to_bytes(2, &batch), true);
+        applier
+            .apply(9, 1_001, id as i64, &Op::commands_to_bytes(2, &batch), true)
+            .expect("applies");
         applier.flush();
         let mut got = Vec::new();
         while let Ok(message) = replies.try_recv() {
@@ -914,17 +922,84 @@ mod tests {
         // ordinal, as any operation that does not decode.
         let mut broken = Op::commands_to_bytes(7, &batch[..2]);
         broken.pop();
-        applier.apply(9, 1_002, id as i64, &broken, true);
+        applier
+            .apply(9, 1_002, id as i64, &broken, true)
+            .expect("applies");
         let set = Op::Command {
             seq: 7,
             args: args(&["SET", "c", "1"]),
         };
-        applier.apply(9, 1_002, id as i64, &set.to_bytes(), true);
+        applier
+            .apply(9, 1_002, id as i64, &set.to_bytes(), true)
+            .expect("applies");
         applier.flush();
         assert_eq!(reply(&mut replies), (7, Reply::ok()));
         assert!(replies.try_recv().is_err(), "nothing from the broken batch");
         let version = engine.inspect(|view| view.shard(b"c").peek(b"c").unwrap().version);
         assert_eq!(version, stamp(9, 7));
+    }
+
+    #[test]
+    fn an_operation_of_a_newer_release_is_refused_and_a_damaged_one_skipped() {
+        let engine = KvEngine::start_inline(kv_snapshot::empty(2), first_connection_id(5));
+        let (id, mut replies) = engine.connect();
+        let mut applier = KvApplier::new(engine.clone());
+        let command = |words: &[&str]| Op::Command {
+            seq: 1,
+            args: args(words),
+        };
+        let mut kind = command(&["SET", "a", "1"]).to_bytes();
+        kind[0] = 99;
+        let unknown_in_exec = Op::Exec {
+            seq: 1,
+            watches: Vec::new(),
+            commands: vec![args(&["SET", "a", "1"]), args(&["LPUSH", "l", "x"])],
+        };
+        let newer: [(Vec<u8>, &str); 6] = [
+            (kind, "kind 99"),
+            (
+                command(&["LPUSH", "l", "x"]).to_bytes(),
+                "unknown command 'LPUSH'",
+            ),
+            (
+                command(&["SET", "a"]).to_bytes(),
+                "wrong number of arguments for 'set'",
+            ),
+            (command(&[]).to_bytes(), "without a name"),
+            (unknown_in_exec.to_bytes(), "unknown command 'LPUSH'"),
+            (
+                Op::commands_to_bytes(1, &[args(&["SET", "a", "1"]), args(&["GETEX", "a"])]),
+                "unknown command 'GETEX'",
+            ),
+        ];
+        for (index, (body, named)) in newer.iter().enumerate() {
+            let error = applier
+                .apply(index as u64 + 1, 1_000, id as i64, body, true)
+                .expect_err("a newer release's operation");
+            assert!(error.to_string().contains(named), "{error}");
+        }
+        // A damaged operation of a kind this release knows is skipped on
+        // every replica alike: the node goes on.
+        let mut damaged = command(&["SET", "a", "1"]).to_bytes();
+        damaged.pop();
+        applier
+            .apply(10, 1_000, id as i64, &damaged, true)
+            .expect("skipped");
+        applier
+            .apply(
+                11,
+                1_000,
+                id as i64,
+                &command(&["SET", "b", "2"]).to_bytes(),
+                true,
+            )
+            .expect("applies");
+        applier.flush();
+        assert_eq!(reply(&mut replies), (1, Reply::ok()));
+        // Only the last SET and the first command of the refused batch
+        // (queued before the refusal; the node stops there) reached a shard.
+        let keys = engine.inspect(|view| view.shards().map(|s| s.key_count()).sum::<usize>());
+        assert_eq!(keys, 2);
     }
 
     /// The route a session finds for `args`, a keyspace read.
@@ -962,7 +1037,9 @@ mod tests {
                 seq: index as u64 + 1,
                 args: vec![b"SET".to_vec(), k.clone(), v.as_bytes().to_vec()],
             };
-            applier.apply(index as u64 + 1, 1_000, id as i64, &set.to_bytes(), true);
+            applier
+                .apply(index as u64 + 1, 1_000, id as i64, &set.to_bytes(), true)
+                .expect("applies");
             applier.flush();
         }
         let get = |k: &[u8]| vec![b"GET".to_vec(), k.to_vec()];
@@ -1031,7 +1108,9 @@ mod tests {
                 seq: index,
                 args: vec![b"INCR".to_vec(), key.clone()],
             };
-            applier.apply(index, 1_000, 1, &incr.to_bytes(), false);
+            applier
+                .apply(index, 1_000, 1, &incr.to_bytes(), false)
+                .expect("applies");
             applier.flush();
         }
         let outlet = engine.outlet_of(id).unwrap();
@@ -1054,7 +1133,9 @@ mod tests {
             seq: 0,
             args: vec![b"INCR".to_vec(), key.clone()],
         };
-        applier.apply(writes + 1, 1_000, 1, &incr.to_bytes(), false);
+        applier
+            .apply(writes + 1, 1_000, 1, &incr.to_bytes(), false)
+            .expect("applies");
         applier.flush();
         let here = on_shard(&engine, shard, move |e| {
             e.read_here(shard, &get, route(&get), Clocks::read(1_000, 1_000))
@@ -1082,7 +1163,9 @@ mod tests {
                 seq: seq as u64 + 1,
                 args: vec![b"INCR".to_vec(), key.clone()],
             };
-            applier.apply(7, 1_000, asker as i64, &incr.to_bytes(), true);
+            applier
+                .apply(7, 1_000, asker as i64, &incr.to_bytes(), true)
+                .expect("applies");
         }
         applier.flush();
         let int = |n: i64| Reply::Integer(n);
@@ -1147,25 +1230,29 @@ mod tests {
         };
         // Entry 7: one transaction, then (after a WATCH of both keys in
         // between) another one.
-        applier.apply(
-            7,
-            1_000,
-            id as i64,
-            &transaction(1, Vec::new(), "1").to_bytes(),
-            true,
-        );
+        applier
+            .apply(
+                7,
+                1_000,
+                id as i64,
+                &transaction(1, Vec::new(), "1").to_bytes(),
+                true,
+            )
+            .expect("applies");
         let outlet = engine.outlet_of(id).unwrap();
         assert_eq!(
             engine.watch(vec![a.to_vec(), b.to_vec()], Responder { outlet, seq: 2 }),
             2
         );
-        applier.apply(
-            7,
-            1_000,
-            id as i64,
-            &transaction(3, Vec::new(), "2").to_bytes(),
-            true,
-        );
+        applier
+            .apply(
+                7,
+                1_000,
+                id as i64,
+                &transaction(3, Vec::new(), "2").to_bytes(),
+                true,
+            )
+            .expect("applies");
         applier.flush();
         let mut watches = Vec::new();
         let mut exec_replies = Vec::new();
@@ -1180,13 +1267,15 @@ mod tests {
         assert_eq!(exec_replies.len(), 2);
         // Entry 8: the watching connection's transaction must fail: both
         // keys changed after its WATCH (by the second transaction of 7).
-        applier.apply(
-            8,
-            1_001,
-            id as i64,
-            &transaction(4, watches, "3").to_bytes(),
-            true,
-        );
+        applier
+            .apply(
+                8,
+                1_001,
+                id as i64,
+                &transaction(4, watches, "3").to_bytes(),
+                true,
+            )
+            .expect("applies");
         applier.flush();
         assert_eq!(reply(&mut replies), (4, Reply::NullArray));
     }
@@ -1254,6 +1343,19 @@ const _: () = assert!(
         <= keel_kv::shard::STAMP_ORDINALS_MAX as usize
 );
 
+/// A committed KV operation this release cannot apply: a newer release's
+/// proposer wrote it (every proposer checks its commands on arrival). The
+/// node stops before it (`keel_consensus::ConsensusError::Unapplicable`)
+/// rather than skip it and keep a keyspace short of what the others
+/// applied.
+#[derive(Debug, thiserror::Error)]
+pub enum Unapplicable {
+    #[error("a KV operation of kind {0}, which this release does not know")]
+    Kind(u8),
+    #[error("a KV command this release does not know ({0})")]
+    Command(String),
+}
+
 /// The apply step's side: on the Raft driver's thread, it turns committed
 /// KV transactions into shard work, an entry's worth at a time.
 pub struct KvApplier {
@@ -1285,6 +1387,9 @@ impl KvApplier {
     /// one connection's commands), stamped `time_ms` by its proposer;
     /// `connection` (the Txn's session id) is the asking connection when
     /// `asked_here`.
+    ///
+    /// `Err` for an operation of a newer release (`Unapplicable`): what
+    /// the entry held before it may be queued, and the node stops.
     pub fn apply(
         &mut self,
         index: u64,
@@ -1292,7 +1397,7 @@ impl KvApplier {
         connection: i64,
         body: &[u8],
         asked_here: bool,
-    ) {
+    ) -> Result<(), Unapplicable> {
         if !Op::is_batch(body) {
             // One operation: no list around it (an unpipelined write's
             // path stays as short as it was).
@@ -1319,16 +1424,22 @@ impl KvApplier {
         };
         for op in ops {
             self.next_ordinal(index);
-            self.apply_op(index, time_ms, op, asked_here, outlet.as_ref());
+            self.apply_op(index, time_ms, op, asked_here, outlet.as_ref())?;
         }
+        Ok(())
     }
 
     /// A committed KV proposal that does not decode. Every replica decodes
     /// the same bytes alike: skipped everywhere, and counted as one
-    /// operation everywhere.
-    fn undecodable(&mut self, index: u64, error: keel_kv::op::OpError) {
+    /// operation everywhere. Except an operation kind this release does
+    /// not know: a newer release wrote it, and the node stops.
+    fn undecodable(&mut self, index: u64, error: OpError) -> Result<(), Unapplicable> {
+        if let OpError::Kind(kind) = error {
+            return Err(Unapplicable::Kind(kind));
+        }
         self.next_ordinal(index);
         tracing::error!(index, %error, "committed KV operation does not decode; skipped");
+        Ok(())
     }
 
     /// The next operation of the entry at `index` gets the next ordinal
@@ -1351,7 +1462,7 @@ impl KvApplier {
         op: Op,
         asked_here: bool,
         outlet: Option<&Outlet>,
-    ) {
+    ) -> Result<(), Unapplicable> {
         // Borrowed, not cloned: the engine's reference count is shared
         // with every connection and shard thread; its atomic increment
         // and decrement per operation were 2.3% of the Raft threads'
@@ -1374,14 +1485,18 @@ impl KvApplier {
             }),
             _ => None,
         };
-        if let Some(shard) = keyspace::single_key_shard(&op, engine.shard_count()) {
-            self.pending[shard].push(Item { op, ctx, to });
-            return;
+        match keyspace::apply_route(&op, engine.shard_count()) {
+            Ok(Some(shard)) => {
+                self.pending[shard].push(Item { op, ctx, to });
+                return Ok(());
+            }
+            Ok(None) => {}
+            Err(unknown) => return Err(Unapplicable::Command(unknown)),
         }
         let shards = keyspace::op_shards(&op, engine.shard_count());
         if let [shard] = shards[..] {
             self.pending[shard].push(Item { op, ctx, to });
-            return;
+            return Ok(());
         }
         if let Some(parts) = split_mset(&op, engine.shard_count()) {
             // Its parts are queued to their shards together with the rest
@@ -1396,7 +1511,7 @@ impl KvApplier {
                     to: to.take(),
                 });
             }
-            return;
+            return Ok(());
         }
         // Spanning shards: what came before on each shard goes first,
         // then this runs whole with the shards borrowed.
@@ -1407,6 +1522,7 @@ impl KvApplier {
         if let (Some(reply), Some(to)) = (reply, to) {
             to.send(reply);
         }
+        Ok(())
     }
 
     /// Queues the entry's writes to their shards (together, in the global
