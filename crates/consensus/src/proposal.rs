@@ -50,7 +50,7 @@ pub(crate) const ENVELOPE_HEADER_BYTES: usize = 8 + 4 + 4 + 4;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProposalError {
-    #[error("entry payload is not in format {ENTRY_FORMAT:#x} (found {0:#x}): written by an older Keel or corrupt")]
+    #[error("entry payload is not in format {ENTRY_FORMAT:#x} (found {0:#x}): written by another Keel release or corrupt")]
     EntryFormat(u8),
     #[error("entry payload is truncated at byte {0}")]
     Truncated(usize),
