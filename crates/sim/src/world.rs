@@ -145,11 +145,15 @@ pub const KV_SCAN_REQUEST_PER_MILLION: u64 = 100_000;
 const KV_SCAN_SALT: u64 = 0x7363_616e;
 /// The share of a KV client's one-command writes proposed as a COMMANDS
 /// batch (`keel_kv::op`), as a connection proposes what it pipelined: the
-/// write, then a ghost command (DEL of the client's `ghost:` key, which
-/// never exists: it changes nothing and answers 0) numbered after it
-/// (drawn from a generator of its own, so the other draws stay as they
-/// were).
+/// write, then 1 to `KV_BATCH_GHOSTS_MAX` ghost commands numbered after
+/// it (`kv_ghost`: writes of the client's `ghost:` keys, which never
+/// exist, so each changes nothing and answers 0; a DEL of two of them may
+/// span shards), drawn from a generator of their own, so the other draws
+/// stay as they were.
 pub const KV_BATCH_WRITE_PER_MILLION: u64 = 250_000;
+/// The most ghosts behind a batched write: a batch as full as a
+/// connection makes one.
+pub const KV_BATCH_GHOSTS_MAX: u64 = keel_kv::op::PIPELINE_COMMANDS_MAX as u64 - 1;
 const KV_BATCH_SALT: u64 = 0x6261_7463;
 /// SCAN's COUNT in those iterations: small, so one takes several calls
 /// and the cursor crosses shards and nodes.
@@ -482,9 +486,10 @@ pub struct Stats {
     pub kv_typed_requests: usize,
     /// FLUSHDBs sent.
     pub kv_flushes: usize,
-    /// One-command writes proposed as a COMMANDS batch behind a ghost
-    /// command (`KV_BATCH_WRITE_PER_MILLION`).
+    /// One-command writes proposed as a COMMANDS batch behind ghost
+    /// commands (`KV_BATCH_WRITE_PER_MILLION`), and those ghosts.
     pub kv_batched_writes: usize,
+    pub kv_ghost_commands: usize,
     /// SCAN calls answered, and SCAN iterations finished (cursor 0).
     pub kv_scan_calls: usize,
     pub kv_scans: usize,
@@ -708,6 +713,25 @@ struct Cas {
 }
 
 /// A KV connection to one node's epoch, as the server's engine holds it.
+/// The ghost commands' forms (`kv_ghost`).
+const KV_GHOST_FORMS: u64 = 6;
+
+/// A write on client `client`'s `ghost:` keys, which never exist: it
+/// changes nothing and answers 0 (form `form` of `KV_GHOST_FORMS`).
+fn kv_ghost(client: usize, form: u64) -> Vec<Vec<u8>> {
+    let key = format!("ghost:kv{client}");
+    let words: Vec<String> = match form {
+        0 => vec!["DEL".into(), key],
+        1 => vec!["HDEL".into(), key, "f".into()],
+        2 => vec!["SREM".into(), key, "m".into()],
+        3 => vec!["PERSIST".into(), key],
+        4 => vec!["PEXPIRE".into(), key, "1000".into()],
+        // Two keys, often on two shards: the borrow inside a batch.
+        _ => vec!["DEL".into(), format!("{key}:a"), format!("{key}:b")],
+    };
+    words.into_iter().map(String::into_bytes).collect()
+}
+
 struct KvConn {
     node: u64,
     epoch: u64,
@@ -2262,14 +2286,20 @@ impl World {
             let batch = self.kv_batch_rng.chance(KV_BATCH_WRITE_PER_MILLION);
             match call.op(seq, watches) {
                 keel_kv::Op::Command { args, .. } if batch => {
-                    // The ghost takes the number after the write's.
+                    // The ghosts take the numbers after the write's.
+                    let count = 1 + self.kv_batch_rng.below(KV_BATCH_GHOSTS_MAX);
+                    let mut commands = vec![args];
+                    for _ in 0..count {
+                        let form = self.kv_batch_rng.below(KV_GHOST_FORMS);
+                        commands.push(kv_ghost(client, form));
+                    }
                     let conn = self.kv_clients[client].conn.as_mut().expect("sending");
                     assert_eq!(conn.next_seq, seq + 1);
-                    conn.next_seq += 1;
-                    conn.ghosts.push(seq + 1);
+                    conn.ghosts.extend(seq + 1..=seq + count);
+                    conn.next_seq += count;
                     self.stats.kv_batched_writes += 1;
-                    let ghost = vec![b"DEL".to_vec(), format!("ghost:kv{client}").into_bytes()];
-                    keel_kv::Op::commands_to_bytes(seq, &[args, ghost])
+                    self.stats.kv_ghost_commands += count as usize;
+                    keel_kv::Op::commands_to_bytes(seq, &commands)
                 }
                 op => op.to_bytes(),
             }
@@ -2711,7 +2741,7 @@ impl World {
                 conn.ghosts.swap_remove(at);
                 if reply != keel_kv::Reply::Integer(0) {
                     self.fail(format!(
-                        "kv{client}: the ghost DEL of request {seq} answered {reply:?}, not 0"
+                        "kv{client}: the ghost command of request {seq} answered {reply:?}, not 0"
                     ));
                 }
                 return;

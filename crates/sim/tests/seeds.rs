@@ -105,6 +105,7 @@ fn add_stats(total: &mut sim::Stats, run: &sim::Stats) {
     total.kv_typed_requests += run.kv_typed_requests;
     total.kv_flushes += run.kv_flushes;
     total.kv_batched_writes += run.kv_batched_writes;
+    total.kv_ghost_commands += run.kv_ghost_commands;
     total.kv_scan_calls += run.kv_scan_calls;
     total.kv_scans += run.kv_scans;
     total.lease_reads += run.lease_reads;
@@ -646,10 +647,17 @@ fn batched_replies_to_the_wrong_request_are_caught() {
             kv_batch_seq_shifted: true,
             ..options
         },
-        |f| f.contains("not in flight") || f.contains("ghost DEL"),
+        |f| f.contains("not in flight") || f.contains("ghost command"),
     );
     assert!(stats.kv_batched_writes > 0, "no write was batched");
-    eprintln!("batched writes: {}", stats.kv_batched_writes);
+    assert!(
+        stats.kv_ghost_commands > stats.kv_batched_writes,
+        "every batch held one ghost"
+    );
+    eprintln!(
+        "batched writes: {} (ghost commands behind them: {})",
+        stats.kv_batched_writes, stats.kv_ghost_commands
+    );
 }
 
 #[test]
