@@ -1281,6 +1281,38 @@ mod tests {
     }
 
     #[test]
+    fn a_split_msets_reply_rides_on_the_part_queued_last() {
+        let engine = KvEngine::start_inline(kv_snapshot::empty(4), first_connection_id(5));
+        let (id, _replies) = engine.connect();
+        let mut applier = KvApplier::new(engine.clone());
+        let mut words = vec!["MSET"];
+        let keys: Vec<String> = (0..12).map(|i| format!("k{i}")).collect();
+        for key in &keys {
+            words.extend([key.as_str(), "v"]);
+        }
+        let mset = Op::Command {
+            seq: 1,
+            args: args(&words),
+        };
+        applier
+            .apply(3, 1_000, id as i64, &mset.to_bytes(), true)
+            .expect("applies");
+        let shards: Vec<usize> = (0..4).filter(|&s| !applier.pending[s].is_empty()).collect();
+        assert!(shards.len() > 1, "the MSET spans shards: {shards:?}");
+        let answering: Vec<usize> = shards
+            .iter()
+            .copied()
+            .filter(|&s| applier.pending[s].iter().any(|item| item.to.is_some()))
+            .collect();
+        assert_eq!(
+            answering,
+            [*shards.last().unwrap()],
+            "flush queues that shard last"
+        );
+        applier.flush();
+    }
+
+    #[test]
     fn an_mset_spanning_shards_splits_by_shard_keeping_pair_order() {
         let keys: Vec<String> = (0..40).map(|i| format!("k{i}")).collect();
         let mut words = vec!["MSET"];
@@ -1501,15 +1533,24 @@ impl KvApplier {
         if let Some(parts) = split_mset(&op, engine.shard_count()) {
             // Its parts are queued to their shards together with the rest
             // of the entry: any later read, on any shard, queues behind
-            // its part, so no reader sees half of it.
+            // its part, so no reader sees half of it. The reply rides on
+            // the last part: `flush` queues the shards in increasing
+            // order, so when the reply comes every part is queued. On the
+            // first part, the reply could reach the connection while
+            // `flush` had not queued the other parts yet, and its next
+            // read, run on its own thread's shard (`read_here`), missed
+            // the part of that shard (the random pipelined differential
+            // found it on a loaded machine).
+            assert!(
+                parts.windows(2).all(|pair| pair[0].0 < pair[1].0),
+                "parts in increasing shard order, as flush queues them"
+            );
+            let last = parts.len() - 1;
             let mut to = to;
-            for (shard, part) in parts {
+            for (at, (shard, part)) in parts.into_iter().enumerate() {
                 let op = Op::Command { seq: 0, args: part };
-                self.pending[shard].push(Item {
-                    op,
-                    ctx,
-                    to: to.take(),
-                });
+                let to = if at == last { to.take() } else { None };
+                self.pending[shard].push(Item { op, ctx, to });
             }
             return Ok(());
         }
