@@ -224,15 +224,24 @@ fn a_proposal_resent_is_applied_once_even_after_a_restart_from_a_snapshot() {
     assert_eq!(restarted.machine().applied.last().unwrap().1, b"after");
 }
 
-#[test]
-fn an_entry_the_machine_cannot_apply_stops_the_node_before_it() {
+/// A one-node group that applied one proposal ("first").
+fn one_applied() -> Core<Recorder, NoIo, NoSnapshots> {
     let mut core = single_node(Dedup::default());
     core.propose(b"first".to_vec());
     core.advance().expect("advance");
-    let applied = core
-        .status()
+    core
+}
+
+fn applied_index(core: &Core<Recorder, NoIo, NoSnapshots>) -> u64 {
+    core.status()
         .applied_index
-        .load(std::sync::atomic::Ordering::Acquire);
+        .load(std::sync::atomic::Ordering::Acquire)
+}
+
+#[test]
+fn an_entry_the_machine_cannot_apply_stops_the_node_before_it() {
+    let mut core = one_applied();
+    let applied = applied_index(&core);
     core.propose(b"newer:kind 99".to_vec());
     let error = core.advance().expect_err("the machine refuses the entry");
     let text = error.to_string();
@@ -246,9 +255,7 @@ fn an_entry_the_machine_cannot_apply_stops_the_node_before_it() {
     );
     assert_eq!(applied_payloads(&core), [b"first".to_vec()]);
     assert_eq!(
-        core.status()
-            .applied_index
-            .load(std::sync::atomic::Ordering::Acquire),
+        applied_index(&core),
         applied,
         "the refused entry is not counted as applied"
     );
@@ -260,19 +267,11 @@ fn an_entry_of_another_format_stops_the_node_and_a_damaged_one_is_skipped() {
         (vec![0x00, 1, 2, 3], true),
         (vec![crate::proposal::ENTRY_FORMAT, 1], false),
     ] {
-        let mut core = single_node(Dedup::default());
-        core.propose(b"first".to_vec());
-        core.advance().expect("advance");
-        let applied = core
-            .status()
-            .applied_index
-            .load(std::sync::atomic::Ordering::Acquire);
+        let mut core = one_applied();
+        let applied = applied_index(&core);
         core.append_raw_for_test(payload.clone());
         let result = core.advance();
-        let now = core
-            .status()
-            .applied_index
-            .load(std::sync::atomic::Ordering::Acquire);
+        let now = applied_index(&core);
         match stops {
             true => {
                 let error = result.expect_err("another format stops the node");
