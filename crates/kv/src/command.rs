@@ -93,6 +93,14 @@ impl Spec {
         (single && args.len() > 1).then(|| &args[1][..])
     }
 
+    /// `single_key` for a command of `kind` only.
+    pub fn single_key_of<'a>(&self, kind: Kind, args: &'a [Vec<u8>]) -> Option<&'a [u8]> {
+        match self.kind == kind {
+            true => self.single_key(args),
+            false => None,
+        }
+    }
+
     /// The keys of `args` (a command of this spec that passed `lookup`).
     pub fn keys<'a>(&self, args: &'a [Vec<u8>]) -> Vec<&'a [u8]> {
         let Keys { first, last, step } = self.keys;
@@ -1009,11 +1017,7 @@ pub fn spec_named(name: &[u8]) -> Option<&'static Spec> {
 /// INCR, ...), for prefetching its lookup; `None` for anything else, a
 /// command that fails its checks included (a hint, not a check).
 pub fn single_key(args: &[Vec<u8>], kind: Kind) -> Option<&[u8]> {
-    let spec = spec_named(args.first()?)?;
-    if spec.kind != kind {
-        return None;
-    }
-    spec.single_key(args)
+    spec_named(args.first()?)?.single_key_of(kind, args)
 }
 
 /// Redis's checks on arrival: the command (and subcommand) exists and its

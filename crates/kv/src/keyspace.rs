@@ -100,9 +100,7 @@ pub fn apply_route(op: &Op, shard_count: usize) -> Result<Option<usize>, String>
     match op {
         Op::Command { args, .. } => {
             let spec = known_to_this_release(args)?;
-            let key = (spec.kind == Kind::Write)
-                .then(|| spec.single_key(args))
-                .flatten();
+            let key = spec.single_key_of(Kind::Write, args);
             Ok(key.map(|key| shard_of_slot(key_slot(key), shard_count)))
         }
         Op::Exec { commands, .. } => {

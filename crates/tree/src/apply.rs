@@ -33,9 +33,9 @@ pub struct Applied {
     pub session_closed: Option<i64>,
     /// The request holds an op this release does not know (at the top or
     /// in a multi): every proposer decodes a request before it proposes
-    /// it, so a newer release's proposer wrote it. Nothing changed; the
-    /// node must stop rather than answer it with an error where the
-    /// members that know it apply it.
+    /// it, so a newer release's proposer wrote it. The transaction took a
+    /// zxid and changed nothing else; the node must stop rather than
+    /// answer it with an error where the members that know it apply it.
     pub unapplicable: Option<JuteError>,
 }
 

@@ -612,7 +612,6 @@ impl Connection {
         pending.bytes += op::args_bytes(&args);
         pending.commands.push(args);
         assert!(pending.commands.len() <= self.ctx.batch_writes_max);
-        assert!(self.ctx.batch_writes_max <= op::PIPELINE_COMMANDS_MAX);
     }
 
     /// Proposes the turn's pending writes: one alone as a COMMAND, more as
@@ -632,7 +631,6 @@ impl Connection {
                 self.propose(seq..seq + 1, Op::Command { seq, args }.to_bytes());
             }
             count => {
-                self.write_batches_this_turn += 1;
                 let seqs = first_seq..first_seq + count as u64;
                 self.propose(seqs, Op::commands_to_bytes(first_seq, &commands));
             }
@@ -664,10 +662,15 @@ impl Connection {
             auth: Vec::new(),
             op: TxnOp::Kv { body },
         };
-        if let Err(error) = self.ctx.raft.propose(txn.encode()) {
-            let text = format!("TRYAGAIN the write was not queued: {error}");
-            for seq in seqs {
-                self.fill(seq, Reply::error_owned(text.clone()));
+        match self.ctx.raft.propose(txn.encode()) {
+            // Counted once proposed: a batch refused here is not one.
+            Ok(()) if seqs.end - seqs.start >= 2 => self.write_batches_this_turn += 1,
+            Ok(()) => {}
+            Err(error) => {
+                let text = format!("TRYAGAIN the write was not queued: {error}");
+                for seq in seqs {
+                    self.fill(seq, Reply::error_owned(text.clone()));
+                }
             }
         }
     }

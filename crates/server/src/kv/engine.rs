@@ -787,21 +787,26 @@ mod tests {
         }
     }
 
+    /// MSET k0 `value` k1 `value` ... of `keys` keys, request 1.
+    fn mset_of(keys: usize, value: &str) -> Op {
+        let mut words = vec![b"MSET".to_vec()];
+        for i in 0..keys {
+            words.extend([format!("k{i}").into_bytes(), value.as_bytes().to_vec()]);
+        }
+        Op::Command {
+            seq: 1,
+            args: words,
+        }
+    }
+
     #[test]
     fn the_inline_engine_applies_reads_and_snapshots_on_the_calling_thread() {
         let engine = KvEngine::start_inline(kv_snapshot::empty(2), first_connection_id(5));
         let (id, mut replies) = engine.connect();
         assert_eq!(id, (5 << 16) | 1, "ids from the start's clock");
         let mut applier = KvApplier::new(engine.clone());
-        let mut words = vec!["MSET"];
+        let mset = mset_of(20, "1");
         let keys: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
-        for key in &keys {
-            words.extend([key.as_str(), "1"]);
-        }
-        let mset = Op::Command {
-            seq: 1,
-            args: args(&words),
-        };
         assert!(
             keyspace::op_shards(&mset, 2).len() == 2,
             "spans both shards"
@@ -1285,15 +1290,7 @@ mod tests {
         let engine = KvEngine::start_inline(kv_snapshot::empty(4), first_connection_id(5));
         let (id, _replies) = engine.connect();
         let mut applier = KvApplier::new(engine.clone());
-        let mut words = vec!["MSET"];
-        let keys: Vec<String> = (0..12).map(|i| format!("k{i}")).collect();
-        for key in &keys {
-            words.extend([key.as_str(), "v"]);
-        }
-        let mset = Op::Command {
-            seq: 1,
-            args: args(&words),
-        };
+        let mset = mset_of(12, "v");
         applier
             .apply(3, 1_000, id as i64, &mset.to_bytes(), true)
             .expect("applies");

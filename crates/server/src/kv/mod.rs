@@ -135,16 +135,18 @@ impl KvContext {
             let _ = write!(run_id, "{:016x}", x);
         }
         run_id.truncate(40);
+        let batch_writes_max = match batch_writes {
+            true => keel_kv::op::PIPELINE_COMMANDS_MAX,
+            false => 1,
+        };
+        assert!((1..=keel_kv::op::PIPELINE_COMMANDS_MAX).contains(&batch_writes_max));
         KvContext {
             engine,
             raft,
             limits,
             port,
             server_id,
-            batch_writes_max: match batch_writes {
-                true => keel_kv::op::PIPELINE_COMMANDS_MAX,
-                false => 1,
-            },
+            batch_writes_max,
             clients: Mutex::new(BTreeMap::new()),
             run_id,
             started: Instant::now(),
