@@ -11,6 +11,9 @@ server must earn.
   one connection reads never go back, whichever shard each read runs on
   (reads pipelined to different shard threads included), on a follower
   with READONLY's local reads too.
+- A connection that pipelines a write spanning every shard and reads the
+  keys at once reads its own write on every shard (MSET, MULTI/EXEC,
+  pipelined SETs, DEL, MSETNX, APPEND), on every node.
 - The WATCH transactions again while the leader is killed and restarted:
   no update lost or doubled, none applied in part.
 
@@ -234,6 +237,87 @@ def test_a_write_spanning_shards_is_read_whole_or_not_at_all(target):
     assert final == [acked[0]] * len(names), (final, acked[0])
     line = ("KV spanning writes (%s): %d writes over %d shards, %d reads, none saw one in part" % (
         target.topology, acked[0], len(names), reads[0]))
+    print("\n" + line)
+    report_summary(line)
+
+
+# Connections per node in the read-your-own-writes test: on two or more
+# shard threads of each node, so their own reads run on different shards.
+OWN_CLIENTS_PER_NODE = 3
+# Spanning writes one connection pipelines in one send, each followed by
+# its reads.
+OWN_WRITES_PER_SEND = 4
+
+
+def own_round(keys, value):
+    """One spanning write of `keys` (one per shard) to `value`, in the form
+    `value` picks, then reads of every key in an order that starts on
+    another shard each time: [(request, expected reply)]."""
+    v = str(value).encode()
+    form = value % 5
+    if form == 0:
+        writes = [(("MSET",) + sum(((k, v) for k in keys), ()), "OK")]
+    elif form == 1:
+        writes = [(("MULTI",), "OK")] + [(("SET", k, v), "QUEUED") for k in keys]
+        writes.append((("EXEC",), ["OK"] * len(keys)))
+    elif form == 2:
+        # Single-key writes pipelined together: one batch proposal.
+        writes = [(("SET", k, v), "OK") for k in keys]
+    elif form == 3:
+        writes = [(("DEL",) + tuple(keys), len(keys)), (("EXISTS",) + tuple(keys), 0)]
+        writes += [(("GET", k), None) for k in keys]
+        writes.append((("MSETNX",) + sum(((k, v) for k in keys), ()), 1))
+    else:
+        writes = [(("MULTI",), "OK"), (("DEL",) + tuple(keys), "QUEUED")]
+        writes += [(("APPEND", k, v), "QUEUED") for k in keys]
+        writes.append((("EXEC",), [len(keys)] + [len(v)] * len(keys)))
+    turn = value % len(keys)
+    order = keys[turn:] + keys[:turn]
+    reads = [(("GET", k), v) for k in reversed(order)]
+    reads.append((("MGET",) + tuple(order), [v] * len(keys)))
+    reads.append((("STRLEN", order[0]), len(v)))
+    return writes + reads
+
+
+def test_a_connection_reads_its_own_spanning_write_at_once(target):
+    """A connection that pipelines a write spanning every shard and reads
+    the keys straight after it, in the same send, reads the write on every
+    shard: its reads run on shard threads, its own among them, that may
+    not yet have applied their part unless the write's reply waits for all
+    of them (the race `c81ccaf` fixed for MSET). Redis gives this for free;
+    each connection owns its keys, so every reply is known in advance."""
+    ports = target.ports
+    deadline = time.monotonic() + SECONDS
+    errors = []
+    rounds = [0]
+
+    def client(index):
+        keys = [k.encode() for k in keys_on_distinct_shards("own%d_" % index, SHARDS)]
+        value = 0
+        try:
+            with connect(ports[index % len(ports)]) as c:
+                while time.monotonic() < deadline:
+                    pairs = []
+                    for _ in range(OWN_WRITES_PER_SEND):
+                        value += 1
+                        pairs += own_round(keys, value)
+                    c.send(b"".join(RespConnection.encode(request) for request, _ in pairs))
+                    for request, expected in pairs:
+                        got = c.reply()[1]
+                        assert got == expected, "client %d on port %d: %r answered %r, not %r" % (
+                            index, ports[index % len(ports)], request, got, expected)
+                    rounds[0] += OWN_WRITES_PER_SEND
+        except Exception as error:
+            errors.append(repr(error))
+
+    count = OWN_CLIENTS_PER_NODE * len(ports)
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(count)]
+    for t in threads:
+        t.start()
+    join_clients(threads, errors, SECONDS + 60)
+    assert rounds[0] >= 100, rounds[0]
+    line = ("KV own spanning writes (%s, %d clients): %d writes over %d shards each read back at once "
+            "on every shard" % (target.topology, count, rounds[0], SHARDS))
     print("\n" + line)
     report_summary(line)
 
