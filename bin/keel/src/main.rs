@@ -47,33 +47,52 @@ struct ServerArgs {
     /// TOML config file; keys as in ServerConfig (client_port, data_dir, ...).
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Port of ZooKeeper clients (default 2181; 0 = off, with
+    /// --secure-client-port).
     #[arg(long)]
     client_port: Option<u16>,
+    /// Address the client ports listen on (default 127.0.0.1).
     #[arg(long)]
     client_address: Option<String>,
+    /// Where the Raft log and snapshots live (default ./keel-data).
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// ZooKeeper's tickTime: the unit of session timeouts (default 2000).
     #[arg(long)]
     tick_time_ms: Option<u32>,
+    /// Shortest session timeout granted (default 2 x tick).
     #[arg(long)]
     min_session_timeout_ms: Option<u32>,
+    /// Longest session timeout granted (default 20 x tick).
     #[arg(long)]
     max_session_timeout_ms: Option<u32>,
+    /// The super user's digest, super:<base64 sha1> (ZooKeeper's
+    /// zookeeper.DigestAuthenticationProvider.superDigest).
     #[arg(long)]
     super_digest: Option<String>,
     /// Comma-separated four-letter words to enable, or "*".
     #[arg(long)]
     four_letter_words: Option<String>,
+    /// How often empty container nodes and expired TTL nodes are looked
+    /// for (default 60000).
     #[arg(long)]
     container_check_interval_ms: Option<u64>,
+    /// A snapshot after this many applied log entries (default 100000).
     #[arg(long)]
     snapshot_every_entries: Option<u64>,
+    /// A snapshot also after this many bytes of applied log (default 64
+    /// MiB, at least 1 MiB): bounds a restart's replay.
     #[arg(long)]
     snapshot_every_log_bytes: Option<u64>,
+    /// Largest request or response frame (ZooKeeper's jute.maxbuffer,
+    /// default 1048575).
     #[arg(long)]
     jute_max_buffer_bytes: Option<usize>,
+    /// Most client connections from one IP address (default 0 =
+    /// unlimited).
     #[arg(long)]
     max_client_connections_per_ip: Option<usize>,
+    /// This member's id, 1 to 255 (default 1), as in --peers.
     #[arg(long = "id")]
     server_id: Option<u64>,
     /// Cluster members: 1=HOST:PORT,2=HOST:PORT,3=HOST:PORT (peer ports; an
@@ -94,6 +113,7 @@ struct ServerArgs {
     /// with which a joining node asks to be added.
     #[arg(long)]
     join_auth_file: Option<PathBuf>,
+    /// Name of the cluster (default keel); its members must agree.
     #[arg(long)]
     cluster_name: Option<String>,
     /// Leader affinity: id of the member that should lead when healthy.
@@ -174,6 +194,7 @@ struct ServerArgs {
 
 #[derive(Args)]
 struct CliArgs {
+    /// The server to connect to, HOST:PORT.
     #[arg(long, default_value = "127.0.0.1:2181")]
     server: String,
     /// The command and its arguments, e.g. `ls -s /`.
