@@ -2,10 +2,13 @@
 ZooKeeper (zoo.cfg / system properties) and on Keel (TOML): the observable
 outcome must be the same."""
 
+import os
 import socket
+import subprocess
 import time
 
-from conftest import candidate_kind
+from conftest import candidate_kind, require_keel
+from harness.servers import KEEL_BIN, free_port
 from harness import zkproto as P
 from badinput.test_badinput import decode_frames, serves_fresh_client, still_open
 
@@ -111,3 +114,61 @@ def test_max_client_connections_per_ip(servers):
     want, got = probe(zk.port), probe(other.port)
     print("zookeeper:", want)
     assert got == want, "zookeeper: %r\n%s: %r" % (want, other.kind, got)
+
+
+def keel_refuses(args, workdir):
+    """Runs `keel server ARGS` (its data in workdir unless ARGS name one):
+    it must exit with status 1 within a few seconds and explain itself on
+    one error line (a TOML error adds the line it points at), without a panic, a backtrace or a cause printed twice."""
+    if "--data-dir" not in args:
+        args = args + ["--data-dir", os.path.join(workdir, "data")]
+    env = dict(os.environ, RUST_BACKTRACE="1", NO_COLOR="1")
+    done = subprocess.run([KEEL_BIN, "server"] + args, cwd=workdir, env=env, capture_output=True,
+                          text=True, timeout=20)
+    errors = [i for i, line in enumerate(done.stderr.splitlines()) if line.startswith("error: ")]
+    assert done.returncode == 1, (args, done.returncode, done.stderr[-2000:])
+    assert len(errors) == 1, (args, done.stderr[-2000:])
+    for bad in ("panicked", "Caused by", "Stack backtrace", "RUST_BACKTRACE"):
+        assert bad not in done.stderr, (args, done.stderr[-2000:])
+    # A TOML error goes on with the line it points at: the rest of stderr
+    # from the error on is the explanation.
+    return "\n".join(done.stderr.splitlines()[errors[0]:])
+
+
+def test_keel_refuses_a_bad_setting_with_one_error(tmp_path):
+    require_keel()
+    workdir = str(tmp_path)
+
+    def config(name, text):
+        path = os.path.join(workdir, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    a_file = config("not-a-dir", "x")
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    try:
+        cases = [
+            (["--config", os.path.join(workdir, "missing.toml")], ["missing.toml", "No such file"]),
+            (["--config", config("typo.toml", "client_prot = 1\n")], ["typo.toml", "client_prot"]),
+            (["--config", config("syntax.toml", "client_port = \n")], ["syntax.toml"]),
+            (["--config", config("type.toml", "client_port = \"x\"\n")], ["type.toml", "client_port"]),
+            (["--tick-time-ms", "0"], ["tick_time_ms"]),
+            (["--id", "300"], ["server_id 300"]),
+            (["--peers", "garbage"], ["garbage"]),
+            (["--data-dir", a_file], ["data dir", "not-a-dir", "Not a directory"]),
+            (["--client-port", str(busy.getsockname()[1])], [str(busy.getsockname()[1]), "in use"]),
+            (["--client-port", str(free_port()), "--resp-port", str(busy.getsockname()[1])], ["Keel KV", "in use"]),
+            (["--client-port", str(free_port()), "--metrics-port", str(busy.getsockname()[1])],
+             ["metrics", "in use"]),
+        ]
+        for args, words in cases:
+            line = keel_refuses(args, workdir)
+            for word in words:
+                assert word in line, (args, word, line)
+            # The cause is said once.
+            assert line.count("No such file") <= 1 and line.count("in use") <= 1, line
+    finally:
+        busy.close()

@@ -275,13 +275,37 @@ fn bench_tls(args: &BenchArgs) -> anyhow::Result<Option<keel_client::ClientTls>>
     Ok(Some(keel_client::ClientTls::load(&options)?))
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    match cli.command {
+    let outcome = match cli.command {
         Command::Server(args) => server(*args),
         Command::Cli(args) => client(args),
         Command::Bench(args) => bench(*args),
+    };
+    match outcome {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {}", one_line(&error));
+            std::process::ExitCode::FAILURE
+        }
     }
+}
+
+/// An error and its causes on one line, each cause once: the library
+/// errors already name their source in their own message ("cannot read
+/// config file F: No such file..."), so a cause whose text the line holds
+/// is not repeated (anyhow's report would print it again under "Caused
+/// by", with a backtrace when RUST_BACKTRACE is set).
+fn one_line(error: &anyhow::Error) -> String {
+    let mut line = error.to_string();
+    for cause in error.chain().skip(1) {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+    }
+    line
 }
 
 fn server_config(args: ServerArgs) -> anyhow::Result<ServerConfig> {
@@ -574,4 +598,25 @@ fn populate(args: BenchArgs) -> anyhow::Result<()> {
     );
     println!("{report}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn an_error_line_names_each_cause_once() {
+        let missing = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let config = keel_server::config::ConfigError::Read {
+            path: "/x.toml".into(),
+            source: missing,
+        };
+        let error = anyhow::Error::new(config).context("starting the server");
+        assert_eq!(
+            one_line(&error),
+            "starting the server: cannot read config file /x.toml: no such file"
+        );
+        let plain = anyhow::anyhow!("a").context("b");
+        assert_eq!(one_line(&plain), "b: a");
+    }
 }

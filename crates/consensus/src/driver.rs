@@ -509,14 +509,26 @@ pub struct Recovery {
 /// group on first start). Call before loading a snapshot.
 pub fn prepare(config: &RaftConfig) -> Result<(), ConsensusError> {
     assert!(config.node_id > 0, "raft node ids start at 1");
-    std::fs::create_dir_all(config.data_dir.join("snapshots"))?;
+    make_data_dir(config)?;
     check_identity(config).map(|_| ())
+}
+
+/// The data dir and its snapshots directory, made if missing; an error
+/// names the data dir (a path that is a file, a directory without write
+/// permission).
+fn make_data_dir(config: &RaftConfig) -> Result<(), ConsensusError> {
+    std::fs::create_dir_all(config.data_dir.join("snapshots")).map_err(|source| {
+        ConsensusError::DataDir {
+            path: config.data_dir.clone(),
+            source,
+        }
+    })
 }
 
 /// Opens the log behind the snapshot the caller loaded (at `position`).
 pub fn recover(config: RaftConfig, position: SnapshotPosition) -> Result<Recovery, ConsensusError> {
     assert!(config.node_id > 0, "raft node ids start at 1");
-    std::fs::create_dir_all(config.data_dir.join("snapshots"))?;
+    make_data_dir(&config)?;
     let identity = check_identity(&config)?;
     let started = std::time::Instant::now();
     let store = LogStore::open_with(&config.data_dir.join("raft"), config.log_direct_io)?;

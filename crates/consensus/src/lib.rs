@@ -59,6 +59,11 @@ pub enum ConsensusError {
     SnapshotWriter(MachineError),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
+    #[error("cannot make the data dir {path}: {source}")]
+    DataDir {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
     #[error("node id {node_id} is not a member of the group stored in this data dir (members {members:?}): wrong --id or a data dir from another cluster")]
     WrongNode { node_id: u64, members: Vec<u64> },
     #[error("{path}: this data dir belongs to {found}, but this node is {expected}: wrong --id or a data dir from another cluster")]
