@@ -68,7 +68,7 @@ define run_python_suites
 	exit $$status
 endef
 
-.PHONY: all build run run-kv cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare compare-java compare-go compare-kv scale replay sim fuzz nemesis rolling-restart
+.PHONY: all build run run-kv cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare compare-java compare-go compare-kafka compare-kv scale replay sim fuzz nemesis rolling-restart
 
 all: build
 
@@ -132,6 +132,12 @@ compare: test-deps build
 # The same side-by-side run with the load from Apache ZooKeeper's Java client
 # (bench/java/LoadGen.java, compiled into bench/work): create and mix at
 # COMPARE_CLIENTS sessions (default 10,100,400), COMPARE_DURATION=S per run (default 10).
+# Kafka's metadata work (a real Kafka 3.9.1 broker in ZooKeeper mode: start,
+# topic creation, deletion) on 3-node ZooKeeper and 3-node Keel, alternating
+# (bench/kafka_compare.py: KAFKA_COMPARE_ROUNDS, _TOPICS, _PARTITIONS).
+compare-kafka: test-deps build
+	python3 bench/kafka_compare.py
+
 compare-java: test-deps build
 	python3 bench/java_compare.py
 

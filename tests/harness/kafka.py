@@ -61,8 +61,8 @@ class KafkaBroker(BaseServer):
     kind = "kafka"
     startup_timeout = 120.0
 
-    def __init__(self, zookeeper, name=None):
-        super().__init__(name=name or "kafka", test_defaults=False)
+    def __init__(self, zookeeper, name=None, workdir=None):
+        super().__init__(name=name or "kafka", workdir=workdir, test_defaults=False)
         self.zookeeper = zookeeper
 
     def _prepare(self):
