@@ -21,6 +21,8 @@
 #     pinned by SHA-256 (tests/compat/test_curator_compat.py); Apache Kafka
 #     3.9.1 (its broker in ZooKeeper mode, 56 jars, 46 MB) into ./.deps/kafka,
 #     pinned the same way (tests/compat/test_kafka_compat.py).
+#   * chDB 4.4.0 (ClickHouse 26.9 embedded in Python) in its own venv at
+#     ./.deps/chdb-venv (tests/compat/test_clickhouse_compat.py).
 #   * A Python venv at ./.venv (repo root) with kazoo, pytest, pytest-timeout,
 #     pytest-xdist (`make test` runs the suites that neither load the machine
 #     nor measure time on two processes), prometheus-client (its text-format parser), pure-sasl (kazoo's SASL
@@ -237,6 +239,26 @@ then
 else
     log "installing into venv: ${PY_PKGS[*]}"
     "$VENV/bin/python" -m pip install --disable-pip-version-check -q "${PY_PKGS[@]}"
+fi
+
+# ---------------------------------------------------------------- chDB
+# ClickHouse itself, embedded: chDB 4.4.0 (ClickHouse 26.9 as a Python
+# extension, with pandas and pyarrow: about 550 MB installed) in a venv of
+# its own, so the test venv stays small; tests/compat/test_clickhouse_compat.py
+# runs ClickHouse's ZooKeeper client with it.
+CHDB_VENV="$ROOT/.deps/chdb-venv"
+CHDB_PKGS=("chdb==4.4.0" "chdb-core==26.9.0")
+if "$CHDB_VENV/bin/python" - <<'PY' >/dev/null 2>&1
+import importlib.metadata as m, sys
+sys.exit(m.version("chdb") != "4.4.0" or m.version("chdb-core") != "26.9.0")
+PY
+then
+    log "chDB venv already has ${CHDB_PKGS[*]}"
+else
+    log "installing ${CHDB_PKGS[*]} into $CHDB_VENV"
+    rm -rf "$CHDB_VENV"
+    "$PYTHON" -m venv "$CHDB_VENV"
+    "$CHDB_VENV/bin/python" -m pip install --disable-pip-version-check -q "${CHDB_PKGS[@]}"
 fi
 
 log "ok"
