@@ -19,7 +19,10 @@ block from ZooKeeper) and reads them back in a consumer group.
 - On 3 Keel nodes, the node that holds the broker's session is killed
   (kill -9): the broker's ZooKeeper client moves to another node with its
   session, its registration (an ephemeral node) and the controller stay
-  the same, and a second run of the check passes."""
+  the same, and a second run of the check passes.
+- A rolling restart of the 3 Keel nodes (each stopped with SIGTERM and
+  started again, leader included) under a broker: the same session,
+  registration and controller throughout, and the check passes after."""
 
 import shutil
 import subprocess
@@ -173,6 +176,39 @@ def test_a_kafka_broker_keeps_its_session_when_its_keel_node_is_killed(servers, 
         assert session_holder(cluster, registered.ephemeralOwner) not in (None, holder)
         line = ("Kafka broker on 3 Keel nodes: its session 0x%x moved off the killed member %s; registration "
                 "and controller kept, a second check passed" % (registered.ephemeralOwner, holder.address))
+        print("\n" + line)
+        report_summary(line)
+    except BaseException:
+        print(broker.log_tail(100))
+        raise
+    finally:
+        zk.stop()
+        zk.close()
+        broker.stop(timeout=30)
+
+
+def test_a_kafka_broker_keeps_its_session_through_a_rolling_restart_of_keel(servers, check_classpath):
+    cluster = servers("keel", topology="cluster3")
+    broker = KafkaBroker(cluster.address, name="kafka-rolling")
+    broker.start()
+    zk = KazooClient(hosts=cluster.address, timeout=15)
+    zk.start(timeout=30)
+    try:
+        run_check(check_classpath, broker, "before-rolling")
+        _, registered = zk.get(KAFKA_CHROOT + "/brokers/ids/0")
+        _, controller = zk.get(KAFKA_CHROOT + "/controller")
+        for node in cluster.nodes:
+            assert node.stop() == 0, "a member did not stop cleanly on SIGTERM"
+            node.start()
+            cluster.leader(timeout=30)
+            cluster.wait_replicated(timeout=30)
+            _, still = zk.get(KAFKA_CHROOT + "/brokers/ids/0")
+            assert still.czxid == registered.czxid, "the broker registered again after %s restarted" % node.address
+        run_check(check_classpath, broker, "after-rolling")
+        _, controller_after = zk.get(KAFKA_CHROOT + "/controller")
+        assert controller_after.czxid == controller.czxid, "the controller was elected again"
+        line = ("Kafka broker through a rolling restart of 3 Keel nodes: session 0x%x, registration and "
+                "controller kept, a second check passed" % registered.ephemeralOwner)
         print("\n" + line)
         report_summary(line)
     except BaseException:
