@@ -26,6 +26,7 @@ import urllib.request
 import pytest
 from kazoo.client import KazooClient
 
+from compat.znodes import assert_same_znodes
 from conftest import report_summary
 from harness.servers import REPO_ROOT, free_port, make_workdir
 
@@ -94,12 +95,7 @@ def assert_same(ref, got, candidate):
     assert len(results) == len(ref_results), (ref_results, results)
     for want, have in zip(ref_results, results):
         assert have == want, "ZooKeeper: %r\n%s: %r" % (want, candidate, have)
-    only_ref = sorted(set(ref_tree) - set(tree))
-    only_here = sorted(set(tree) - set(ref_tree))
-    assert not only_ref and not only_here, "znodes only on ZooKeeper: %s; only on %s: %s" % (
-        only_ref, candidate, only_here)
-    differ = {p: (ref_tree[p], tree[p]) for p in ref_tree if ref_tree[p] != tree[p]}
-    assert not differ, "znodes that differ (ZooKeeper, %s): %r" % (candidate, differ)
+    assert_same_znodes(ref_tree, tree, candidate)
 
 
 def test_clickhouse_ddl_on_keel_leaves_what_it_leaves_on_zookeeper(servers, candidate, keel_topology,

@@ -27,10 +27,12 @@ block from ZooKeeper) and reads them back in a consumer group.
 import shutil
 import subprocess
 import time
+from contextlib import contextmanager
 
 import pytest
 from kazoo.client import KazooClient
 
+from compat.znodes import assert_same_znodes
 from conftest import report_summary
 from harness.kafka import KAFKA_CHROOT, KafkaBroker, compile_kafka_check
 from harness.servers import four_letter_word
@@ -100,26 +102,38 @@ def kafka_tree(zk, topic):
     return tree
 
 
-def kafka_on(server, classpath, topic):
-    """Starts a broker on `server` (a connect string's owner), runs the
-    check, waits for the deleted topic to go, and returns the tree."""
-    broker = KafkaBroker(server.address, name="kafka-on-" + server.kind)
+@contextmanager
+def broker_with_client(address, name):
+    """A Kafka broker on the servers of connect string `address`, and a
+    kazoo client of the same servers: (broker, client), both stopped at
+    the end; the broker's log tail is printed if the block fails."""
+    broker = KafkaBroker(address, name=name)
     broker.start()
+    zk = KazooClient(hosts=address, timeout=15)
     try:
-        lines = run_check(classpath, broker, topic)
-        zk = KazooClient(hosts=server.address, timeout=15)
         zk.start(timeout=30)
-        try:
-            wait_deleted(zk, topic + "-doomed")
-            return lines, kafka_tree(zk, topic)
-        finally:
-            zk.stop()
-            zk.close()
+        yield broker, zk
     except BaseException:
         print(broker.log_tail(100))
         raise
     finally:
+        zk.stop()
+        zk.close()
         broker.stop(timeout=30)
+
+
+def kafka_on(server, classpath, topic):
+    """Starts a broker on `server` (a connect string's owner), runs the
+    check, waits for the deleted topic to go, and returns the tree."""
+    with broker_with_client(server.address, "kafka-on-" + server.kind) as (broker, zk):
+        lines = run_check(classpath, broker, topic)
+        wait_deleted(zk, topic + "-doomed")
+        return lines, kafka_tree(zk, topic)
+
+
+def registration(zk):
+    """The Stats of the broker's registration and of the controller node."""
+    return zk.get(KAFKA_CHROOT + "/brokers/ids/0")[1], zk.get(KAFKA_CHROOT + "/controller")[1]
 
 
 def test_a_kafka_broker_on_keel_leaves_what_it_leaves_on_zookeeper(servers, candidate, keel_topology,
@@ -131,12 +145,7 @@ def test_a_kafka_broker_on_keel_leaves_what_it_leaves_on_zookeeper(servers, cand
     assert [l for l in lines if l.startswith("topics")] == [l for l in ref_lines if l.startswith("topics")]
     assert "/brokers/ids/0" in tree and tree["/brokers/ids/0"][0], "the broker's registration is not ephemeral"
     assert "/controller" in tree and tree["/controller"][0]
-    only_ref = sorted(set(ref_tree) - set(tree))
-    only_here = sorted(set(tree) - set(ref_tree))
-    assert not only_ref and not only_here, "znodes only on ZooKeeper: %s; only on %s: %s" % (
-        only_ref, candidate, only_here)
-    differ = {p: (ref_tree[p], tree[p]) for p in ref_tree if ref_tree[p] != tree[p]}
-    assert not differ, "znodes that differ (ZooKeeper, %s): %r" % (candidate, differ)
+    assert_same_znodes(ref_tree, tree, candidate)
     with_data = sum(1 for _, data in tree.values() if data is not None)
     assert with_data >= 5, tree
     line = ("Kafka 3.9.1 broker on %s (%s): %d znodes as on ZooKeeper (%d ephemeral, %d compared by data)" % (
@@ -156,20 +165,14 @@ def session_holder(cluster, session_id):
 
 def test_a_kafka_broker_keeps_its_session_when_its_keel_node_is_killed(servers, check_classpath):
     cluster = servers("keel", topology="cluster3")
-    broker = KafkaBroker(cluster.address, name="kafka-failover")
-    broker.start()
-    zk = KazooClient(hosts=cluster.address, timeout=15)
-    zk.start(timeout=30)
-    try:
+    with broker_with_client(cluster.address, "kafka-failover") as (broker, zk):
         run_check(check_classpath, broker, "before-kill")
-        _, registered = zk.get(KAFKA_CHROOT + "/brokers/ids/0")
-        _, controller = zk.get(KAFKA_CHROOT + "/controller")
+        registered, controller = registration(zk)
         holder = session_holder(cluster, registered.ephemeralOwner)
         assert holder is not None, "no member lists the broker's session 0x%x" % registered.ephemeralOwner
         holder.kill()
         run_check(check_classpath, broker, "after-kill")
-        _, still = zk.get(KAFKA_CHROOT + "/brokers/ids/0")
-        _, controller_after = zk.get(KAFKA_CHROOT + "/controller")
+        still, controller_after = registration(zk)
         assert still.ephemeralOwner == registered.ephemeralOwner and still.czxid == registered.czxid, (
             "the broker registered again: its session was lost")
         assert controller_after.czxid == controller.czxid, "the controller was elected again"
@@ -178,43 +181,24 @@ def test_a_kafka_broker_keeps_its_session_when_its_keel_node_is_killed(servers, 
                 "and controller kept, a second check passed" % (registered.ephemeralOwner, holder.address))
         print("\n" + line)
         report_summary(line)
-    except BaseException:
-        print(broker.log_tail(100))
-        raise
-    finally:
-        zk.stop()
-        zk.close()
-        broker.stop(timeout=30)
 
 
 def test_a_kafka_broker_keeps_its_session_through_a_rolling_restart_of_keel(servers, check_classpath):
     cluster = servers("keel", topology="cluster3")
-    broker = KafkaBroker(cluster.address, name="kafka-rolling")
-    broker.start()
-    zk = KazooClient(hosts=cluster.address, timeout=15)
-    zk.start(timeout=30)
-    try:
+    with broker_with_client(cluster.address, "kafka-rolling") as (broker, zk):
         run_check(check_classpath, broker, "before-rolling")
-        _, registered = zk.get(KAFKA_CHROOT + "/brokers/ids/0")
-        _, controller = zk.get(KAFKA_CHROOT + "/controller")
+        registered, controller = registration(zk)
         for node in cluster.nodes:
             assert node.stop() == 0, "a member did not stop cleanly on SIGTERM"
             node.start()
             cluster.leader(timeout=30)
             cluster.wait_replicated(timeout=30)
-            _, still = zk.get(KAFKA_CHROOT + "/brokers/ids/0")
+            still, _ = registration(zk)
             assert still.czxid == registered.czxid, "the broker registered again after %s restarted" % node.address
         run_check(check_classpath, broker, "after-rolling")
-        _, controller_after = zk.get(KAFKA_CHROOT + "/controller")
+        _, controller_after = registration(zk)
         assert controller_after.czxid == controller.czxid, "the controller was elected again"
         line = ("Kafka broker through a rolling restart of 3 Keel nodes: session 0x%x, registration and "
                 "controller kept, a second check passed" % registered.ephemeralOwner)
         print("\n" + line)
         report_summary(line)
-    except BaseException:
-        print(broker.log_tail(100))
-        raise
-    finally:
-        zk.stop()
-        zk.close()
-        broker.stop(timeout=30)
