@@ -26,6 +26,9 @@ BROKER_HEAP_MB = 512
 # Kafka's default zookeeper.session.timeout.ms: a Keel node that dies
 # must hand the broker's session to another node within it.
 BROKER_SESSION_TIMEOUT_MS = 18_000
+# Broker ids stay below Kafka's reserved.broker.max.id (1000 by default):
+# ids above it are the ones Kafka generates itself.
+BROKER_ID_LIMIT = 1000
 
 
 def kafka_classpath():
@@ -37,41 +40,49 @@ def kafka_classpath():
     return ":".join(jars)
 
 
+# The Java programs that drive a broker, in tests/compat/java.
+JAVA_SOURCES = ("KafkaCheck.java", "KafkaFailover.java")
+
+
 def compile_kafka_check():
-    """javac of tests/compat/java/KafkaCheck.java into a fresh work
-    directory; (classpath to run it with, that directory)."""
+    """javac of JAVA_SOURCES into a fresh work directory; (classpath to
+    run them with, that directory)."""
     if not shutil.which("javac"):
         raise RuntimeError("no javac (make test-deps installs openjdk-17-jdk-headless)")
     classpath = kafka_classpath()
     out = make_workdir("javac-kafka")
-    source = os.path.join(JAVA_SOURCES_DIR, "KafkaCheck.java")
-    p = subprocess.run(["javac", "-nowarn", "-d", out, "-cp", classpath, source],
+    sources = [os.path.join(JAVA_SOURCES_DIR, name) for name in JAVA_SOURCES]
+    p = subprocess.run(["javac", "-nowarn", "-d", out, "-cp", classpath] + sources,
                        capture_output=True, text=True, timeout=JAVAC_TIMEOUT_S)
     if p.returncode != 0:
-        raise RuntimeError("javac KafkaCheck.java failed:\n%s" % p.stderr[-3000:])
+        raise RuntimeError("javac of the Kafka checks failed:\n%s" % p.stderr[-3000:])
     return out + ":" + classpath, out
 
 
 class KafkaBroker(BaseServer):
-    """One Kafka broker (id 0) whose metadata lives at `zookeeper` (a
-    connect string) under KAFKA_CHROOT; its client port is `port`. Ready
-    once its listener accepts (the broker opens it last, after it has
-    registered in ZooKeeper)."""
+    """One Kafka broker (`broker_id`) whose metadata lives at `zookeeper`
+    (a connect string) under KAFKA_CHROOT; its client port is `port`.
+    Ready once its listener accepts (the broker opens it last, after it
+    has registered in ZooKeeper). A restart keeps its id, port and logs."""
 
     kind = "kafka"
     startup_timeout = 120.0
 
-    def __init__(self, zookeeper, name=None, workdir=None):
+    def __init__(self, zookeeper, name=None, workdir=None, broker_id=0,
+                 session_timeout_ms=BROKER_SESSION_TIMEOUT_MS):
         super().__init__(name=name or "kafka", workdir=workdir, test_defaults=False)
+        assert 0 <= broker_id < BROKER_ID_LIMIT, broker_id
         self.zookeeper = zookeeper
+        self.broker_id = broker_id
+        self.session_timeout_ms = session_timeout_ms
 
     def _prepare(self):
         properties = {
-            "broker.id": "0",
+            "broker.id": str(self.broker_id),
             "listeners": "PLAINTEXT://127.0.0.1:%d" % self.port,
             "log.dirs": self.data_dir,
             "zookeeper.connect": self.zookeeper + KAFKA_CHROOT,
-            "zookeeper.session.timeout.ms": str(BROKER_SESSION_TIMEOUT_MS),
+            "zookeeper.session.timeout.ms": str(self.session_timeout_ms),
             "offsets.topic.replication.factor": "1",
             "offsets.topic.num.partitions": "4",
             "transaction.state.log.replication.factor": "1",
