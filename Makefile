@@ -69,7 +69,7 @@ define run_python_suites
 	exit $$status
 endef
 
-.PHONY: all build run run-kv cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare compare-java compare-go compare-kafka compare-kv scale replay sim fuzz nemesis rolling-restart
+.PHONY: all build run run-kv cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare compare-java compare-go compare-kafka compare-failover compare-kv scale replay sim fuzz nemesis rolling-restart
 
 all: build
 
@@ -138,6 +138,12 @@ compare: test-deps build
 # (bench/kafka_compare.py: KAFKA_COMPARE_ROUNDS, _TOPICS, _PARTITIONS).
 compare-kafka: test-deps build
 	python3 bench/kafka_compare.py
+
+# How long a leader's failure (kill -9, SIGSTOP) stops a writer and a reader
+# on another member, 3-node ZooKeeper against 3-node Keel, alternating
+# (bench/failover_compare.py: FAILOVER_ROUNDS, default 5).
+compare-failover: test-deps build
+	$(PY) bench/failover_compare.py
 
 compare-java: test-deps build
 	python3 bench/java_compare.py
