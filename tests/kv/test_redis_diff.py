@@ -487,6 +487,18 @@ def transactions(r):
     r("HSET", "t", "f", "v")
     r("SET", "t2", "v", "EX", "0")
     r("EXEC")
+    # Commands that fail their argument checks are answered in their
+    # places without the log: alone, and in a transaction a WATCH aborts.
+    r("MULTI")
+    r("SET", "t", "x", "NX", "XX")
+    r("EXPIRE", "t", "x")
+    r("EXEC")
+    r("WATCH", "t")
+    other("SET", "t", "changed")
+    r("MULTI")
+    r("SET", "t", "x", "BAD")
+    r("GET", "t")
+    r("EXEC")
     r("MULTI")
     r("PING")
     r("ECHO", "hi")

@@ -90,12 +90,15 @@ pub fn op_shards(op: &Op, shard_count: usize) -> Vec<usize> {
 /// with no list allocated), `Ok(None)` for any other operation (routed by
 /// `op_shards`).
 ///
-/// `Err` names a command this release does not know: no name, or a name,
-/// subcommand or arity that fails `command::lookup`. Every proposer checks
-/// a command so on arrival and answers such a one at once, so only a newer
-/// release's proposer puts one in the log. Applied here it would answer
-/// an error and change nothing, where the members that know it change
-/// their keyspace: the caller stops instead.
+/// `Err` names a command this release does not know: no name, a name,
+/// subcommand or arity that fails `command::lookup`, or arguments that
+/// fail `Command::parse` (an option this release does not know, say).
+/// Every proposer checks a command so before it logs it (a single command
+/// on arrival, a transaction's at EXEC, which answers the ones that fail
+/// without the log), so only a newer release's proposer puts one in the
+/// log. Applied here it would answer an error and change nothing, where
+/// the members that know it change their keyspace: the caller stops
+/// instead.
 pub fn apply_route(op: &Op, shard_count: usize) -> Result<Option<usize>, String> {
     match op {
         Op::Command { args, .. } => {
@@ -117,10 +120,21 @@ fn known_to_this_release(args: &[Vec<u8>]) -> Result<&'static Spec, String> {
     if args.is_empty() {
         return Err("a KV command without a name".to_string());
     }
-    command::lookup(args).map_err(|refusal| match refusal {
+    let text = |refusal: Reply| match refusal {
         Reply::Error(text) => text.into_owned(),
         other => format!("{other:?}"),
-    })
+    };
+    let spec = command::lookup(args).map_err(text)?;
+    if spec.kind != Kind::Connection {
+        if let Err(refusal) = Command::parse(spec, args) {
+            return Err(format!(
+                "'{}' with arguments this release refuses: {}",
+                spec.name,
+                text(refusal)
+            ));
+        }
+    }
+    Ok(spec)
 }
 
 /// The shard of a write with one key, found without parsing the command.
@@ -336,6 +350,43 @@ impl Keyspace {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_logged_command_whose_arguments_this_release_refuses_is_a_newer_releases() {
+        let command = |words: &[&str]| Op::Command {
+            seq: 1,
+            args: words.iter().map(|w| w.as_bytes().to_vec()).collect(),
+        };
+        let exec = |words: &[&str]| Op::Exec {
+            seq: 1,
+            watches: Vec::new(),
+            commands: vec![
+                vec![b"SET".to_vec(), b"k".to_vec(), b"v".to_vec()],
+                words.iter().map(|w| w.as_bytes().to_vec()).collect(),
+            ],
+        };
+        for known in [
+            &["SET", "k", "v", "NX", "GET"][..],
+            &["EXPIRE", "k", "5", "GT"],
+            &["HSET", "h", "f", "v"],
+        ] {
+            assert!(apply_route(&command(known), 2).is_ok(), "{known:?}");
+            assert_eq!(apply_route(&exec(known), 2), Ok(None), "{known:?}");
+        }
+        // Redis 7.4 and 8 options: a newer release may log them.
+        for newer in [
+            &["SET", "k", "v", "IFEQ", "old"][..],
+            &["EXPIRE", "k", "5", "FNX"],
+            &["INCRBY", "k", "1.5"],
+        ] {
+            let refused = apply_route(&command(newer), 2).expect_err("a newer release's option");
+            assert!(
+                refused.contains(&newer[0].to_ascii_lowercase()),
+                "{refused}"
+            );
+            assert!(apply_route(&exec(newer), 2).is_err(), "{newer:?}");
+        }
+    }
 
     #[test]
     fn one_key_writes_route_without_parsing_as_parsing_routes_them() {

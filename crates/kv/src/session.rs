@@ -53,10 +53,11 @@ pub enum Action {
     Watch(Vec<Vec<u8>>),
     /// EXEC: one log entry. The log's reply is nil (a watched key
     /// changed) or one reply per command. The connection's own commands
-    /// (CLIENT SETNAME, ...; with their positions) run only once that
-    /// reply shows the transaction ran, their replies put in at their
-    /// positions (`Session::finish_exec`): a transaction a WATCH aborted
-    /// runs none of them, as in Redis. Until then the connection handles
+    /// (CLIENT SETNAME, ...) and the keyspace commands that fail their
+    /// argument checks (`local`, with their positions) are answered only
+    /// once that reply shows the transaction ran, their replies put in at
+    /// their positions (`Session::finish_exec`): a transaction a WATCH
+    /// aborted runs none of them, as in Redis. Until then the connection handles
     /// nothing after the EXEC, which must see their effects.
     Exec {
         watches: Vec<Watch>,
@@ -305,8 +306,14 @@ impl Session {
         let mut local = Vec::new();
         for (position, (args, kind)) in multi.queued.into_iter().enumerate() {
             match kind {
-                Kind::Connection => local.push((position, args)),
-                Kind::Read | Kind::Write => commands.push(args),
+                Kind::Read | Kind::Write if passes_checks(&args) => commands.push(args),
+                // A keyspace command that fails its argument checks is
+                // answered its error here, in its place, as Redis's EXEC
+                // answers it: it changes nothing whatever the keyspace
+                // holds. Kept out of the log, it leaves every command
+                // there one that parses, so a replica whose parse refuses
+                // one knows a newer release wrote it (`apply_route`).
+                Kind::Read | Kind::Write | Kind::Connection => local.push((position, args)),
             }
         }
         if commands.is_empty() && watches.is_empty() {
@@ -337,7 +344,12 @@ impl Session {
             .into_iter()
             .map(|(position, args)| {
                 let spec = command::lookup(&args).expect("checked when queued");
-                (position, self.answer(spec, &args, server))
+                let reply = match spec.kind {
+                    Kind::Connection => self.answer(spec, &args, server),
+                    Kind::Read | Kind::Write => Command::parse(spec, &args)
+                        .expect_err("only a keyspace command that fails its checks stays local"),
+                };
+                (position, reply)
             })
             .collect();
         Self::merge_exec(logged, answered)
@@ -530,6 +542,13 @@ impl Session {
             (bulk_str("modules"), Reply::Array(Vec::new())),
         ])
     }
+}
+
+/// A queued keyspace command passes `Command::parse` (it was looked up
+/// when queued).
+fn passes_checks(args: &[Vec<u8>]) -> bool {
+    let spec = command::lookup(args).expect("checked when queued");
+    Command::parse(spec, args).is_ok()
 }
 
 fn exec_abort(error: &Reply) -> Reply {
@@ -741,6 +760,54 @@ mod tests {
             Reply::NullArray
         );
         assert_eq!(s.watched(), 0, "EXEC forgets the watches");
+    }
+
+    #[test]
+    fn a_queued_command_that_fails_its_checks_is_answered_in_place_and_never_logged() {
+        let syntax = Reply::error("ERR syntax error");
+        let mut s = Session::new(7);
+        assert_eq!(reply(&mut s, &["MULTI"]), Reply::ok());
+        for words in [
+            &["SET", "a", "1"][..],
+            &["SET", "b", "2", "NX", "XX"],
+            &["INCRBY", "a", "x"],
+            &["GET", "a"],
+        ] {
+            assert_eq!(reply(&mut s, words), Reply::status("QUEUED"), "{words:?}");
+        }
+        let Action::Exec {
+            commands, local, ..
+        } = run(&mut s, &["EXEC"])
+        else {
+            panic!("EXEC goes to the log")
+        };
+        assert_eq!(
+            commands,
+            vec![args(&["SET", "a", "1"]), args(&["GET", "a"])]
+        );
+        let positions: Vec<usize> = local.iter().map(|(at, _)| *at).collect();
+        assert_eq!(positions, [1, 2]);
+        let logged = Reply::Array(vec![Reply::ok(), Reply::bulk(b"1")]);
+        let merged = s.finish_exec(logged, local, &Fixed);
+        let expected = vec![
+            Reply::ok(),
+            syntax.clone(),
+            Reply::not_integer(),
+            Reply::bulk(b"1"),
+        ];
+        assert_eq!(merged, Reply::Array(expected));
+
+        // Nothing left to log and nothing watched: answered at once.
+        assert_eq!(reply(&mut s, &["MULTI"]), Reply::ok());
+        assert_eq!(
+            reply(&mut s, &["SET", "b", "2", "EX", "0"]),
+            Reply::status("QUEUED")
+        );
+        let Action::Reply(Reply::Array(replies)) = run(&mut s, &["EXEC"]) else {
+            panic!("an EXEC of refused commands alone needs no log")
+        };
+        assert_eq!(replies.len(), 1);
+        assert!(replies[0].is_error(), "{replies:?}");
     }
 
     #[test]

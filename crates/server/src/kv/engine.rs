@@ -960,7 +960,15 @@ mod tests {
             watches: Vec::new(),
             commands: vec![args(&["SET", "a", "1"]), args(&["LPUSH", "l", "x"])],
         };
-        let newer: [(Vec<u8>, &str); 6] = [
+        let option_in_exec = Op::Exec {
+            seq: 1,
+            watches: Vec::new(),
+            commands: vec![
+                args(&["SET", "a", "1"]),
+                args(&["SET", "a", "2", "IFEQ", "1"]),
+            ],
+        };
+        let newer: [(Vec<u8>, &str); 8] = [
             (kind, "kind 99"),
             (
                 command(&["LPUSH", "l", "x"]).to_bytes(),
@@ -976,6 +984,11 @@ mod tests {
                 Op::commands_to_bytes(1, &[args(&["SET", "a", "1"]), args(&["GETEX", "a"])]),
                 "unknown command 'GETEX'",
             ),
+            (
+                command(&["SET", "a", "1", "IFEQ", "0"]).to_bytes(),
+                "'set' with arguments this release refuses: ERR syntax error",
+            ),
+            (option_in_exec.to_bytes(), "'set' with arguments"),
         ];
         for (index, (body, named)) in newer.iter().enumerate() {
             let error = applier
