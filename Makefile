@@ -55,7 +55,8 @@ PARALLEL_TESTS := tests/security/test_tls.py tests/security/test_sasl.py \
 	tests/compat/test_java_compat.py tests/compat/test_curator_compat.py tests/compat/test_clickhouse_ext.py \
 	tests/compat/test_digest_compat.py tests/compat/test_restart_compat.py \
 	tests/compat/test_kazoo_compat.py tests/compat/test_cli_compat.py tests/compat/test_kafka_compat.py \
-	tests/compat/test_kafka_failover.py tests/compat/test_clickhouse_compat.py
+	tests/compat/test_kafka_failover.py tests/compat/test_clickhouse_compat.py \
+	tests/compat/test_bookkeeper_compat.py
 PYTEST_WORKERS ?= 3
 # Both runs always happen; the target fails if either fails (pytest's 5,
 # "no tests collected", is not a failure: PYTEST_ARGS="-k ..." may select

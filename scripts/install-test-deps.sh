@@ -20,7 +20,10 @@
 #   * Apache Curator 5.5 and Guava from Maven Central into ./.deps/maven,
 #     pinned by SHA-256 (tests/compat/test_curator_compat.py); Apache Kafka
 #     3.9.1 (its broker in ZooKeeper mode, 56 jars, 46 MB) into ./.deps/kafka,
-#     pinned the same way (tests/compat/test_kafka_compat.py).
+#     pinned the same way (tests/compat/test_kafka_compat.py); Apache
+#     BookKeeper 4.18.2 (bookies and client, 58 jars, 27 MB) into
+#     ./.deps/bookkeeper, pinned the same way
+#     (tests/compat/test_bookkeeper_compat.py).
 #   * chDB 4.4.0 (ClickHouse 26.9 embedded in Python) in its own venv at
 #     ./.deps/chdb-venv (tests/compat/test_clickhouse_compat.py).
 #   * A Python venv at ./.venv (repo root) with kazoo, pytest, pytest-timeout,
@@ -218,6 +221,78 @@ KAFKA_JARS=(
 )
 fetch_pinned "$KAFKA_DIR" "${KAFKA_JARS[@]}"
 log "Kafka jars ready in $KAFKA_DIR"
+
+# Apache BookKeeper 4.18.2 (the storage of Apache Pulsar) with the runtime
+# dependencies `mvn dependency:copy-dependencies` resolves for
+# org.apache.bookkeeper:bookkeeper-server:4.18.2, less what a bookie on
+# Linux x86_64 without TLS or RocksDB never loads (netty-tcnative, the
+# other platforms' natives, rocksdbjni, bc-fips: 79 MB of 105), for
+# tests/compat/test_bookkeeper_compat.py. Its own ZooKeeper client
+# (3.9.5) stays in this directory. Pinned by SHA-256, kept in
+# .deps/bookkeeper.
+BOOKKEEPER_DIR="$ROOT/.deps/bookkeeper"
+BOOKKEEPER_JARS=(
+    "org/apache/yetus/audience-annotations/0.12.0/audience-annotations-0.12.0.jar ffb101fc066360ff3c77457c927fd7967fb096a6ee9e046ab7071447d8208efc"
+    "org/apache/bookkeeper/bookkeeper-common/4.18.2/bookkeeper-common-4.18.2.jar 980ca282c0c17881a744240158e7e34843d2e11117e31e94b0e9964f84682f38"
+    "org/apache/bookkeeper/bookkeeper-common-allocator/4.18.2/bookkeeper-common-allocator-4.18.2.jar c632b2964dab054387cfea22092f3261afe4a0dbe23987d804bdb585c9031c4e"
+    "org/apache/bookkeeper/bookkeeper-proto/4.18.2/bookkeeper-proto-4.18.2.jar a0c52217b061b364374f066bda20c4bb01a5d15aee0e0d4e066c93971f806f05"
+    "org/apache/bookkeeper/bookkeeper-server/4.18.2/bookkeeper-server-4.18.2.jar 741ee41ce428cf52596fc4b0318a8d6b8d71556e05d4c8d56842d7c423a6d3d2"
+    "org/apache/bookkeeper/stats/bookkeeper-stats-api/4.18.2/bookkeeper-stats-api-4.18.2.jar 73b2cfad965b64dce465d35d2fe8e1c00a68a603085eaa9b73fb7815d8ccbc04"
+    "org/apache/bookkeeper/bookkeeper-tools-framework/4.18.2/bookkeeper-tools-framework-4.18.2.jar 7b3ca96f11e0d1e4b384847261bc20a2ee6df723401804a778645fdecadfe772"
+    "org/checkerframework/checker-qual/3.33.0/checker-qual-3.33.0.jar e316255bbfcd9fe50d165314b85abb2b33cb2a66a93c491db648e498a82c2de1"
+    "org/apache/bookkeeper/circe-checksum/4.18.2/circe-checksum-4.18.2.jar ac6dcd0c08c8141d20784f6a2d2587509e12554a203e335845988aa4463beeb3"
+    "commons-beanutils/commons-beanutils/1.11.0/commons-beanutils-1.11.0.jar 9e44ba68ec9a3f21286fa2a8bbb003b735c0f69101bb43144b79f4f8aaa74709"
+    "commons-cli/commons-cli/1.9.0/commons-cli-1.9.0.jar d3d530d0f28fd0fbbffe2b0b338f70e8cb96f1605579e2e3abd4db29cac24e69"
+    "commons-codec/commons-codec/1.18.0/commons-codec-1.18.0.jar ba005f304cef92a3dede24a38ad5ac9b8afccf0d8f75839d6c1338634cf7f6e4"
+    "org/apache/commons/commons-collections4/4.1/commons-collections4-4.1.jar b1fe8b5968b57d8465425357ed2d9dc695504518bed2df5b565c4b8e68c1c8a5"
+    "org/apache/commons/commons-configuration2/2.15.1/commons-configuration2-2.15.1.jar 61ba5eaab8a17087042fe3d6811573bb85ccbdd6bd9d21ad464e6e20559dd1e8"
+    "commons-io/commons-io/2.19.0/commons-io-2.19.0.jar 824268919b4b62f9f40f08c54381de5993b078f58667e332d17348ae019d72b9"
+    "org/apache/commons/commons-lang3/3.20.0/commons-lang3-3.20.0.jar 69e5c9fa35da7a51a5fd2099dfe56a2d8d32cf233e2f6d770e796146440263f4"
+    "commons-logging/commons-logging/1.2/commons-logging-1.2.jar daddea1ea0be0f56978ab3006b8ac92834afeefbd9b7e4e6316fca57df0fa636"
+    "org/apache/commons/commons-text/1.15.0/commons-text-1.15.0.jar 58d2da30f058512a1e7f914e39241deca4dff5c27a085b4ed2faa9e7208067f6"
+    "org/apache/bookkeeper/cpu-affinity/4.18.2/cpu-affinity-4.18.2.jar e53359888cbdf212e9682fde933da604bd5382deea51fcee3dde587e9942375b"
+    "com/lmax/disruptor/4.0.0/disruptor-4.0.0.jar c2ba80841541272bc815bcadab910d2d716aa563eca15762450ab4c889440505"
+    "com/google/errorprone/error_prone_annotations/2.18.0/error_prone_annotations-2.18.0.jar 9e6814cb71816988a4fd1b07a993a8f21bb7058d522c162b1de849e19bea54ae"
+    "com/google/guava/failureaccess/1.0.1/failureaccess-1.0.1.jar a171ee4c734dd2da837e4b16be9df4661afab72a41adaf31eb84dfdaf936ca26"
+    "com/google/guava/guava/32.0.1-jre/guava-32.0.1-jre.jar bd7fa227591fb8509677d0d1122cf95158f3b8a9f45653f58281d879f6dc48c5"
+    "com/carrotsearch/hppc/0.9.1/hppc-0.9.1.jar d58706a2be60c972452550cdba79870bf481447c50eb718308e33a6ba45c65ec"
+    "org/apache/bookkeeper/http/http-server/4.18.2/http-server-4.18.2.jar f6e03b374e910cab50f06e7d9f789fa70edfa0ec07c30521eaf8c1adec871605"
+    "org/apache/httpcomponents/httpclient/4.5.13/httpclient-4.5.13.jar 6fe9026a566c6a5001608cf3fc32196641f6c1e5e1986d1037ccdbd5f31ef743"
+    "org/apache/httpcomponents/httpcore/4.4.13/httpcore-4.4.13.jar e06e89d40943245fcfa39ec537cdbfce3762aecde8f9c597780d2b00c2b43424"
+    "com/google/j2objc/j2objc-annotations/2.8/j2objc-annotations-2.8.jar f02a95fa1a5e95edb3ed859fd0fb7df709d121a35290eff8b74dce2ab7f4d6ed"
+    "com/fasterxml/jackson/core/jackson-annotations/2.17.1/jackson-annotations-2.17.1.jar fccad82e13172c0e4384db71577219c9b8631c0820f4b18daaa57016fb661c76"
+    "com/fasterxml/jackson/core/jackson-core/2.17.1/jackson-core-2.17.1.jar ddb26c8a1f1a84535e8213c48b35b253370434e3287b3cf15777856fc4e58ce6"
+    "com/fasterxml/jackson/core/jackson-databind/2.17.1/jackson-databind-2.17.1.jar b6ca2f7d5b1ab245cec5495ec339773d2d90554c48592590673fb18f4400a948"
+    "com/beust/jcommander/1.82/jcommander-1.82.jar deeac157c8de6822878d85d0c7bc8467a19cc8484d37788f7804f039dde280b1"
+    "org/jctools/jctools-core/4.0.6/jctools-core-4.0.6.jar 374fb4660436a70ba131e15ca7bab8423424c737898a894fb276841c94bdd962"
+    "org/jctools/jctools-core-jdk11/4.0.6/jctools-core-jdk11-4.0.6.jar daa0972bf12c8e2aaefd02069a6b47b1f2cf36f0f859f3a0d02223ebf3f10063"
+    "com/google/code/findbugs/jsr305/3.0.2/jsr305-3.0.2.jar 766ad2a0783f2687962c8ad74ceecc38a28b9f72a2d085ee438b7813e928d0c7"
+    "com/google/guava/listenablefuture/9999.0-empty-to-avoid-conflict-with-guava/listenablefuture-9999.0-empty-to-avoid-conflict-with-guava.jar b372a037d4230aa57fbeffdef30fd6123f9c0c2db85d0aced00c91b974f33f99"
+    "org/apache/logging/log4j/log4j-api/2.23.1/log4j-api-2.23.1.jar 92ec1fd36ab3bc09de6198d2d7c0914685c0f7127ea931acc32fd2ecdd82ea89"
+    "org/apache/logging/log4j/log4j-core/2.23.1/log4j-core-2.23.1.jar 7079368005fc34f56248f57f8a8a53361c3a53e9007d556dbc66fc669df081b5"
+    "org/apache/logging/log4j/log4j-slf4j2-impl/2.23.1/log4j-slf4j2-impl-2.23.1.jar fcc0f68d71152112ce7ca9bf2388dc6d735beee9b699da230a94deef7f4c81c8"
+    "org/apache/bookkeeper/native-io/4.18.2/native-io-4.18.2.jar efe0bfee0917159944904173440a75958d596d55f0ca9b7862d1056412b07df3"
+    "org/apache/bookkeeper/native-library-common/4.18.2/native-library-common-4.18.2.jar 743bf8ab13b731a6fac3d63b11f838e9f86b1f302d2e5615afe81539332957e9"
+    "io/netty/netty-buffer/4.2.14.Final/netty-buffer-4.2.14.Final.jar 1a781d45cbbf1524159840e40d16e5cbc4e6e04eaac26381b00e433eface3e35"
+    "io/netty/netty-codec-base/4.2.14.Final/netty-codec-base-4.2.14.Final.jar e6c72017b7118bfe90ebdcaa8bb7d02769499b07be0f1667b7719bab93e37056"
+    "io/netty/netty-common/4.2.14.Final/netty-common-4.2.14.Final.jar f157563175b07dbf252924e12390b87e3772ea0a9bf6f7505e7367f26fd722d1"
+    "io/netty/netty-handler/4.2.14.Final/netty-handler-4.2.14.Final.jar a23de2261ff904be5eb988eb117b185e15d9997b09304ef0a98fd587abd2e09f"
+    "io/netty/netty-resolver/4.2.14.Final/netty-resolver-4.2.14.Final.jar 9c261739a11dbe90a6d2f9bf72dbfb780d776fa086e48e6a9263684e481ea257"
+    "io/netty/netty-transport/4.2.14.Final/netty-transport-4.2.14.Final.jar 6f184bc1946a022cb4556c50f35edfd6335ccf02587ea2c520131b5774f5f063"
+    "io/netty/netty-transport-classes-epoll/4.2.14.Final/netty-transport-classes-epoll-4.2.14.Final.jar 00a2ec5fd5f9258a09b198aee43234ec879dc0af520b8d1977b8bd7010443362"
+    "io/netty/netty-transport-classes-io_uring/4.2.14.Final/netty-transport-classes-io_uring-4.2.14.Final.jar d37799a57bdc17e386757e2aabcfd3ac2d877c642bf25f7734790f945feab3e3"
+    "io/netty/netty-transport-native-epoll/4.2.14.Final/netty-transport-native-epoll-4.2.14.Final-linux-x86_64.jar e567c1097de567644de02bd6da4247b0ab1d2721bbb87e528e25eb4b99ab6019"
+    "io/netty/netty-transport-native-io_uring/4.2.14.Final/netty-transport-native-io_uring-4.2.14.Final-linux-x86_64.jar 110b2d63040a54060ea9117863a3266be4a40e25c370610ca2aedd43a5d43a41"
+    "io/netty/netty-transport-native-unix-common/4.2.14.Final/netty-transport-native-unix-common-4.2.14.Final.jar 6c57976b2bcc87097cb9e9c52b4d55191d2550ac3bddd29e890cb2150b9a5ff0"
+    "org/reactivestreams/reactive-streams/1.0.3/reactive-streams-1.0.3.jar 1dee0481072d19c929b623e155e14d2f6085dc011529a0a0dbefc84cf571d865"
+    "io/reactivex/rxjava3/rxjava/3.0.1/rxjava-3.0.1.jar 0bb2cae968bcd0822d9201c66ed958499c2839021e6dd10273acdc1c4bc41a19"
+    "org/slf4j/slf4j-api/2.0.12/slf4j-api-2.0.12.jar a79502b8abdfbd722846a27691226a4088682d6d35654f9b80e2a9ccacf7ed47"
+    "io/github/merlimat/slog/slog/0.9.9/slog-0.9.9.jar 1cfc2657f2e28a1b5f9ebc1465dfa0a53c9f9ba60f99801064e5c13de6e4e4bb"
+    "org/apache/zookeeper/zookeeper/3.9.5/zookeeper-3.9.5.jar 936d025db1a85f085edea25048c3f5b3de5fc29329c371a10925e3b78b0b38a0"
+    "org/apache/zookeeper/zookeeper-jute/3.9.5/zookeeper-jute-3.9.5.jar abcbc7f9d6c493daa118da6fa3061a201e2c521217526e8535adfb56b629e52a"
+)
+fetch_pinned "$BOOKKEEPER_DIR" "${BOOKKEEPER_JARS[@]}"
+log "BookKeeper jars ready in $BOOKKEEPER_DIR"
 
 # ---------------------------------------------------------------- Python venv
 if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then

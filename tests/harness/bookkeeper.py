@@ -1,0 +1,43 @@
+"""Apache BookKeeper 4.18.2 (the storage of Apache Pulsar) for
+tests/compat/test_bookkeeper_compat.py: its bookies and clients run in
+the JVM of tests/compat/java/BookKeeperCheck.java, from the jars `make
+test-deps` (scripts/install-test-deps.sh) downloads into .deps/bookkeeper,
+pinned there by SHA-256. They bring their own ZooKeeper client, 3.9.5.
+Standard library only."""
+
+import glob
+import os
+import shutil
+import subprocess
+
+from .servers import REPO_ROOT, make_workdir
+
+BOOKKEEPER_DIR = os.path.join(REPO_ROOT, ".deps", "bookkeeper")
+BOOKKEEPER_JAR = "bookkeeper-server-4.18.2.jar"
+# The jars of the bookie, its client and their dependencies: 58 of them.
+BOOKKEEPER_JARS_MIN = 50
+JAVA_SOURCE = os.path.join(REPO_ROOT, "tests", "compat", "java", "BookKeeperCheck.java")
+JAVAC_TIMEOUT_S = 180
+
+
+def bookkeeper_classpath():
+    """The jars in .deps/bookkeeper; RuntimeError if they are missing
+    (never a skip: `make test` installs them)."""
+    jars = sorted(glob.glob(os.path.join(BOOKKEEPER_DIR, "*.jar")))
+    if len(jars) < BOOKKEEPER_JARS_MIN or not os.path.isfile(os.path.join(BOOKKEEPER_DIR, BOOKKEEPER_JAR)):
+        raise RuntimeError("BookKeeper jars missing in %s (make test-deps downloads them)" % BOOKKEEPER_DIR)
+    return ":".join(jars)
+
+
+def compile_bookkeeper_check():
+    """javac of BookKeeperCheck.java into a fresh work directory;
+    (classpath to run it with, that directory)."""
+    if not shutil.which("javac"):
+        raise RuntimeError("no javac (make test-deps installs openjdk-17-jdk-headless)")
+    classpath = bookkeeper_classpath()
+    out = make_workdir("javac-bookkeeper")
+    p = subprocess.run(["javac", "-nowarn", "-d", out, "-cp", classpath, JAVA_SOURCE],
+                       capture_output=True, text=True, timeout=JAVAC_TIMEOUT_S)
+    if p.returncode != 0:
+        raise RuntimeError("javac BookKeeperCheck.java failed:\n%s" % p.stderr[-3000:])
+    return out + ":" + classpath, out
