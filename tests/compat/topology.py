@@ -31,6 +31,9 @@ ENSEMBLE_VS_STANDALONE = {
     "java": {
         "getConfig": _CONFIG_NODE,
     },
+    "java-3.9": {
+        "getConfig": _CONFIG_NODE,
+    },
     "cli_mt": {
         "get /zookeeper/config": _CONFIG_NODE,
     },

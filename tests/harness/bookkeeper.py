@@ -41,3 +41,22 @@ def compile_bookkeeper_check():
     if p.returncode != 0:
         raise RuntimeError("javac BookKeeperCheck.java failed:\n%s" % p.stderr[-3000:])
     return out + ":" + classpath, out
+
+
+# The jars of the ZooKeeper 3.9.5 client alone, from the same directory
+# (test_java_compat.py runs its scenario with them beside Debian's 3.8).
+# Its configuration loads netty's TLS classes even for plain connections.
+ZK39_CLIENT_JARS = ("zookeeper-3.9.5.jar", "zookeeper-jute-3.9.5.jar", "slf4j-api-2.0.12.jar",
+                    "audience-annotations-0.12.0.jar") + tuple(
+    "netty-%s-4.2.14.Final.jar" % part for part in ("handler", "common", "buffer", "transport", "resolver",
+                                                     "codec-base", "transport-native-unix-common"))
+
+
+def zookeeper_39_client_classpath():
+    """The classpath of the ZooKeeper 3.9.5 Java client BookKeeper brings;
+    RuntimeError if a jar is missing."""
+    jars = [os.path.join(BOOKKEEPER_DIR, name) for name in ZK39_CLIENT_JARS]
+    missing = [j for j in jars if not os.path.isfile(j)]
+    if missing:
+        raise RuntimeError("%s missing (make test-deps downloads them)" % ", ".join(missing))
+    return ":".join(jars)
