@@ -143,6 +143,7 @@ def failover(group, classpath):
         seen["produced before"] = step(classpath, "produce", bootstrap, TOPIC, 0, RECORDS)
 
         old = view.controller()
+        assert old in (0, 1), "no controller among the brokers: %r" % old
         survivor = 1 - old
         epoch = view.controller_epoch()
         member = group.leader()
