@@ -39,7 +39,7 @@ public class KafkaCheck {
         Properties common = new Properties();
         common.put("bootstrap.servers", bootstrap);
         administer(common, topic);
-        produce(common, topic, count);
+        produce(common, topic, 0, count, STEP_TIMEOUT_S);
         int seen = consume(common, topic, count);
         System.out.println("consumed " + seen);
         System.exit(seen == count ? 0 : 1);
@@ -62,7 +62,9 @@ public class KafkaCheck {
         }
     }
 
-    static void produce(Properties common, String topic, int count) throws Exception {
+    /** Keys kFROM..k(FROM+COUNT-1), each acknowledged (acks=all, idempotent)
+     * within stepTimeoutS before the next is sent (KafkaFailover's too). */
+    static void produce(Properties common, String topic, int from, int count, long stepTimeoutS) throws Exception {
         Properties p = new Properties();
         p.putAll(common);
         p.put("acks", "all");
@@ -70,8 +72,8 @@ public class KafkaCheck {
         p.put("key.serializer", StringSerializer.class.getName());
         p.put("value.serializer", StringSerializer.class.getName());
         try (KafkaProducer<String, String> producer = new KafkaProducer<>(p)) {
-            for (int i = 0; i < count; i++) {
-                producer.send(new ProducerRecord<>(topic, "k" + i, "v" + i)).get(STEP_TIMEOUT_S, TimeUnit.SECONDS);
+            for (int i = from; i < from + count; i++) {
+                producer.send(new ProducerRecord<>(topic, "k" + i, "v" + i)).get(stepTimeoutS, TimeUnit.SECONDS);
             }
         }
         System.out.println("produced " + count);

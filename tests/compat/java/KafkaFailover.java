@@ -10,12 +10,9 @@ import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
-import org.apache.kafka.clients.producer.KafkaProducer;
-import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.StringDeserializer;
-import org.apache.kafka.common.serialization.StringSerializer;
 
 /**
  * The client side of a Kafka controller failover (two brokers on one
@@ -46,7 +43,7 @@ public class KafkaFailover {
                 create(common, topic, Integer.parseInt(args[3]), Short.parseShort(args[4]));
                 break;
             case "produce":
-                produce(common, topic, Integer.parseInt(args[3]), Integer.parseInt(args[4]));
+                KafkaCheck.produce(common, topic, Integer.parseInt(args[3]), Integer.parseInt(args[4]), STEP_TIMEOUT_S);
                 break;
             case "consume":
                 System.exit(consume(common, topic, Integer.parseInt(args[3])) ? 0 : 1);
@@ -63,21 +60,6 @@ public class KafkaFailover {
                 .all().get(STEP_TIMEOUT_S, TimeUnit.SECONDS);
         }
         System.out.println("created " + topic);
-    }
-
-    static void produce(Properties common, String topic, int from, int count) throws Exception {
-        Properties p = new Properties();
-        p.putAll(common);
-        p.put("acks", "all");
-        p.put("enable.idempotence", "true");
-        p.put("key.serializer", StringSerializer.class.getName());
-        p.put("value.serializer", StringSerializer.class.getName());
-        try (KafkaProducer<String, String> producer = new KafkaProducer<>(p)) {
-            for (int i = from; i < from + count; i++) {
-                producer.send(new ProducerRecord<>(topic, "k" + i, "v" + i)).get(STEP_TIMEOUT_S, TimeUnit.SECONDS);
-            }
-        }
-        System.out.println("produced " + count);
     }
 
     static boolean consume(Properties common, String topic, int count) {
