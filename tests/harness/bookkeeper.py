@@ -7,17 +7,14 @@ Standard library only."""
 
 import glob
 import os
-import shutil
-import subprocess
 
-from .servers import REPO_ROOT, make_workdir
+from .javac import compile_sources
+from .servers import REPO_ROOT
 
 BOOKKEEPER_DIR = os.path.join(REPO_ROOT, ".deps", "bookkeeper")
 BOOKKEEPER_JAR = "bookkeeper-server-4.18.2.jar"
 # The jars of the bookie, its client and their dependencies: 58 of them.
 BOOKKEEPER_JARS_MIN = 50
-JAVA_SOURCE = os.path.join(REPO_ROOT, "tests", "compat", "java", "BookKeeperCheck.java")
-JAVAC_TIMEOUT_S = 180
 
 
 def bookkeeper_classpath():
@@ -32,15 +29,7 @@ def bookkeeper_classpath():
 def compile_bookkeeper_check():
     """javac of BookKeeperCheck.java into a fresh work directory;
     (classpath to run it with, that directory)."""
-    if not shutil.which("javac"):
-        raise RuntimeError("no javac (make test-deps installs openjdk-17-jdk-headless)")
-    classpath = bookkeeper_classpath()
-    out = make_workdir("javac-bookkeeper")
-    p = subprocess.run(["javac", "-nowarn", "-d", out, "-cp", classpath, JAVA_SOURCE],
-                       capture_output=True, text=True, timeout=JAVAC_TIMEOUT_S)
-    if p.returncode != 0:
-        raise RuntimeError("javac BookKeeperCheck.java failed:\n%s" % p.stderr[-3000:])
-    return out + ":" + classpath, out
+    return compile_sources(["BookKeeperCheck.java"], bookkeeper_classpath(), "javac-bookkeeper")
 
 
 # The jars of the ZooKeeper 3.9.5 client alone, from the same directory

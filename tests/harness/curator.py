@@ -4,16 +4,13 @@ SHA-256, and javac of the scenario sources in tests/compat/java against
 them and ZooKeeper 3.8's Debian jars. Standard library only."""
 
 import os
-import shutil
-import subprocess
 
-from .servers import REPO_ROOT, ZK_CLIENT_CLASSPATH, make_workdir
+from .javac import compile_sources
+from .servers import REPO_ROOT, ZK_CLIENT_CLASSPATH
 
 MAVEN_DIR = os.path.join(REPO_ROOT, ".deps", "maven")
 CURATOR_JARS = ("curator-client-5.5.0.jar", "curator-framework-5.5.0.jar", "curator-recipes-5.5.0.jar",
                 "guava-31.1-jre.jar", "failureaccess-1.0.1.jar")
-JAVA_SOURCES_DIR = os.path.join(REPO_ROOT, "tests", "compat", "java")
-JAVAC_TIMEOUT_S = 180
 
 
 def curator_classpath():
@@ -29,13 +26,4 @@ def curator_classpath():
 def compile_curator(sources, name):
     """javac of tests/compat/java/<sources> against Curator into a fresh
     work directory; (classpath to run them with, that directory)."""
-    if not shutil.which("javac"):
-        raise RuntimeError("no javac (make test-deps installs openjdk-17-jdk-headless)")
-    classpath = curator_classpath()
-    out = make_workdir(name)
-    paths = [os.path.join(JAVA_SOURCES_DIR, source) for source in sources]
-    p = subprocess.run(["javac", "-nowarn", "-d", out, "-cp", classpath] + paths,
-                       capture_output=True, text=True, timeout=JAVAC_TIMEOUT_S)
-    if p.returncode != 0:
-        raise RuntimeError("javac %s failed:\n%s" % (" ".join(sources), p.stderr[-3000:]))
-    return classpath + ":" + out, out
+    return compile_sources(sources, curator_classpath(), name)

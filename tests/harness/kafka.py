@@ -6,18 +6,15 @@ compiled against them. Standard library only."""
 
 import glob
 import os
-import shutil
 import socket
-import subprocess
 
-from .servers import REPO_ROOT, BaseServer, free_port, make_workdir
+from .javac import compile_sources
+from .servers import REPO_ROOT, BaseServer
 
 KAFKA_DIR = os.path.join(REPO_ROOT, ".deps", "kafka")
 KAFKA_JAR = "kafka_2.13-3.9.1.jar"
 # The jars of the broker and of its clients: 56 of them.
 KAFKA_JARS_MIN = 50
-JAVA_SOURCES_DIR = os.path.join(REPO_ROOT, "tests", "compat", "java")
-JAVAC_TIMEOUT_S = 180
 # The chroot the broker keeps its znodes under.
 KAFKA_CHROOT = "/kafka"
 # A broker's heap: enough for a few topics; two brokers and their JVM
@@ -47,16 +44,7 @@ JAVA_SOURCES = ("KafkaCheck.java", "KafkaFailover.java")
 def compile_kafka_check():
     """javac of JAVA_SOURCES into a fresh work directory; (classpath to
     run them with, that directory)."""
-    if not shutil.which("javac"):
-        raise RuntimeError("no javac (make test-deps installs openjdk-17-jdk-headless)")
-    classpath = kafka_classpath()
-    out = make_workdir("javac-kafka")
-    sources = [os.path.join(JAVA_SOURCES_DIR, name) for name in JAVA_SOURCES]
-    p = subprocess.run(["javac", "-nowarn", "-d", out, "-cp", classpath] + sources,
-                       capture_output=True, text=True, timeout=JAVAC_TIMEOUT_S)
-    if p.returncode != 0:
-        raise RuntimeError("javac of the Kafka checks failed:\n%s" % p.stderr[-3000:])
-    return out + ":" + classpath, out
+    return compile_sources(JAVA_SOURCES, kafka_classpath(), "javac-kafka")
 
 
 class KafkaBroker(BaseServer):
