@@ -86,9 +86,11 @@ pub fn op_shards(op: &Op, shard_count: usize) -> Vec<usize> {
 }
 
 /// How the apply step routes a committed `op`: `Ok(Some(shard))` for a
-/// write with one key (its shard, found without parsing the command and
-/// with no list allocated), `Ok(None)` for any other operation (routed by
-/// `op_shards`).
+/// write with one key (its shard, found from the key's position in the
+/// command table rather than the parsed command's route, with no list
+/// allocated), `Ok(None)` for any other operation (routed by
+/// `op_shards`). Every command is parsed all the same, for the check
+/// below.
 ///
 /// `Err` names a command this release does not know: no name, a name,
 /// subcommand or arity that fails `command::lookup`, or arguments that
