@@ -47,9 +47,9 @@ SELFCHECK_SUITES := tests/compat tests/badinput tests/crash
 # test at a time. A new test file runs alone unless listed here. The list
 # is ordered longest first (tests/work/parallel.xml of the last run has
 # each test's seconds) and runs in this order, so no long file starts last.
-PARALLEL_TESTS := tests/compat/test_cli_compat.py tests/nemesis/test_nemesis.py \
-	tests/compat/test_kafka_compat.py tests/security/test_tls.py tests/compat/test_kafka_failover.py \
-	tests/cluster/test_catchup.py tests/cluster/test_read_only.py tests/compat/test_java_compat.py \
+PARALLEL_TESTS := tests/compat/test_kafka_failover.py tests/compat/test_cli_compat.py \
+	tests/nemesis/test_nemesis.py tests/security/test_tls.py tests/compat/test_kafka_compat.py \
+	tests/cluster/test_catchup.py tests/compat/test_java_compat.py tests/cluster/test_read_only.py \
 	tests/kv/test_kv_concurrency.py tests/compat/test_kazoo_compat.py tests/compat/test_loadgen.py \
 	tests/metrics/test_prometheus.py tests/cluster/test_reconfig.py tests/cluster/test_zk_concurrency.py \
 	tests/cluster/test_cluster.py tests/compat/test_bookkeeper_compat.py tests/badinput/test_badinput.py \
