@@ -79,7 +79,7 @@ define run_python_suites
 	exit $$status
 endef
 
-.PHONY: all build run run-kv cluster test test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare compare-java compare-go compare-kafka compare-failover compare-kv scale replay sim fuzz nemesis rolling-restart
+.PHONY: all build run run-kv cluster test test-build test-deps cargo-test test-compat test-crash test-badinput test-selfcheck test-python clean-test compare compare-java compare-go compare-kafka compare-failover compare-kv scale replay sim fuzz nemesis rolling-restart
 
 all: build
 
@@ -107,19 +107,19 @@ cargo-test:
 clean-test:
 	rm -rf tests/work
 
-# `make test`: the test dependencies install while cargo compiles the
-# workspace's tests (both finish before any test runs: crates/client's tests
-# use Debian's ZooKeeper). The keel build comes after the cargo tests: the
-# workspace test build unifies the crates' `testing` features (fuzzing
-# helpers, planted bugs) into its keel binary; the Python suites run the
-# production binary, built without them.
-test: clean-test
+# The test dependencies install while cargo compiles the workspace's tests;
+# both finish before any test runs (crates/client's tests use Debian's
+# ZooKeeper).
+test-build:
 	@bash scripts/install-test-deps.sh & deps=$$!; \
 	$(CARGO) test --workspace --release --no-run; built=$$?; \
 	if ! wait $$deps; then echo "make test: installing the test dependencies failed (above)" >&2; exit 1; fi; \
 	exit $$built
-	$(CARGO) test --workspace --release
-	$(CARGO) build --release -p keel -p keel-linearize
+
+# `build` after `cargo-test`: the workspace test build unifies the crates'
+# `testing` features (fuzzing helpers, planted bugs) into its keel binary;
+# the Python suites run the production binary, built without them.
+test: test-build cargo-test build clean-test
 	$(run_python_suites)
 
 test-python: test-deps clean-test
