@@ -24,6 +24,11 @@
 //! 4 KiB blocks, the block that holds the write position kept in memory
 //! (`Tail`), so an append rewrites the records before it in that block
 //! with the bytes they already have and pads past its end with zeros.
+//! The file's size stays what raft-engine counts (`ZeroFillWriter::size`):
+//! where a block's padding passes it, the file is cut back to it. When
+//! raft-engine closes a file whose records fill the room it asked for, it
+//! does not truncate it, and it reads a closed file to its end: zeros
+//! there are a broken record to it, and the node would not restart.
 //! Nothing goes through the page cache: the fdatasync that follows has no
 //! dirty page to write back, only the device's cache to flush. On this
 //! kind of VM an append of 128 bytes and its fdatasync took p50 54-66 µs
@@ -182,10 +187,12 @@ impl FileSystem for ZeroFill {
     fn new_writer(&self, handle: Arc<Self::Handle>) -> IoResult<Self::Writer> {
         let inner = DefaultFileSystem.new_writer(handle.fd.clone())?;
         let tail = handle.direct.is_some().then(Tail::new);
+        let size = handle.fd.file_size()?;
         Ok(ZeroFillWriter {
             inner,
             handle,
             tail,
+            size,
         })
     }
 }
@@ -198,6 +205,10 @@ pub struct ZeroFillWriter {
     handle: Arc<LogHandle>,
     /// Some while writes go direct.
     tail: Option<Tail>,
+    /// The file's size as raft-engine counts it (its `capacity`): the
+    /// furthest end of a record or of the room it asked for, or where it
+    /// truncated. A direct write that passes it is cut back (`trim`).
+    size: usize,
 }
 
 /// The direct writer's state: the write position and the block that
@@ -310,6 +321,19 @@ impl ZeroFillWriter {
             tail.scratch = AlignedBuf::zeroed(DIRECT_IO_ALIGN_BYTES);
         }
         self.inner.seek(SeekFrom::Start(end as u64))?;
+        self.size = self.size.max(end);
+        self.trim(start + length)
+    }
+
+    /// After a direct write that ended at `written_end` (a block
+    /// boundary): the padding past `size` is cut off. This happens where
+    /// raft-engine's room ends inside a block: once per room it asks for
+    /// (its first room is its header's, so every later end is unaligned),
+    /// and for the write that reaches into that last block.
+    fn trim(&mut self, written_end: usize) -> IoResult<()> {
+        if written_end > self.size {
+            self.handle.fd.truncate(self.size)?;
+        }
         Ok(())
     }
 
@@ -369,7 +393,8 @@ impl ZeroFillWriter {
             }
             at += n;
         }
-        Ok(())
+        self.size = self.size.max(offset + size);
+        self.trim(end)
     }
 }
 
@@ -383,10 +408,11 @@ impl Write for ZeroFillWriter {
             }
         }
         let written = self.inner.write(buf)?;
+        let position = self.inner.stream_position()? as usize;
+        self.size = self.size.max(position);
         if self.tail.is_some() {
             // A write larger than a direct one went through the page
             // cache: the held block is read back where it ended.
-            let position = self.inner.stream_position()? as usize;
             self.move_direct(position)?;
         }
         Ok(written)
@@ -410,6 +436,7 @@ impl Seek for ZeroFillWriter {
 impl WriteExt for ZeroFillWriter {
     fn truncate(&mut self, offset: usize) -> IoResult<()> {
         self.inner.truncate(offset)?;
+        self.size = offset;
         if self.tail.is_some() {
             // raft-engine cuts its file at its write position (zeros of
             // the room past it); the held block is then the same.
@@ -445,6 +472,7 @@ impl WriteExt for ZeroFillWriter {
             Ok(())
         })();
         self.inner.seek(SeekFrom::Start(position))?;
+        self.size = self.size.max(offset + size - left);
         written
     }
 }
@@ -522,12 +550,9 @@ mod tests {
             assert_eq!(writer.stream_position().unwrap(), 6);
             writer.write_all(b"record").unwrap();
             let bytes = std::fs::read(&path).unwrap();
-            if fs.direct_io {
-                // Whole blocks: the room ends on the next boundary.
-                assert_eq!(bytes.len(), round_up(300_006));
-            } else {
-                assert_eq!(bytes.len(), 300_006, "the room is inside the file's size");
-            }
+            // Direct or not, the file ends where the room does (a direct
+            // write's padding past it is cut off).
+            assert_eq!(bytes.len(), 300_006, "the room is the file's size");
             assert_eq!(&bytes[..12], b"headerrecord");
             assert!(
                 bytes[12..].iter().all(|b| *b == 0),
@@ -583,8 +608,10 @@ mod tests {
 
     /// The file, read through raft-engine's reader (the buffered
     /// descriptor), equals what was written up to the write position, and
-    /// holds zeros from there to its end.
-    fn check(fs: &ZeroFill, path: &Path, model: &[u8]) {
+    /// holds zeros from there to its end, which is `size` (raft-engine's
+    /// capacity: zeros past it would be a broken record to raft-engine
+    /// once it closed the file).
+    fn check(fs: &ZeroFill, path: &Path, model: &[u8], size: usize) {
         let handle = Arc::new(fs.open(path, Permission::ReadOnly).unwrap());
         let mut reader = fs.new_reader(handle).unwrap();
         let mut bytes = Vec::new();
@@ -595,6 +622,7 @@ mod tests {
             bytes.len(),
             model.len()
         );
+        assert_eq!(bytes.len(), size, "the file's size is raft-engine's");
         assert!(bytes[..model.len()] == *model, "records differ");
         assert!(
             bytes[model.len()..].iter().all(|b| *b == 0),
@@ -651,14 +679,14 @@ mod tests {
                 }
                 assert_eq!(writer.stream_position().unwrap() as usize, model.len());
                 if step % 25 == 0 {
-                    check(&fs, &path, &model);
+                    check(&fs, &path, &model, capacity.max(model.len()));
                 }
             }
             assert!(
                 writer.tail.is_some(),
                 "seed {seed}: fell back to buffered writes"
             );
-            check(&fs, &path, &model);
+            check(&fs, &path, &model, capacity.max(model.len()));
         }
     }
 
@@ -685,7 +713,7 @@ mod tests {
         assert!(writer.tail.as_ref().unwrap().scratch.len() <= SCRATCH_KEPT_BYTES_MAX);
         writer.write_all(b"tail").unwrap();
         model.extend_from_slice(b"tail");
-        check(&fs, &path, &model);
+        check(&fs, &path, &model, model.len());
     }
 
     #[test]
