@@ -58,11 +58,13 @@ pub const BATCH_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// Entries kept in the log behind a snapshot, so a slightly lagging
 /// follower catches up from the log rather than by snapshot install.
 pub const LOG_KEPT_BEHIND_SNAPSHOT: u64 = 1_000;
-/// Most bytes of entries the in-memory log keeps behind the newest
-/// snapshot (bulk loads make entries of up to BATCH_BYTES_MAX): a follower
-/// further behind gets the snapshot. The disk log keeps more (behind the
-/// oldest kept snapshot), for a restart that must fall back to it.
-pub const LOG_KEPT_IN_MEMORY_BYTES: u64 = 16 << 20;
+/// Most bytes of entries kept behind a snapshot, whatever
+/// LOG_KEPT_BEHIND_SNAPSHOT says: the in-memory log behind the newest
+/// snapshot (a follower further behind gets the snapshot), the disk log
+/// behind the oldest kept one (a restart may have to fall back to it).
+/// Large writes make entries of up to BATCH_BYTES_MAX: without this bound
+/// a thousand of them would keep 4 GiB of log on disk.
+pub const LOG_KEPT_BEHIND_SNAPSHOT_BYTES: u64 = 16 << 20;
 /// Raft ticks per election timeout and per heartbeat. A follower's
 /// randomized timeout lies in [ELECTION_TICKS + 1, ELECTION_TICKS + 1 +
 /// ELECTION_TICKS_SPREAD): one tick above the leader lease that
@@ -388,6 +390,9 @@ pub struct CoreConfig {
     /// Log entries kept behind the oldest snapshot (LOG_KEPT_BEHIND_SNAPSHOT
     /// in the server; the simulator keeps fewer to exercise install).
     pub log_kept_behind_snapshot: u64,
+    /// At most this many bytes of them (LOG_KEPT_BEHIND_SNAPSHOT_BYTES in
+    /// the server; the simulator's entries are small, so it keeps fewer).
+    pub log_kept_behind_snapshot_bytes: u64,
     /// The membership as of `applied` (the snapshot's envelope, or the
     /// bootstrap member list; empty for a single node or a node joining).
     pub membership: Membership,
@@ -499,8 +504,10 @@ pub struct Core<S: StateMachine, I: Io, P: SnapshotSource> {
     snapshot_wanted: bool,
     /// Bytes of entries applied since the newest snapshot's index.
     log_bytes_since_snapshot: u64,
-    /// (index, bytes) of the entries applied since the in-memory log's
-    /// first index: where to compact it to keep LOG_KEPT_IN_MEMORY_BYTES.
+    /// (index, bytes) of the entries applied since the disk log's first
+    /// index (or since the snapshot a restart loaded): where to compact the
+    /// logs to keep at most `log_kept_behind_snapshot_bytes` behind a
+    /// snapshot.
     applied_sizes: std::collections::VecDeque<(u64, u64)>,
     last_snapshot_index: u64,
     applied: u64,
@@ -1710,22 +1717,34 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         self.status.snapshots_taken.fetch_add(1, Ordering::Relaxed);
         self.status.snapshot_index.store(index, Ordering::Release);
         let oldest_kept = self.io.oldest_snapshot_index().unwrap_or(0).min(index);
-        let compact_index = oldest_kept.saturating_sub(self.config.log_kept_behind_snapshot);
+        let compact_index = self.log_start_behind(oldest_kept);
         if compact_index > 1 {
             if let Err(error) = self.io.compact_to(compact_index) {
                 tracing::error!(%error, "log compaction failed");
             }
         }
-        let memory_index = self.memory_compact_index(index);
+        let memory_index = self.log_start_behind(index);
         if memory_index > 1 {
             let _ = self.raw.mut_store().wl().compact(memory_index);
         }
+        assert!(
+            compact_index <= memory_index,
+            "the disk log would start at {compact_index}, after the in-memory log's {memory_index}"
+        );
+        while self
+            .applied_sizes
+            .front()
+            .is_some_and(|(i, _)| *i < compact_index)
+        {
+            self.applied_sizes.pop_front();
+        }
     }
 
-    /// Where the in-memory log may start: LOG_KEPT_BEHIND_SNAPSHOT entries
-    /// behind the newest snapshot, fewer if they exceed
-    /// LOG_KEPT_IN_MEMORY_BYTES.
-    fn memory_compact_index(&mut self, snapshot_index: u64) -> u64 {
+    /// Where a log may start behind the snapshot at `snapshot_index`:
+    /// `log_kept_behind_snapshot` entries behind it, fewer if they hold more
+    /// than `log_kept_behind_snapshot_bytes` (entries whose size is not
+    /// known, applied before a restart's snapshot, count as none).
+    fn log_start_behind(&self, snapshot_index: u64) -> u64 {
         let mut start = snapshot_index.saturating_sub(self.config.log_kept_behind_snapshot);
         let mut kept_bytes = 0u64;
         for (index, bytes) in self.applied_sizes.iter().rev() {
@@ -1736,14 +1755,15 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
                 break;
             }
             kept_bytes += bytes;
-            if kept_bytes > LOG_KEPT_IN_MEMORY_BYTES {
+            if kept_bytes > self.config.log_kept_behind_snapshot_bytes {
                 start = *index;
                 break;
             }
         }
-        while self.applied_sizes.front().is_some_and(|(i, _)| *i < start) {
-            self.applied_sizes.pop_front();
-        }
+        assert!(
+            start <= snapshot_index.max(1),
+            "a log would start after its snapshot"
+        );
         start
     }
 }

@@ -1017,6 +1017,7 @@ pub fn start<S: StateMachine>(
         dedup: recovery.position.dedup.clone(),
         seed: clock_ms ^ config.node_id,
         log_kept_behind_snapshot: crate::core::LOG_KEPT_BEHIND_SNAPSHOT,
+        log_kept_behind_snapshot_bytes: crate::core::LOG_KEPT_BEHIND_SNAPSHOT_BYTES,
         membership,
         reconfig_enabled: config.reconfig_enabled,
         tick_us: config.tick_ms.max(1) * 1000,

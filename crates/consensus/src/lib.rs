@@ -37,7 +37,10 @@ mod tests;
 
 #[cfg(feature = "testing")]
 pub use crate::core::{Core, CoreConfig, Durable, Io, Outbound, PlantedBug, SnapshotSource};
-pub use crate::core::{BATCH_BYTES_MAX, ELECTION_TICKS, LINGER_US_MAX, LOG_KEPT_BEHIND_SNAPSHOT};
+pub use crate::core::{
+    BATCH_BYTES_MAX, ELECTION_TICKS, LINGER_US_MAX, LOG_KEPT_BEHIND_SNAPSHOT,
+    LOG_KEPT_BEHIND_SNAPSHOT_BYTES,
+};
 pub use driver::{
     monotonic_us, prepare, recover, start, MachineError, RaftConfig, RaftHandle, RaftStatus,
     Recovery, SnapshotJob, SnapshotPosition, SnapshotWriter, StateMachine, SubmitError,

@@ -206,6 +206,7 @@ impl Net {
             dedup: Dedup::default(),
             seed: id,
             log_kept_behind_snapshot: 1_000,
+            log_kept_behind_snapshot_bytes: u64::MAX,
             membership,
             reconfig_enabled: true,
             tick_us: 100_000,

@@ -2,6 +2,8 @@
 //! proposal that reaches the log twice is applied once, and a node that
 //! restarts from a snapshot keeps refusing what the snapshot had applied.
 
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 use std::sync::Arc;
 
 use raft::eraftpb::{ConfState, Entry, HardState};
@@ -124,6 +126,12 @@ impl StateMachine for Recorder {
 }
 
 fn single_node(dedup: Dedup) -> Core<Recorder, NoIo, NoSnapshots> {
+    single_node_with(dedup, NoIo, u64::MAX)
+}
+
+/// A one-voter core over `io`, keeping at most `kept_bytes` of log behind
+/// a snapshot (and 10 entries).
+fn single_node_with<I: Io>(dedup: Dedup, io: I, kept_bytes: u64) -> Core<Recorder, I, NoSnapshots> {
     let storage = storage_from(Durable {
         snapshot_index: 0,
         snapshot_term: 0,
@@ -145,6 +153,7 @@ fn single_node(dedup: Dedup) -> Core<Recorder, NoIo, NoSnapshots> {
         dedup,
         seed: 7,
         log_kept_behind_snapshot: 10,
+        log_kept_behind_snapshot_bytes: kept_bytes,
         membership: Membership::default(),
         reconfig_enabled: true,
         tick_us: 100_000,
@@ -157,7 +166,7 @@ fn single_node(dedup: Dedup) -> Core<Recorder, NoIo, NoSnapshots> {
         config,
         storage,
         NoSnapshots,
-        NoIo,
+        io,
         Recorder::default(),
         status,
     )
@@ -222,6 +231,88 @@ fn a_proposal_resent_is_applied_once_even_after_a_restart_from_a_snapshot() {
     restarted.propose(b"after".to_vec());
     restarted.advance().expect("advance");
     assert_eq!(restarted.machine().applied.last().unwrap().1, b"after");
+}
+
+/// Records the shell's compactions; its oldest snapshot is set by the test.
+struct CompactionIo {
+    compacted_to: Rc<RefCell<Vec<u64>>>,
+    oldest_snapshot: Rc<Cell<Option<u64>>>,
+}
+
+impl Io for CompactionIo {
+    fn send(&mut self, _: Outbound) {}
+    fn persist(
+        &mut self,
+        _: &[Entry],
+        _: Option<&HardState>,
+        _: Option<&ConfState>,
+    ) -> Result<(), ConsensusError> {
+        Ok(())
+    }
+    fn persist_commit(&mut self, _: &HardState) -> Result<(), ConsensusError> {
+        Ok(())
+    }
+    fn compact_to(&mut self, index: u64) -> Result<(), ConsensusError> {
+        self.compacted_to.borrow_mut().push(index);
+        Ok(())
+    }
+    fn save_snapshot(&mut self, _: u64, _: u64, _: &[u8]) -> Result<(), ConsensusError> {
+        Ok(())
+    }
+    fn oldest_snapshot_index(&self) -> Option<u64> {
+        self.oldest_snapshot.get()
+    }
+}
+
+/// Where the disk log was compacted to after 30 entries of 117 bytes
+/// (a 100-byte proposal in its entry) and a snapshot of all of them, with
+/// the oldest kept snapshot `behind` entries older than that one.
+fn compacted_after_snapshot(kept_bytes: u64, behind: u64) -> (u64, u64) {
+    let compacted_to = Rc::new(RefCell::new(Vec::new()));
+    let oldest_snapshot = Rc::new(Cell::new(None));
+    let io = CompactionIo {
+        compacted_to: compacted_to.clone(),
+        oldest_snapshot: oldest_snapshot.clone(),
+    };
+    let mut core = single_node_with(Dedup::default(), io, kept_bytes);
+    for _ in 0..30 {
+        core.propose(vec![b'x'; 100]);
+        core.advance().expect("advance");
+    }
+    let job = core.take_snapshot_job().expect("a snapshot is due");
+    oldest_snapshot.set(Some(job.index - behind));
+    core.snapshot_done(job.index, Ok(()), 1);
+    let compacted = compacted_to.borrow();
+    assert_eq!(
+        compacted.len(),
+        1,
+        "one compaction per snapshot: {compacted:?}"
+    );
+    (job.index, compacted[0])
+}
+
+#[test]
+fn the_log_kept_behind_the_oldest_snapshot_is_bounded_in_entries_and_in_bytes() {
+    let (snapshot, start) = compacted_after_snapshot(u64::MAX, 0);
+    assert_eq!(start, snapshot - 10, "10 entries kept behind the snapshot");
+    let (snapshot, start) = compacted_after_snapshot(u64::MAX, 4);
+    assert_eq!(
+        start,
+        snapshot - 4 - 10,
+        "kept behind the oldest snapshot, not the newest"
+    );
+    // 117-byte entries: the fifth behind the snapshot (inclusive) passes
+    // 500 bytes, and the log starts there.
+    let (snapshot, start) = compacted_after_snapshot(500, 0);
+    assert_eq!(start, snapshot - 4, "500 bytes keep 5 entries, not 10");
+    let (snapshot, start) = compacted_after_snapshot(500, 4);
+    assert_eq!(start, snapshot - 4 - 4);
+    let (snapshot, start) = compacted_after_snapshot(117 * 10, 0);
+    assert_eq!(
+        start,
+        snapshot - 10,
+        "the entry count binds before the bytes"
+    );
 }
 
 /// A one-node group that applied one proposal ("first").

@@ -63,6 +63,9 @@ pub const EVENTS_PER_RUN_MAX: u64 = 5_000_000;
 /// Entries the simulated nodes keep behind a snapshot: few, so followers
 /// that were down fall behind the log and need a snapshot install.
 pub const SIM_LOG_KEPT_BEHIND_SNAPSHOT: u64 = 20;
+/// At most this many bytes of them: a few of the larger entries (group
+/// commits, multis), so the byte bound decides in some runs.
+pub const SIM_LOG_KEPT_BEHIND_SNAPSHOT_BYTES: u64 = 4 * 1024;
 /// Log bytes between snapshots: the byte trigger fires in some runs.
 const SIM_SNAPSHOT_EVERY_LOG_BYTES: u64 = 48 * 1024;
 /// Entries between snapshots.
@@ -1559,6 +1562,7 @@ impl World {
             dedup,
             seed,
             log_kept_behind_snapshot: SIM_LOG_KEPT_BEHIND_SNAPSHOT,
+            log_kept_behind_snapshot_bytes: SIM_LOG_KEPT_BEHIND_SNAPSHOT_BYTES,
             membership,
             reconfig_enabled: true,
             tick_us: node.tick_ms * 1000,
