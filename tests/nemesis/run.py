@@ -33,6 +33,7 @@ from harness.cluster import KeelCluster
 from harness.servers import KEEL_BIN, REPO_ROOT, make_workdir
 
 from . import checks, timeline
+from .ballast import Ballast
 from .client import Expired, GaveUp, Session
 from .faults import Nemesis
 from .workload import (
@@ -49,12 +50,16 @@ SERVING_TIMEOUT_S = 120.0
 CONVERGE_TIMEOUT_S = 60.0
 FINAL_READ_TRIES = 8
 PROGRESS_EVERY_S = 10.0
+# Large writes beside the workload (nemesis.ballast), KiB/s; 0: none.
+DEFAULT_BALLAST_KIB_PER_S = 2048
 
 
 class Run:
-    def __init__(self, seconds, nodes, seed, plant=None, out=print):
+    def __init__(self, seconds, nodes, seed, plant=None, out=print, ballast_kib_per_s=DEFAULT_BALLAST_KIB_PER_S):
         assert nodes in (3, 5), "NEMESIS_NODES must be 3 or 5"
         self.seconds, self.nodes, self.seed, self.plant, self.out = seconds, nodes, seed, plant, out
+        self.ballast_kib_per_s = ballast_kib_per_s
+        self.ballast = None
         self.timeout_s = SESSION_TIMEOUT_MS / 1000.0
         self.violations = {}
         self.notes = []
@@ -77,9 +82,14 @@ class Run:
                                self.stop_clients, self.monitor)
                         for c in range(CLIENTS_PER_NODE * self.nodes)]
         self.nemesis = Nemesis(self.cluster, self.clock, self.seed, SESSION_TIMEOUT_MS, self.stop_nemesis)
+        self.stop_ballast = threading.Event()
+        if self.ballast_kib_per_s > 0:
+            self.ballast = Ballast(ports, self.ballast_kib_per_s * 1024, self.stop_ballast)
         self.monitor.start()
         for c in self.clients:
             c.start()
+        if self.ballast is not None:
+            self.ballast.start()
         self.nemesis.start()
 
     def wait(self):
@@ -104,6 +114,13 @@ class Run:
                            % (SERVING_TIMEOUT_S, str(e).splitlines()[0]))
         time.sleep(QUIET_S)
         self.stop_clients.set()
+        self.stop_ballast.set()
+        if self.ballast is not None:
+            self.ballast.join(60)
+            if self.ballast.is_alive():
+                self.violation("client", "the ballast writer did not stop within 60 s")
+            if self.ballast.error is not None:
+                raise self.ballast.error
         for c in self.clients:
             c.join(120)
             if c.is_alive():
@@ -218,6 +235,9 @@ class Run:
             self.violation("linearizability", v)
         for v in checks.lost_writes(ops, final):
             self.violation("acknowledged writes", v)
+        if self.ballast is not None:
+            for v in self.ballast.check(self.cluster.ports):
+                self.violation("acknowledged writes", v)
         for v in checks.local_reads(ops):
             self.violation("session order", v)
         faults = [(f.start, f.end) for f in self.nemesis.faults]
@@ -244,6 +264,7 @@ class Run:
             "  by kind: " + ", ".join("%s %d" % kv for kv in sorted(kinds.items())),
             "sessions: %d  (%s)" % (len(self.rec.sessions), ", ".join("%s %d" % kv for kv in sorted(ends.items()))),
             "faults: %d  (%s)" % (len(self.nemesis.faults), ", ".join("%s %d" % kv for kv in sorted(faults.items()))),
+            self.ballast_line(),
             "ephemerals of abandoned sessions: %d sessions watched, gone (expired or deleted by another client) "
             "after median %s s, max %s s; latest still seen %s s after the abandonment (allowed: %.0f s + faults)"
             % (len(gone), _seconds(gone, len(gone) // 2), _seconds(gone, -1), _seconds(seen, -1),
@@ -276,6 +297,25 @@ class Run:
         self.out(text, flush=True)
         return violations
 
+    def ballast_line(self):
+        if self.ballast is None:
+            return "ballast: none"
+        b = self.ballast
+        return ("ballast: %d MiB of large writes (%d KiB/s asked, %d KiB values, %d paths), %d acknowledged, "
+                "%d sessions broken; Raft log files per member %s"
+                % (b.written_bytes >> 20, self.ballast_kib_per_s, b.value_bytes >> 10, len(b.acknowledged),
+                   b.written_bytes // b.value_bytes, b.failures, self.log_files()))
+
+    def log_files(self):
+        counts = []
+        for node in self.cluster.nodes:
+            try:
+                counts.append(sum(1 for n in os.listdir(os.path.join(node.data_dir, "raft"))
+                                  if n.endswith((".raftlog", ".rewrite"))))
+            except OSError:
+                counts.append(0)
+        return counts
+
     def execute(self):
         self.start()
         try:
@@ -288,6 +328,7 @@ class Run:
             self.check(final)
         finally:
             self.stop_clients.set()
+            self.stop_ballast.set()
             self.stop_nemesis.set()
             self.monitor.halt.set()
             try:
@@ -302,10 +343,13 @@ def _seconds(values, i):
     return "%.1f" % values[i] if values else "-"
 
 
-def run(seconds, nodes=3, seed=None, plant=None, out=print):
-    """One run; returns (violations, the Run)."""
+def run(seconds, nodes=3, seed=None, plant=None, out=print, ballast_kib_per_s=None):
+    """One run; returns (violations, the Run). ballast_kib_per_s: None
+    takes NEMESIS_BALLAST_KIB_PER_S (default DEFAULT_BALLAST_KIB_PER_S)."""
     seed = random.randrange(1 << 31) if seed is None else seed
-    r = Run(seconds, nodes, seed, plant, out)
+    if ballast_kib_per_s is None:
+        ballast_kib_per_s = int(os.environ.get("NEMESIS_BALLAST_KIB_PER_S", str(DEFAULT_BALLAST_KIB_PER_S)))
+    r = Run(seconds, nodes, seed, plant, out, ballast_kib_per_s)
     return r.execute(), r
 
 
