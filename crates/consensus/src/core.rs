@@ -1716,7 +1716,8 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         self.last_snapshot_index = index;
         self.status.snapshots_taken.fetch_add(1, Ordering::Relaxed);
         self.status.snapshot_index.store(index, Ordering::Release);
-        let oldest_kept = self.io.oldest_snapshot_index().unwrap_or(0).min(index);
+        let oldest = self.io.oldest_snapshot_index();
+        let oldest_kept = oldest.unwrap_or(0).min(index);
         let compact_index = self.log_start_behind(oldest_kept);
         if compact_index > 1 {
             if let Err(error) = self.io.compact_to(compact_index) {
@@ -1731,10 +1732,18 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             compact_index <= memory_index,
             "the disk log would start at {compact_index}, after the in-memory log's {memory_index}"
         );
+        // The sizes the next compaction of the disk log needs; if the
+        // snapshots could not be listed (the disk log is not compacted
+        // then), those the in-memory log needs, so the record stays bounded.
+        let sizes_from = if oldest.is_some() {
+            compact_index
+        } else {
+            memory_index
+        };
         while self
             .applied_sizes
             .front()
-            .is_some_and(|(i, _)| *i < compact_index)
+            .is_some_and(|(i, _)| *i < sizes_from)
         {
             self.applied_sizes.pop_front();
         }
