@@ -18,23 +18,12 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests"))
-from harness import mntr  # noqa: E402
+from harness import dir_bytes, mntr  # noqa: E402
 from harness import zkproto as zp  # noqa: E402
 from harness.cluster import KeelCluster  # noqa: E402
 
 IN_FLIGHT = 4
 SAMPLE_S = 4.0
-
-
-def dir_bytes(path):
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.path.getsize(os.path.join(root, name))
-            except OSError:
-                pass  # purged while we walked
-    return total
 
 
 def writer(port, path, value_bytes, stop_at, acknowledged, written, lock):

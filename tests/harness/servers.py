@@ -138,6 +138,19 @@ def keel_available():
     return os.path.isfile(KEEL_BIN) and os.access(KEEL_BIN, os.X_OK)
 
 
+def dir_bytes(path):
+    """Bytes of the files under `path` (a data dir); a file deleted while
+    it is walked (a log purge) counts as none."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(root, name))
+            except OSError:
+                pass
+    return total
+
+
 def make_workdir(prefix):
     os.makedirs(WORK_ROOT, exist_ok=True)
     return tempfile.mkdtemp(prefix=prefix + "-", dir=WORK_ROOT)

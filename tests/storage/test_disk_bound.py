@@ -23,7 +23,7 @@ import time
 import pytest
 
 from conftest import candidate_kind, report_summary, require_keel
-from harness import make_server
+from harness import dir_bytes, make_server
 from harness import zkproto as zp
 
 VALUE_BYTES = 256 * 1024
@@ -42,17 +42,6 @@ SNAPSHOT_EVERY_LOG_BYTES = 16 << 20
 DATA_DIR_BYTES_MAX = (256 + 64 + 2 * 64 + 64 + 64) << 20
 SAMPLE_S = 0.2
 SNAPSHOT_FILE = re.compile(r"^snapshot-(\d+)-(\d+)\.snap$")
-
-
-def dir_bytes(path):
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.path.getsize(os.path.join(root, name))
-            except OSError:
-                pass  # deleted by a purge while we walked
-    return total
 
 
 def snapshot_paths(server):

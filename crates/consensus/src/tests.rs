@@ -16,9 +16,15 @@ use crate::proposal::{encode_entry, Dedup, Envelope, Proposal, ProposalId};
 use crate::transport::PeerInput;
 use crate::{Committed, ConsensusError, RaftStatus, SnapshotJob, SnapshotWriter, StateMachine};
 
-struct NoIo;
+/// The shell's IO, doing nothing but record compactions; the oldest
+/// snapshot is what a test sets.
+#[derive(Default)]
+struct TestIo {
+    compacted_to: Rc<RefCell<Vec<u64>>>,
+    oldest_snapshot: Rc<Cell<Option<u64>>>,
+}
 
-impl Io for NoIo {
+impl Io for TestIo {
     fn send(&mut self, _: Outbound) {}
     fn persist(
         &mut self,
@@ -31,14 +37,15 @@ impl Io for NoIo {
     fn persist_commit(&mut self, _: &HardState) -> Result<(), ConsensusError> {
         Ok(())
     }
-    fn compact_to(&mut self, _: u64) -> Result<(), ConsensusError> {
+    fn compact_to(&mut self, index: u64) -> Result<(), ConsensusError> {
+        self.compacted_to.borrow_mut().push(index);
         Ok(())
     }
     fn save_snapshot(&mut self, _: u64, _: u64, _: &[u8]) -> Result<(), ConsensusError> {
         Ok(())
     }
     fn oldest_snapshot_index(&self) -> Option<u64> {
-        None
+        self.oldest_snapshot.get()
     }
 }
 
@@ -125,13 +132,17 @@ impl StateMachine for Recorder {
     }
 }
 
-fn single_node(dedup: Dedup) -> Core<Recorder, NoIo, NoSnapshots> {
-    single_node_with(dedup, NoIo, u64::MAX)
+fn single_node(dedup: Dedup) -> Core<Recorder, TestIo, NoSnapshots> {
+    single_node_with(dedup, TestIo::default(), u64::MAX)
 }
 
 /// A one-voter core over `io`, keeping at most `kept_bytes` of log behind
 /// a snapshot (and 10 entries).
-fn single_node_with<I: Io>(dedup: Dedup, io: I, kept_bytes: u64) -> Core<Recorder, I, NoSnapshots> {
+fn single_node_with(
+    dedup: Dedup,
+    io: TestIo,
+    kept_bytes: u64,
+) -> Core<Recorder, TestIo, NoSnapshots> {
     let storage = storage_from(Durable {
         snapshot_index: 0,
         snapshot_term: 0,
@@ -179,7 +190,7 @@ fn single_node_with<I: Io>(dedup: Dedup, io: I, kept_bytes: u64) -> Core<Recorde
 }
 
 /// A follower resending proposal `id` of origin 2 (as after a leader change).
-fn forward(core: &mut Core<Recorder, NoIo, NoSnapshots>, sequence: u64, payload: &[u8]) {
+fn forward(core: &mut Core<Recorder, TestIo, NoSnapshots>, sequence: u64, payload: &[u8]) {
     let mut batch = Vec::new();
     let proposal = Proposal {
         id: ProposalId::new(2, sequence),
@@ -190,7 +201,7 @@ fn forward(core: &mut Core<Recorder, NoIo, NoSnapshots>, sequence: u64, payload:
     core.advance().expect("advance");
 }
 
-fn applied_payloads(core: &Core<Recorder, NoIo, NoSnapshots>) -> Vec<Vec<u8>> {
+fn applied_payloads(core: &Core<Recorder, TestIo, NoSnapshots>) -> Vec<Vec<u8>> {
     core.machine()
         .applied
         .iter()
@@ -233,47 +244,12 @@ fn a_proposal_resent_is_applied_once_even_after_a_restart_from_a_snapshot() {
     assert_eq!(restarted.machine().applied.last().unwrap().1, b"after");
 }
 
-/// Records the shell's compactions; its oldest snapshot is set by the test.
-struct CompactionIo {
-    compacted_to: Rc<RefCell<Vec<u64>>>,
-    oldest_snapshot: Rc<Cell<Option<u64>>>,
-}
-
-impl Io for CompactionIo {
-    fn send(&mut self, _: Outbound) {}
-    fn persist(
-        &mut self,
-        _: &[Entry],
-        _: Option<&HardState>,
-        _: Option<&ConfState>,
-    ) -> Result<(), ConsensusError> {
-        Ok(())
-    }
-    fn persist_commit(&mut self, _: &HardState) -> Result<(), ConsensusError> {
-        Ok(())
-    }
-    fn compact_to(&mut self, index: u64) -> Result<(), ConsensusError> {
-        self.compacted_to.borrow_mut().push(index);
-        Ok(())
-    }
-    fn save_snapshot(&mut self, _: u64, _: u64, _: &[u8]) -> Result<(), ConsensusError> {
-        Ok(())
-    }
-    fn oldest_snapshot_index(&self) -> Option<u64> {
-        self.oldest_snapshot.get()
-    }
-}
-
 /// Where the disk log was compacted to after 30 entries of 117 bytes
 /// (a 100-byte proposal in its entry) and a snapshot of all of them, with
 /// the oldest kept snapshot `behind` entries older than that one.
 fn compacted_after_snapshot(kept_bytes: u64, behind: u64) -> (u64, u64) {
-    let compacted_to = Rc::new(RefCell::new(Vec::new()));
-    let oldest_snapshot = Rc::new(Cell::new(None));
-    let io = CompactionIo {
-        compacted_to: compacted_to.clone(),
-        oldest_snapshot: oldest_snapshot.clone(),
-    };
+    let io = TestIo::default();
+    let (compacted_to, oldest_snapshot) = (io.compacted_to.clone(), io.oldest_snapshot.clone());
     let mut core = single_node_with(Dedup::default(), io, kept_bytes);
     for _ in 0..30 {
         core.propose(vec![b'x'; 100]);
@@ -316,14 +292,14 @@ fn the_log_kept_behind_the_oldest_snapshot_is_bounded_in_entries_and_in_bytes() 
 }
 
 /// A one-node group that applied one proposal ("first").
-fn one_applied() -> Core<Recorder, NoIo, NoSnapshots> {
+fn one_applied() -> Core<Recorder, TestIo, NoSnapshots> {
     let mut core = single_node(Dedup::default());
     core.propose(b"first".to_vec());
     core.advance().expect("advance");
     core
 }
 
-fn applied_index(core: &Core<Recorder, NoIo, NoSnapshots>) -> u64 {
+fn applied_index(core: &Core<Recorder, TestIo, NoSnapshots>) -> u64 {
     core.status()
         .applied_index
         .load(std::sync::atomic::Ordering::Acquire)
