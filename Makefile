@@ -50,10 +50,10 @@ SELFCHECK_SUITES := tests/compat tests/badinput tests/crash
 PARALLEL_TESTS := tests/compat/test_kafka_failover.py tests/compat/test_cli_compat.py \
 	tests/nemesis/test_nemesis.py tests/security/test_tls.py tests/compat/test_kafka_compat.py \
 	tests/cluster/test_catchup.py tests/compat/test_java_compat.py tests/cluster/test_read_only.py \
-	tests/kv/test_kv_concurrency.py tests/compat/test_kazoo_compat.py tests/compat/test_loadgen.py \
+	tests/kv/test_kv_concurrency.py tests/cluster/test_churn.py tests/compat/test_kazoo_compat.py tests/compat/test_loadgen.py \
 	tests/metrics/test_prometheus.py tests/cluster/test_reconfig.py tests/cluster/test_zk_concurrency.py \
 	tests/cluster/test_cluster.py tests/compat/test_bookkeeper_compat.py tests/badinput/test_badinput.py \
-	tests/kv/test_kv_durability.py tests/crash/test_crash.py tests/cluster/test_churn.py tests/compat/test_go_compat.py \
+	tests/kv/test_kv_durability.py tests/crash/test_crash.py tests/compat/test_go_compat.py \
 	tests/security/test_sasl.py tests/cluster/test_curator_failover.py tests/storage/test_full_disk.py \
 	tests/compat/test_curator_compat.py tests/compat/test_random_compat.py tests/cluster/test_peer_auth.py \
 	tests/compat/test_clickhouse_compat.py tests/storage/test_log_io_modes.py tests/compat/test_restart_compat.py \

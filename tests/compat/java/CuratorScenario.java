@@ -286,9 +286,21 @@ public class CuratorScenario {
             // A latch deletes its node in the background as it closes.
             lb.close();
             long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(WAIT_S);
-            while (!bc.getChildren().forPath("/leader").isEmpty() && System.nanoTime() < until) Thread.sleep(20);
-            return bc.getChildren().forPath("/leader").size();
+            while (childrenLeft(bc, "/leader") > 0 && System.nanoTime() < until) Thread.sleep(20);
+            return childrenLeft(bc, "/leader");
         });
+    }
+
+    /** Children of `path`; none once it is gone. A latch's parent is a
+     *  container: the container reaper (every 100 ms in the tests, on both
+     *  servers) may delete it between the last child's delete and this
+     *  read, in either server, depending on timing alone. */
+    static int childrenLeft(CuratorFramework c, String path) throws Exception {
+        try {
+            return c.getChildren().forPath(path).size();
+        } catch (org.apache.zookeeper.KeeperException.NoNodeException e) {
+            return 0;
+        }
     }
 
     // ------------------------------------------------------------ counters
