@@ -10,7 +10,7 @@ import time
 
 from kazoo.client import KazooClient
 
-from harness import four_letter_word, run_bench
+from harness import four_letter_word, rss_bytes, run_bench
 from harness import zkproto as P
 
 REQUESTS = 100_000
@@ -24,14 +24,6 @@ SAMPLE_INTERVAL_S = 0.25
 RSS_GROWTH_MAX_BYTES = 48 << 20
 # Requests per sendall: large enough to fill the socket quickly.
 REQUESTS_PER_SEND = 500
-
-
-def rss_bytes(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
 
 
 def push_requests(conn, stop, sent):

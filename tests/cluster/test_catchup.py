@@ -19,7 +19,7 @@ from kazoo.client import KazooClient
 
 from conftest import report_summary
 
-from harness import mntr, raft_applied_index, run_bench
+from harness import mntr, raft_applied_index, run_bench, snapshot_files
 from harness.peer_auth import peer_auth_settings
 
 LOG_WRITES = int(os.environ.get("KEEL_CATCHUP_WRITES", "100000"))
@@ -30,15 +30,10 @@ LOG_KEPT_BEHIND_SNAPSHOT = 1000  # crates/consensus (core.rs / driver.rs)
 # The log test must not snapshot: its 100k creates and deletes fill ≈ 70 MB of
 # log, past the default byte trigger (snapshot_every_log_bytes = 64 MiB).
 NO_SNAPSHOT_LOG_BYTES = 1 << 40
-SNAPSHOT_FILE = re.compile(r"^snapshot-(\d+)-(\d+)\.snap$")
 
 
 def snapshot_indexes(node):
-    try:
-        names = os.listdir(os.path.join(node.data_dir, "snapshots"))
-    except OSError:
-        return []
-    return sorted(int(m.group(1)) for m in map(SNAPSHOT_FILE.match, names) if m)
+    return [index for index, _ in snapshot_files(node.data_dir)]
 
 
 def restart_and_time_catch_up(cluster, follower, leader):
@@ -139,9 +134,7 @@ def test_a_follower_behind_the_compacted_log_gets_the_snapshot_in_chunks(keel_cl
     time.sleep(0.5)
     state = mntr(leader.port)
     behind = int(state["keel_raft_applied_index"]) - follower_index
-    snapshot_bytes = os.path.getsize(max(
-        (os.path.join(leader.data_dir, "snapshots", f) for f in os.listdir(os.path.join(leader.data_dir, "snapshots"))
-         if SNAPSHOT_FILE.match(f)), key=lambda p: int(SNAPSHOT_FILE.match(os.path.basename(p)).group(1))))
+    snapshot_bytes = os.path.getsize(snapshot_files(leader.data_dir)[-1][1])
 
     took, serving, zxid = restart_and_time_catch_up(cluster, follower, leader)
     log = follower.log_since_start()

@@ -22,7 +22,7 @@ import time
 import pytest
 
 from conftest import candidate_kind, report_summary
-from harness import mntr
+from harness import mntr, rss_bytes
 from harness import zkproto as zp
 
 ROUNDS = 14
@@ -36,14 +36,6 @@ RSS_GROWTH_MAX_BYTES = 8 << 20
 SNAPSHOT_EVERY_ENTRIES = 300
 SETTLE_TIMEOUT_S = 30.0
 COUNTS = ("zk_znode_count", "zk_ephemerals_count", "zk_watch_count", "zk_global_sessions")
-
-
-def rss_bytes(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS for %d" % pid)
 
 
 def ok(reply):

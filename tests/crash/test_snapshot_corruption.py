@@ -7,24 +7,16 @@ acknowledged write. The simulator does the same at 20% of its crashes
 """
 
 import os
-import re
 import time
 
 import pytest
 from kazoo.client import KazooClient
 
 from conftest import candidate_kind, require_keel
-from harness import make_server
+from harness import make_server, snapshot_files
 
-SNAPSHOT_FILE = re.compile(r"^snapshot-(\d+)-(\d+)\.snap$")
 SNAPSHOT_EVERY_ENTRIES = 50
 NODES = 400
-
-
-def snapshot_files(server):
-    folder = os.path.join(server.data_dir, "snapshots")
-    names = [n for n in os.listdir(folder) if SNAPSHOT_FILE.match(n)]
-    return folder, sorted(names, key=lambda n: int(SNAPSHOT_FILE.match(n).group(1)))
 
 
 @pytest.mark.timeout(300)
@@ -43,15 +35,15 @@ def test_a_corrupt_newest_snapshot_is_set_aside_and_the_one_before_loads(damage)
         for i in range(NODES):
             client.create("/snap/n%04d" % i, b"value-%d" % i)
         deadline = time.monotonic() + 30
-        while len(snapshot_files(server)[1]) < 2 and time.monotonic() < deadline:
+        while len(snapshot_files(server.data_dir)) < 2 and time.monotonic() < deadline:
             client.set("/snap", b"more")  # entries until two snapshots exist
             time.sleep(0.05)
         client.stop()
         client.close()
         server.kill()
-        folder, names = snapshot_files(server)
-        assert len(names) >= 2, "two snapshots kept: %r" % names
-        newest = os.path.join(folder, names[-1])
+        paths = [path for _, path in snapshot_files(server.data_dir)]
+        assert len(paths) >= 2, "two snapshots kept: %r" % paths
+        newest = paths[-1]
         with open(newest, "r+b") as f:
             size = os.path.getsize(newest)
             if damage == "truncated":
@@ -73,8 +65,8 @@ def test_a_corrupt_newest_snapshot_is_set_aside_and_the_one_before_loads(damage)
         finally:
             client.stop()
             client.close()
-        _, after = snapshot_files(server)
-        assert names[-1] not in after, "the corrupt snapshot is out of the list"
+        after = [path for _, path in snapshot_files(server.data_dir)]
+        assert newest not in after, "the corrupt snapshot is out of the list"
         assert os.path.exists(newest + ".corrupt"), "and kept aside for inspection"
         assert "corrupt snapshot refused" in server.log_text()
     except Exception:

@@ -10,7 +10,8 @@ pytest, no kazoo), so bench/compare.py and `python3 -m harness.cluster`
 
 from .servers import (  # noqa: F401
     BaseServer, KeelServer, ZooKeeperServer, ServerStartError, make_server, free_port,
-    dir_bytes, four_letter_word, keel_available, make_workdir, mntr, raft_applied_index, run_bench, scrape, server_state, srvr_zxid,
+    dir_bytes, four_letter_word, keel_available, make_workdir, mntr, raft_applied_index, rss_bytes, run_bench, scrape,
+    server_state, snapshot_files, srvr_zxid,
     KEEL_BIN, REPO_ROOT, WORK_ROOT,
     SUPER_DIGEST, SUPER_PASSWORD, ZK_CLIENT_CLASSPATH, ZKCLI, CLI_MT, JAVA_DIR,
 )

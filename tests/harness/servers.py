@@ -151,6 +151,44 @@ def dir_bytes(path):
     return total
 
 
+def rss_bytes(pid):
+    """Resident memory of a process and its children (a JVM started
+    through a wrapper counts). RuntimeError if the process is gone."""
+    total = 0
+    for p in [pid] + _children(pid):
+        try:
+            with open("/proc/%d/status" % p) as f:
+                total += next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+        except (OSError, StopIteration):
+            if p == pid:
+                raise RuntimeError("no VmRSS for process %d" % pid)
+    return total
+
+
+def _children(pid):
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            kids = [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+    return kids + [k for kid in kids for k in _children(kid)]
+
+
+SNAPSHOT_FILE = re.compile(r"^snapshot-(\d+)-(\d+)\.snap$")
+
+
+def snapshot_files(data_dir):
+    """A Keel data dir's snapshot files as [(index, path)], oldest first;
+    [] if it has no snapshots folder yet."""
+    folder = os.path.join(data_dir, "snapshots")
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    found = [(int(m.group(1)), os.path.join(folder, m.group(0))) for m in map(SNAPSHOT_FILE.match, names) if m]
+    return sorted(found)
+
+
 def make_workdir(prefix):
     os.makedirs(WORK_ROOT, exist_ok=True)
     return tempfile.mkdtemp(prefix=prefix + "-", dir=WORK_ROOT)

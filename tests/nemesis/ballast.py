@@ -33,7 +33,6 @@ class Ballast(threading.Thread):
         super().__init__(name="ballast", daemon=True)
         assert bytes_per_s > 0
         self.ports, self.bytes_per_s, self.stop = ports, bytes_per_s, stop
-        self.value_bytes = VALUE_BYTES
         self.noise = [os.urandom(VALUE_BYTES - 8) for _ in range(4)]
         self.sequence = 0
         # path -> the sequence acknowledged last; path -> {sequences of unknown outcome}

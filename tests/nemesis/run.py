@@ -33,7 +33,7 @@ from harness.cluster import KeelCluster
 from harness.servers import KEEL_BIN, REPO_ROOT, make_workdir
 
 from . import checks, timeline
-from .ballast import Ballast
+from .ballast import VALUE_BYTES as BALLAST_VALUE_BYTES, Ballast
 from .client import Expired, GaveUp, Session
 from .faults import Nemesis
 from .workload import (
@@ -303,8 +303,8 @@ class Run:
         b = self.ballast
         return ("ballast: %d MiB of large writes (%d KiB/s asked, %d KiB values, %d paths), %d acknowledged, "
                 "%d sessions broken; Raft log files per member %s"
-                % (b.written_bytes >> 20, self.ballast_kib_per_s, b.value_bytes >> 10, len(b.acknowledged),
-                   b.written_bytes // b.value_bytes, b.failures, self.log_files()))
+                % (b.written_bytes >> 20, self.ballast_kib_per_s, BALLAST_VALUE_BYTES >> 10, len(b.acknowledged),
+                   b.written_bytes // BALLAST_VALUE_BYTES, b.failures, self.log_files()))
 
     def log_files(self):
         counts = []

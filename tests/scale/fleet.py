@@ -11,6 +11,7 @@ import socket
 import struct
 import time
 
+from harness import rss_bytes  # noqa: F401 - the scale tests take it from here
 from harness import zkproto as zp
 
 PING_FRAME = zp.frame(zp.i32(zp.XID_PING) + zp.i32(zp.PING))
@@ -38,30 +39,6 @@ def raise_file_limit(needed):
         target = needed if hard == resource.RLIM_INFINITY else min(hard, needed)
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
-def rss_bytes(pid):
-    """Resident memory of a process and its children (a JVM started
-    through a wrapper counts)."""
-    total = 0
-    for p in [pid] + _children(pid):
-        try:
-            with open("/proc/%d/status" % p) as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-        except OSError:
-            pass
-    return total
-
-
-def _children(pid):
-    try:
-        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
-            kids = [int(x) for x in f.read().split()]
-    except OSError:
-        return []
-    return kids + [k for kid in kids for k in _children(kid)]
 
 
 def abort(sock):

@@ -16,14 +16,13 @@ back to the snapshot before it and replay the log kept behind it: every
 znode holds the last value acknowledged for it."""
 
 import os
-import re
 import threading
 import time
 
 import pytest
 
 from conftest import candidate_kind, report_summary, require_keel
-from harness import dir_bytes, make_server
+from harness import dir_bytes, make_server, snapshot_files
 from harness import zkproto as zp
 
 VALUE_BYTES = 256 * 1024
@@ -41,14 +40,6 @@ SNAPSHOT_EVERY_LOG_BYTES = 16 << 20
 # and for the snapshots and a rewrite in progress.
 DATA_DIR_BYTES_MAX = (256 + 64 + 2 * 64 + 64 + 64) << 20
 SAMPLE_S = 0.2
-SNAPSHOT_FILE = re.compile(r"^snapshot-(\d+)-(\d+)\.snap$")
-
-
-def snapshot_paths(server):
-    folder = os.path.join(server.data_dir, "snapshots")
-    names = [n for n in os.listdir(folder) if SNAPSHOT_FILE.match(n)]
-    names.sort(key=lambda n: int(SNAPSHOT_FILE.match(n).group(1)))
-    return [os.path.join(folder, n) for n in names]
 
 
 def write_stream(server):
@@ -115,7 +106,7 @@ def test_large_writes_leave_the_data_dir_bounded_and_a_fallback_restart_loses_no
             "the data dir reached %d bytes for %d written" % (peak[0], WRITTEN_BYTES)
 
         server.kill()
-        snapshots = snapshot_paths(server)
+        snapshots = [path for _, path in snapshot_files(server.data_dir)]
         assert len(snapshots) >= 2, "two snapshots kept: %r" % snapshots
         with open(snapshots[-1], "r+b") as f:
             f.seek(os.path.getsize(snapshots[-1]) // 2)
