@@ -429,7 +429,7 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
         };
         tracing::info!(client_port = config.client_port, secure_client_port = config.secure_client_port, data_dir = %config.data_dir.display(), "starting keel");
         let listeners = keel_server::ClientListeners { plain, secure };
-        keel_server::run_with(listeners, config, shutdown_signal())
+        keel_server::run_with(listeners, config, Box::pin(shutdown_signal()))
             .await
             .context("keel server failed")
     })

@@ -363,7 +363,16 @@ impl fmt::Display for ProgressLine {
 /// inside a Tokio runtime; use [`run_async`] there.
 pub fn run(
     config: BenchConfig,
-    progress: impl FnMut(&ProgressLine),
+    mut progress: impl FnMut(&ProgressLine),
+) -> Result<BenchReport, BenchError> {
+    run_dyn(config, &mut progress)
+}
+
+/// `run`, not generic: the engine compiles once, in this crate, not again
+/// in every crate that calls `run`.
+fn run_dyn(
+    config: BenchConfig,
+    progress: &mut dyn FnMut(&ProgressLine),
 ) -> Result<BenchReport, BenchError> {
     config.validate()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -431,16 +440,17 @@ impl Drop for Workers {
 /// least have time and IO enabled).
 pub async fn run_async(
     config: BenchConfig,
-    progress: impl FnMut(&ProgressLine),
+    mut progress: impl FnMut(&ProgressLine),
 ) -> Result<BenchReport, BenchError> {
-    run_on(config, progress, Vec::new()).await
+    run_on(config, &mut progress, Vec::new()).await
 }
 
 /// `run_async` with session `i`'s tasks on `workers[i % len]` (the
-/// caller's runtime when `workers` is empty).
+/// caller's runtime when `workers` is empty). Not generic: the whole
+/// engine compiles once, here, not again in every caller's crate.
 async fn run_on(
     config: BenchConfig,
-    mut progress: impl FnMut(&ProgressLine),
+    progress: &mut dyn FnMut(&ProgressLine),
     workers: Vec<tokio::runtime::Handle>,
 ) -> Result<BenchReport, BenchError> {
     config.validate()?;
@@ -529,7 +539,7 @@ async fn run_on(
         value,
         acl,
     });
-    let measured = measure(&plan, &clients, &config, &workers, &mut progress).await;
+    let measured = measure(&plan, &clients, &config, &workers, progress).await;
 
     // 4. Close the sessions, delete the tree (unless asked to keep it).
     tracing::debug!("timed phase over; closing the bench sessions");
@@ -728,7 +738,7 @@ async fn measure(
     clients: &[Client],
     config: &BenchConfig,
     workers: &[tokio::runtime::Handle],
-    progress: &mut impl FnMut(&ProgressLine),
+    progress: &mut dyn FnMut(&ProgressLine),
 ) -> Measured {
     let stats = Arc::new(Stats::new(config.lanes()));
     let pool = config.delete_pool_per_lane();

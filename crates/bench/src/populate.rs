@@ -266,7 +266,16 @@ impl fmt::Display for PopulateReport {
 /// runtime).
 pub fn populate(
     config: PopulateConfig,
-    progress: impl FnMut(&PopulateProgress),
+    mut progress: impl FnMut(&PopulateProgress),
+) -> Result<PopulateReport, BenchError> {
+    populate_blocking(config, &mut progress)
+}
+
+/// `populate`, not generic: compiled once, in this crate, not again in
+/// every crate that calls `populate`.
+fn populate_blocking(
+    config: PopulateConfig,
+    progress: &mut dyn FnMut(&PopulateProgress),
 ) -> Result<PopulateReport, BenchError> {
     config.validate()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -274,13 +283,21 @@ pub fn populate(
         .thread_name("keel-populate")
         .build()
         .map_err(BenchError::Runtime)?;
-    runtime.block_on(populate_async(config, progress))
+    runtime.block_on(populate_dyn(config, progress))
 }
 
 /// [`populate`] on the caller's runtime.
 pub async fn populate_async(
     config: PopulateConfig,
     mut progress: impl FnMut(&PopulateProgress),
+) -> Result<PopulateReport, BenchError> {
+    populate_dyn(config, &mut progress).await
+}
+
+/// `populate_async`, not generic: compiled once, in this crate.
+async fn populate_dyn(
+    config: PopulateConfig,
+    progress: &mut dyn FnMut(&PopulateProgress),
 ) -> Result<PopulateReport, BenchError> {
     config.validate()?;
     let started = Instant::now();

@@ -25,7 +25,9 @@ mod args;
 mod format;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::io::{IsTerminal, Write};
+use std::pin::Pin;
 
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -117,44 +119,42 @@ fn usage_of(cmd: &str) -> String {
 /// prompt on a terminal, otherwise stdin lines). Everything zkCli would
 /// print, on stdout or stderr, is written to `out`. `Err` only when the
 /// first connection cannot be established.
-pub async fn run_cli(
-    server: &str,
-    command: Vec<String>,
-    out: &mut dyn Write,
-) -> Result<i32, ClientError> {
-    run_with(server, command, Io { out, err: None }).await
+pub fn run_cli<'a>(server: &'a str, command: Vec<String>, out: &'a mut dyn Write) -> CliRun<'a> {
+    Box::pin(run_with(server, command, Io { out, err: None }))
 }
 
+/// A zkCli run as one boxed future: a crate that awaits it sees only `dyn
+/// Future`, so the shell and the client it drives compile once, here (an
+/// unboxed async fn is compiled again in every crate that awaits it).
+pub type CliRun<'a> = Pin<Box<dyn Future<Output = Result<i32, ClientError>> + 'a>>;
+
 /// Like [`run_cli`], with zkCli's stderr output going to `err`.
-pub async fn run_cli_split(
-    server: &str,
+pub fn run_cli_split<'a>(
+    server: &'a str,
     command: Vec<String>,
-    out: &mut dyn Write,
-    err: &mut dyn Write,
-) -> Result<i32, ClientError> {
-    run_with(
+    out: &'a mut dyn Write,
+    err: &'a mut dyn Write,
+) -> CliRun<'a> {
+    Box::pin(run_with(
         server,
         command,
         Io {
             out,
             err: Some(err),
         },
-    )
-    .await
+    ))
 }
 
 /// Runs an interactive session that reads its command lines from `input`
 /// (what zkCli does when stdin is not a terminal). `err`: as in
 /// [`run_cli_split`]; `None` sends that text to `out`.
-pub async fn run_cli_script<R: AsyncBufRead + Unpin>(
-    server: &str,
-    input: R,
-    out: &mut dyn Write,
-    err: Option<&mut dyn Write>,
-) -> Result<i32, ClientError> {
-    // Re-borrow so both writers can share one (shorter) lifetime.
-    let err = err.map(|e| e as &mut dyn Write);
-    run_lines(server, input, Io { out, err }).await
+pub fn run_cli_script<'a>(
+    server: &'a str,
+    input: &'a mut (dyn AsyncBufRead + Unpin),
+    out: &'a mut dyn Write,
+    err: Option<&'a mut dyn Write>,
+) -> CliRun<'a> {
+    Box::pin(run_lines(server, input, Io { out, err }))
 }
 
 async fn run_with(server: &str, command: Vec<String>, io: Io<'_>) -> Result<i32, ClientError> {

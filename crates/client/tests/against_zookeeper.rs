@@ -1144,7 +1144,7 @@ async fn cli_acl_and_auth_commands() {
                   getEphemerals /cliacl\n";
     let mut out = Vec::new();
     let mut err = Vec::new();
-    let code = run_cli_script(&zk.addr, script.as_bytes(), &mut out, Some(&mut err))
+    let code = run_cli_script(&zk.addr, &mut script.as_bytes(), &mut out, Some(&mut err))
         .await
         .unwrap();
     assert_eq!(code, 0);
@@ -1192,7 +1192,7 @@ async fn cli_interactive_session_like_zkcli() {
                   ls /\n";
     let mut out = Vec::new();
     let mut err = Vec::new();
-    let code = run_cli_script(&zk.addr, script.as_bytes(), &mut out, Some(&mut err))
+    let code = run_cli_script(&zk.addr, &mut script.as_bytes(), &mut out, Some(&mut err))
         .await
         .unwrap();
     // The exit code is the one of the last command before quit.

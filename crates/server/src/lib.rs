@@ -27,6 +27,7 @@ pub mod tls;
 pub mod ttl_clock;
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -195,23 +196,38 @@ const CATCH_UP_POLL_MS: u64 = 5;
 /// Opens the client port at once (sessions refused while loading, see
 /// `port`), recovers the data dir, starts the Raft driver, serves clients
 /// once everything committed is applied, until `shutdown` resolves.
-pub async fn run(
+pub fn run(
     listener: TcpListener,
     config: ServerConfig,
-    shutdown: impl Future<Output = ()>,
-) -> Result<(), ServerError> {
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Running {
     let listeners = ClientListeners {
         plain: Some(listener),
         secure: None,
     };
-    run_with(listeners, config, shutdown).await
+    run_with(listeners, config, Box::pin(shutdown))
 }
 
+/// The server's whole life as one boxed future (`run`, `run_with`). Boxed
+/// so that a crate awaiting it sees only `dyn Future`: the server's async
+/// code is compiled once, here. (A crate that awaits an unboxed async fn
+/// compiles every state machine reachable from it again: the server's
+/// tests, `keel bench`'s and the binary each did, a minute of CPU each.)
+pub type Running = Pin<Box<dyn Future<Output = Result<(), ServerError>> + Send>>;
+
 /// `run` on the given client ports (plain, TLS or both).
-pub async fn run_with(
+pub fn run_with(
     listeners: ClientListeners,
     config: ServerConfig,
-    shutdown: impl Future<Output = ()>,
+    shutdown: Pin<Box<dyn Future<Output = ()> + Send>>,
+) -> Running {
+    Box::pin(serve_until(listeners, config, shutdown))
+}
+
+async fn serve_until(
+    listeners: ClientListeners,
+    config: ServerConfig,
+    shutdown: Pin<Box<dyn Future<Output = ()> + Send>>,
 ) -> Result<(), ServerError> {
     config.validate()?;
     let stats = Arc::new(Stats::default());

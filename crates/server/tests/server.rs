@@ -358,9 +358,13 @@ async fn the_tls_port_serves_the_same_tree_as_the_plain_port() {
     };
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
-        keel_server::run_with(listeners, config, async move {
-            let _ = stopped.await;
-        })
+        keel_server::run_with(
+            listeners,
+            config,
+            Box::pin(async move {
+                let _ = stopped.await;
+            }),
+        )
         .await
         .expect("server runs cleanly");
     });
