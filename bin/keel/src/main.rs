@@ -394,23 +394,38 @@ fn server_config(args: ServerArgs) -> anyhow::Result<ServerConfig> {
     Ok(config)
 }
 
-/// Logs to stderr at `KEEL_LOG`'s levels (else `default_level`); colours
-/// only on a terminal, so a log file or a journal holds plain text.
-fn init_logging(default_level: &str) {
+/// Logs to stderr at `KEEL_LOG`'s levels (else `default_level`): a level
+/// (`debug`) or comma-separated `target=level` directives
+/// (`info,keel_consensus=debug`). Colours only on a terminal, so a log file
+/// or a journal holds plain text. A `KEEL_LOG` that does not parse is an
+/// error, not a silent fallback.
+fn init_logging(default_level: &str) -> anyhow::Result<()> {
     use std::io::IsTerminal;
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter: Targets = match std::env::var("KEEL_LOG") {
+        Ok(spec) if !spec.trim().is_empty() => spec.parse().map_err(|e| {
+            anyhow::anyhow!(
+                "KEEL_LOG={spec:?}: {e} (expected a level such as `debug`, or \
+                 `target=level` directives such as `info,keel_consensus=debug`)"
+            )
+        })?,
+        _ => default_level.parse()?,
+    };
     let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("KEEL_LOG")
-                .unwrap_or_else(|_| default_level.into()),
-        )
+        .with_max_level(LevelFilter::TRACE)
         .with_ansi(colour)
         .with_writer(std::io::stderr)
+        .finish()
+        .with(filter)
         .init();
+    Ok(())
 }
 
 fn server(args: ServerArgs) -> anyhow::Result<()> {
-    init_logging("info");
+    init_logging("info")?;
     let config = server_config(args)?;
     let runtime = client_runtime(config.client_threads())?;
     runtime.block_on(async move {
@@ -505,7 +520,7 @@ fn client(args: CliArgs) -> anyhow::Result<()> {
 const PROFILE_TOP_ROWS: usize = 12;
 
 fn bench(args: BenchArgs) -> anyhow::Result<()> {
-    init_logging("warn");
+    init_logging("warn")?;
     if args.workload == "populate" {
         return populate(args);
     }

@@ -154,9 +154,16 @@ fn replay() {
     let seed: u64 = seed.parse().expect("SIM_SEED is a number");
     if let Ok(filter) = std::env::var("SIM_LOG") {
         // The nodes' own logs (all nodes interleaved, in simulated order).
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        let targets: tracing_subscriber::filter::Targets = filter
+            .parse()
+            .expect("SIM_LOG: a level or target=level directives");
         let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_max_level(tracing_subscriber::filter::LevelFilter::TRACE)
             .without_time()
+            .finish()
+            .with(targets)
             .try_init();
     }
     let mut options = options_for_seed(seed);
