@@ -35,6 +35,7 @@ from kazoo.client import KazooClient
 from compat.znodes import assert_same_znodes
 from conftest import report_summary
 from harness.bookkeeper import compile_bookkeeper_check
+from harness.javac import TIER1
 from harness.servers import make_workdir
 
 BOOKIES = 3
@@ -72,7 +73,7 @@ def run_check(classpath, address, on_pause):
     """BookKeeperCheck against the servers of `address`; on_pause() runs
     when it pauses. Its own lines (the bookies log to the same stdout)."""
     tmp = make_workdir("bookkeeper")
-    proc = subprocess.Popen(["java", "-Xmx512m", "-XX:+UseSerialGC", "-Djava.io.tmpdir=" + tmp, "-cp", classpath,
+    proc = subprocess.Popen(["java", "-Xmx512m", "-XX:+UseSerialGC", TIER1, "-Djava.io.tmpdir=" + tmp, "-cp", classpath,
                              "BookKeeperCheck", address, str(BOOKIES), str(ENTRIES)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = queue.Queue()

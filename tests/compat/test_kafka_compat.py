@@ -34,6 +34,7 @@ from kazoo.client import KazooClient
 
 from compat.znodes import assert_same_znodes
 from conftest import report_summary
+from harness.javac import TIER1
 from harness.kafka import KAFKA_CHROOT, KafkaBroker, compile_kafka_check
 from harness.servers import four_letter_word
 
@@ -64,7 +65,7 @@ def check_classpath():
 
 def run_check(classpath, broker, topic):
     """KafkaCheck against `broker`; its output lines."""
-    done = subprocess.run(["java", "-Xmx256m", "-XX:+UseSerialGC", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+    done = subprocess.run(["java", "-Xmx256m", "-XX:+UseSerialGC", TIER1, "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
                            "-cp", classpath, "KafkaCheck", broker.bootstrap, topic, str(RECORDS)],
                           capture_output=True, text=True, timeout=CHECK_TIMEOUT_S)
     lines = done.stdout.splitlines()

@@ -37,6 +37,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from conftest import report_summary
+from harness.javac import TIER1
 from harness.kafka import KAFKA_CHROOT, KafkaBroker, compile_kafka_check
 
 TOPIC = "failover"
@@ -71,7 +72,7 @@ def classpath():
 
 def step(classpath, *args):
     """One KafkaFailover step; its output line."""
-    done = subprocess.run(["java", "-Xmx256m", "-XX:+UseSerialGC", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+    done = subprocess.run(["java", "-Xmx256m", "-XX:+UseSerialGC", TIER1, "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
                            "-cp", classpath, "KafkaFailover"] + [str(a) for a in args],
                           capture_output=True, text=True, timeout=STEP_TIMEOUT_S)
     assert done.returncode == 0, "KafkaFailover %s failed (%d):\n%s\n%s" % (

@@ -8,7 +8,7 @@ import glob
 import os
 import socket
 
-from .javac import compile_sources
+from .javac import TIER1, compile_sources
 from .servers import REPO_ROOT, BaseServer
 
 KAFKA_DIR = os.path.join(REPO_ROOT, ".deps", "kafka")
@@ -82,7 +82,7 @@ class KafkaBroker(BaseServer):
             f.writelines("%s=%s\n" % item for item in properties.items())
 
     def _command(self):
-        return ["java", "-Xmx%dm" % BROKER_HEAP_MB, "-XX:+UseSerialGC",
+        return ["java", "-Xmx%dm" % BROKER_HEAP_MB, "-XX:+UseSerialGC", TIER1,
                 "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
                 "-cp", kafka_classpath(), "kafka.Kafka", os.path.join(self.workdir, "server.properties")]
 

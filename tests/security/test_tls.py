@@ -257,7 +257,8 @@ def test_make_compares_zookeeper_ensemble_runs_tls_on_client_ports_and_quorum_li
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
     import zk_tls
     root = make_workdir("zk-tls-ensemble")
-    group = zk_tls.make_group(root, {"four_letter_words": ["*"], "zk_jvm_options": ["-Xmx256m"]})
+    group = zk_tls.make_group(root, {"four_letter_words": ["*"],
+                                    "zk_jvm_options": ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]})
     try:
         group.start(timeout=120)
         leader = group.leader(timeout=60)
