@@ -446,8 +446,9 @@ pub async fn run_async(
 }
 
 /// `run_async` with session `i`'s tasks on `workers[i % len]` (the
-/// caller's runtime when `workers` is empty). Not generic: the whole
-/// engine compiles once, here, not again in every caller's crate.
+/// caller's runtime when `workers` is empty). Not generic: `run` blocks on
+/// it here, so a crate that calls `run` compiles none of the engine again
+/// (one that awaits `run_async` still does).
 async fn run_on(
     config: BenchConfig,
     progress: &mut dyn FnMut(&ProgressLine),

@@ -294,7 +294,9 @@ pub async fn populate_async(
     populate_dyn(config, &mut progress).await
 }
 
-/// `populate_async`, not generic: compiled once, in this crate.
+/// `populate_async`, not generic: `populate` blocks on it here, so a crate
+/// that calls `populate` compiles none of it again (one that awaits
+/// `populate_async` still does).
 async fn populate_dyn(
     config: PopulateConfig,
     progress: &mut dyn FnMut(&PopulateProgress),
