@@ -69,6 +69,9 @@ DROP = re.compile(r"ZOO_(INFO|WARN|ERROR|DEBUG)|^time = \d+ msec$|^\s*$")
 CLI_MT_SILENT = {"addauth"}
 # How long a command that prints its result is waited for.
 CLI_MT_ANSWER_S = 5.0
+# A completion's line: cli_mt echoes some commands first ("Creating [/a]
+# node (mode: 0)"), and that echo is no answer.
+CLI_MT_ANSWER = re.compile(r"rc = -?\d+|^Error -?\d+")
 
 
 def run_cli_mt(server):
@@ -88,7 +91,7 @@ def run_cli_mt(server):
 
     def answered():
         with lock:
-            return any(not DROP.search(ln.rstrip()) for _, ln in lines)
+            return any(CLI_MT_ANSWER.search(ln) for _, ln in lines)
 
     def settle(quiet=0.3, limit=3.0, first_limit=0.0):
         # A command that answers is waited for up to `first_limit` before
