@@ -59,7 +59,8 @@ PARALLEL_TESTS := tests/compat/test_kafka_failover.py tests/compat/test_cli_comp
 	tests/compat/test_clickhouse_compat.py tests/storage/test_log_io_modes.py tests/compat/test_restart_compat.py \
 	tests/crash/test_snapshot_corruption.py tests/kv/test_redis_diff.py tests/badinput/test_config.py \
 	tests/compat/test_clickhouse_ext.py tests/compat/test_digest_compat.py tests/storage/test_storage_faults.py \
-	tests/storage/test_io_errors.py tests/storage/test_fixture_datadir.py tests/nemesis/test_checks.py
+	tests/kv/test_redis_random_diff.py tests/storage/test_io_errors.py tests/storage/test_fixture_datadir.py \
+	tests/nemesis/test_checks.py
 PYTEST_WORKERS ?= 4
 # tests/scale prints ZooKeeper 3.8's numbers beside Keel's when this is 1
 # (never asserted; about a minute more): `make test KEEL_SCALE_ZOOKEEPER=1`.

@@ -65,13 +65,19 @@ CLI_MT_COMMANDS = [
 ]
 
 DROP = re.compile(r"ZOO_(INFO|WARN|ERROR|DEBUG)|^time = \d+ msec$|^\s*$")
-# cli_mt commands that print nothing (addauth passes no completion).
-CLI_MT_SILENT = {"addauth"}
-# How long a command that prints its result is waited for.
-CLI_MT_ANSWER_S = 5.0
-# A completion's line: cli_mt echoes some commands first ("Creating [/a]
-# node (mode: 0)"), and that echo is no answer.
-CLI_MT_ANSWER = re.compile(r"rc = -?\d+|^Error -?\d+")
+# After each command, cli_mt is sent `sync` of a path that is never
+# created. cli_mt prints its answer ("[<path>]: rc = 0", then "\tname =
+# <path>") from its completion thread, after every completion and watch
+# event of the commands before it (one session, its replies in order), and
+# prints nothing when it sends it. So everything printed before it is the
+# command's output. A command that prints nothing (addauth, exists of a
+# node that is there) costs one round trip, not a wait for output that
+# never comes. (Not `exists`: cli_mt runs it synchronously and prints its
+# answer from its main thread, which races the completion thread.)
+CLI_MT_FENCE_PATH = "/keel-cli-mt-fence"
+CLI_MT_FENCE_LINES = ["[%s]: rc = 0" % CLI_MT_FENCE_PATH, "\tname = %s" % CLI_MT_FENCE_PATH]
+# How long a command's fence is waited for.
+CLI_MT_FENCE_S = 15.0
 
 
 def run_cli_mt(server):
@@ -84,48 +90,49 @@ def run_cli_mt(server):
     def reader():
         for ln in p.stdout:
             with lock:
-                lines.append((time.monotonic(), ln))
+                lines.append(ln)
 
     t = threading.Thread(target=reader, daemon=True)
     t.start()
 
-    def answered():
-        with lock:
-            return any(CLI_MT_ANSWER.search(ln) for _, ln in lines)
-
-    def settle(quiet=0.3, limit=3.0, first_limit=0.0):
-        # A command that answers is waited for up to `first_limit` before
-        # the quiet period starts: a reply slower than `quiet` (a loaded
-        # machine, a write through a follower) would otherwise land in
-        # the next command's block.
-        start = time.monotonic()
-        while time.monotonic() - start < first_limit and not answered():
-            time.sleep(0.02)
-        start = time.monotonic()
-        while time.monotonic() - start < limit:
-            time.sleep(0.05)
+    def fenced(what):
+        """The lines before the fence's answer (which is dropped)."""
+        p.stdin.write("sync %s\n" % CLI_MT_FENCE_PATH)
+        p.stdin.flush()
+        deadline = time.monotonic() + CLI_MT_FENCE_S
+        n = len(CLI_MT_FENCE_LINES)
+        while True:
             with lock:
-                last = lines[-1][0] if lines else start
-            if time.monotonic() - max(last, start) >= quiet:
-                break
-        with lock:
-            block = [ln for _, ln in lines]
-            del lines[:]
-        return block
+                stripped = [ln.rstrip("\n") for ln in lines]
+                at = next((i for i in range(len(stripped) - n + 1)
+                           if stripped[i:i + n] == CLI_MT_FENCE_LINES), None)
+                if at is not None:
+                    block = lines[:at]
+                    del lines[:at + n]
+                    return block
+            if time.monotonic() >= deadline or p.poll() is not None:
+                with lock:
+                    seen = list(lines)
+                raise AssertionError("cli_mt against %s: no answer to the fence after %r within %.0f s "
+                                     "(cli_mt %s); its output since: %r"
+                                     % (server.address, what, CLI_MT_FENCE_S,
+                                        "exited %s" % p.returncode if p.poll() is not None else "running",
+                                        seen))
+            time.sleep(0.01)
 
     blocks = []
     try:
-        blocks.append(("<connect>", settle(quiet=0.5)))
+        blocks.append(("<connect>", fenced("<connect>")))
         for cmd in CLI_MT_COMMANDS:
             p.stdin.write(cmd + "\n")
             p.stdin.flush()
-            silent = cmd.split()[0] in CLI_MT_SILENT
-            blocks.append((cmd, settle(first_limit=0.0 if silent else CLI_MT_ANSWER_S)))
+            blocks.append((cmd, fenced(cmd)))
         p.stdin.write("quit\n")
         p.stdin.close()
         p.wait(10)
         t.join(5)
-        blocks.append(("quit", settle(quiet=0.1, limit=1.0)))
+        with lock:
+            blocks.append(("quit", list(lines)))
     finally:
         if p.poll() is None:
             os.killpg(p.pid, 9)
