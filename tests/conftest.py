@@ -154,8 +154,8 @@ def beside_reference(zk_reference, key, run_reference, candidate, run_candidate,
     candidate's run goes on in a thread while the reference runs (when it is
     not cached already), so a module pays for one of the two. Only for
     scenarios run by other processes whose outcome does not hang on timing
-    (zkCli.sh, the Java client); cli_mt (it waits for quiet output) and the
-    kazoo scenario (TTL timings) run one after the other."""
+    (zkCli, the Java client); the kazoo scenario (TTL timings) runs one
+    after the other."""
     with ThreadPoolExecutor(max_workers=1) as beside:
         got_later = beside.submit(run_candidate, candidate)
         try:

@@ -1,12 +1,17 @@
 """Differential tests driven by ZooKeeper's own command-line clients:
   * the C client shell /usr/lib/zookeeper/bin/cli_mt (commands on stdin);
-  * zkCli.sh one-shot commands (/usr/share/zookeeper/bin/zkCli.sh -server ...).
+  * zkCli.sh one-shot commands (/usr/share/zookeeper/bin/zkCli.sh -server ...),
+    all of them in one JVM (tests/compat/java/ZkCliBatch.java: the class,
+    classpath and settings zkCli.sh runs, a ZooKeeperMain per command).
 The same commands run against ZooKeeper (one standalone server, once per module
 for each client) and against Keel as one server and as a 3-node cluster (the
 clients get a connect string listing the three nodes); outputs are compared
 after normalisation (zxids renumbered, dates/session ids/ports masked)."""
 
+import base64
+import functools
 import os
+import queue
 import re
 import subprocess
 import threading
@@ -15,7 +20,8 @@ import time
 import pytest
 
 from conftest import beside_reference
-from harness import CLI_MT, ZKCLI
+from harness import CLI_MT, ZKCLI, ZK_CLIENT_CLASSPATH
+from harness.javac import compile_sources
 
 from compat.topology import compare_traces
 
@@ -204,27 +210,71 @@ ZKCLI_COMMANDS = [
 ]
 
 
+# How long one zkCli command may take in the batch JVM.
+ZKCLI_COMMAND_TIMEOUT_S = 60
+
+
+@functools.lru_cache(maxsize=None)
+def zkcli_batch_java():
+    """The java command zkCli.sh runs (its JAVA, CLASSPATH, log settings
+    and CLIENT_JVMFLAGS, from the zkEnv.sh it sources), with ZkCliBatch
+    in place of ZooKeeperMain."""
+    bindir = os.path.dirname(ZKCLI)
+    libexec = os.path.join(bindir, "..", "libexec", "zkEnv.sh")
+    env_sh = libexec if os.path.exists(libexec) else os.path.join(bindir, "zkEnv.sh")
+    shown = subprocess.run(["bash", "-c", '. "$1" >/dev/null 2>&1; printf "%s\\n" "$JAVA" "$CLASSPATH" "$ZOO_LOG_DIR"',
+                            "zkenv", env_sh], capture_output=True, text=True, check=True, timeout=30)
+    java, classpath, log_dir = shown.stdout.split("\n")[:3]
+    _, classes = compile_sources(["ZkCliBatch.java"], ZK_CLIENT_CLASSPATH, "javac-zkcli")
+    log_file = "zookeeper-%s-cli-%s.log" % (os.environ.get("USER", ""), os.uname().nodename)
+    return [java or "java", "-Dzookeeper.log.dir=" + log_dir, "-Dzookeeper.log.file=" + log_file,
+            "-cp", classpath + ":" + classes, "-XX:TieredStopAtLevel=1", "-Xmx128m",
+            "org.apache.zookeeper.ZkCliBatch"]
+
+
 def run_zkcli(server):
     n = Normaliser()
     out = []
-    env = dict(os.environ, CLIENT_JVMFLAGS="-XX:TieredStopAtLevel=1 -Xmx128m")
-    for args in ZKCLI_COMMANDS:
-        if hasattr(server, "wait_replicated"):
-            # A cluster: every command is a new session on a random member and
-            # a one-shot zkCli.sh cannot `sync` before it runs its command;
-            # wait until every member has applied what the previous commands
-            # wrote instead (what the sync would ensure). Nothing to wait for
-            # on one server.
-            server.wait_replicated()
-        p = subprocess.run([ZKCLI, "-server", server.address] + args, capture_output=True, text=True,
-                           errors="replace", timeout=60, env=env, start_new_session=True)
-        # The connection event ("WATCHER::" / "WatchedEvent state:SyncConnected
-        # type:None path:null") is printed by the event thread and races with
-        # the command's own output: drop it.
-        lines = [ln for ln in (p.stdout + "\n" + p.stderr).splitlines()
-                 if ln.strip() and "SLF4J" not in ln and not ln.startswith("Connecting to")
-                 and ln.strip() != "WATCHER::" and "type:None path:null" not in ln]
-        out.append((" ".join(args), [n.line(ln) for ln in lines] + ["exit=%d" % p.returncode]))
+    p = subprocess.Popen(zkcli_batch_java() + [server.address], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
+    results = queue.Queue()
+    stderr = []
+    threading.Thread(target=lambda: [results.put(ln) for ln in p.stdout] and None, daemon=True).start()
+    threading.Thread(target=lambda: stderr.extend(p.stderr), daemon=True).start()
+    try:
+        for args in ZKCLI_COMMANDS:
+            if hasattr(server, "wait_replicated"):
+                # A cluster: every command is a new session on a random member
+                # and a one-shot zkCli cannot `sync` before it runs its
+                # command; wait until every member has applied what the
+                # previous commands wrote instead (what the sync would
+                # ensure). Nothing to wait for on one server.
+                server.wait_replicated()
+            p.stdin.write("\t".join(args) + "\n")
+            p.stdin.flush()
+            try:
+                result = results.get(timeout=ZKCLI_COMMAND_TIMEOUT_S)
+            except queue.Empty:
+                raise AssertionError("zkCli batch against %s: no result for %r within %d s (JVM %s); its stderr: %s"
+                                     % (server.address, " ".join(args), ZKCLI_COMMAND_TIMEOUT_S,
+                                        "exited %s" % p.poll() if p.poll() is not None else "running",
+                                        "".join(stderr)[-3000:]))
+            word, code, stdout_b64, stderr_b64 = (result.rstrip("\n").split(" ") + ["", ""])[:4]
+            assert word == "result", "zkCli batch printed %r" % result
+            text = [base64.b64decode(part).decode("utf-8", "replace") for part in (stdout_b64, stderr_b64)]
+            # The connection event ("WATCHER::" / "WatchedEvent state:SyncConnected
+            # type:None path:null") is printed by the event thread and races with
+            # the command's own output: drop it.
+            lines = [ln for ln in (text[0] + "\n" + text[1]).splitlines()
+                     if ln.strip() and "SLF4J" not in ln and not ln.startswith("Connecting to")
+                     and ln.strip() != "WATCHER::" and "type:None path:null" not in ln]
+            out.append((" ".join(args), [n.line(ln) for ln in lines] + ["exit=%s" % code]))
+        p.stdin.close()
+        p.wait(10)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, 9)
+            p.wait()
     return out
 
 
