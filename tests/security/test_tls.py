@@ -28,7 +28,7 @@ KEEL_TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_kazoo_over_tls_verifies_both_sides_and_the_plain_port_serves_beside_it(kind, pki, secure_server):
-    server = secure_server(kind, tls=pki, client_auth="need")
+    server = secure_server(kind, tls=pki, client_auth="need", shared=True)
     secure = kazoo_client(server, pki)
     secure.start(timeout=20)
     try:
@@ -50,7 +50,7 @@ def test_kazoo_over_tls_verifies_both_sides_and_the_plain_port_serves_beside_it(
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_four_letter_words_answer_inside_tls_and_not_in_plain_text_on_the_tls_port(kind, pki, secure_server):
-    server = secure_server(kind, tls=pki, client_auth="need")
+    server = secure_server(kind, tls=pki, client_auth="need", shared=True)
     context = client_context(pki, cert="client")
     assert tls_four_letter_word(server.secure_port, "ruok", context) == b"imok"
     assert tls_four_letter_word(server.secure_port, "srvr", context).startswith(b"Zookeeper version:")
@@ -64,7 +64,7 @@ def test_four_letter_words_answer_inside_tls_and_not_in_plain_text_on_the_tls_po
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_plain_text_session_request_on_the_tls_port_is_closed_not_left_waiting(kind, pki, secure_server):
-    server = secure_server(kind, tls=pki, client_auth="need")
+    server = secure_server(kind, tls=pki, client_auth="need", shared=True)
     with P.RawConnection(server.secure_port, timeout=5.0) as conn:
         conn.send_frame(P.connect_request())
         started = time.monotonic()
@@ -106,7 +106,7 @@ def refused(port, context):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_client_auth_need_refuses_clients_without_a_certificate_of_the_ca(kind, pki, secure_server):
-    server = secure_server(kind, tls=pki, client_auth="need")
+    server = secure_server(kind, tls=pki, client_auth="need", shared=True)
     assert not refused(server.secure_port, client_context(pki, cert="client"))
     assert refused(server.secure_port, client_context(pki, cert=None)), "no client certificate"
     assert refused(server.secure_port, client_context(pki, cert="intruder")), "a certificate of another CA"
@@ -191,7 +191,7 @@ def test_sighup_reloads_the_certificate_for_new_connections_and_keeps_open_ones(
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_java_client_over_tls_with_the_netty_socket_and_pem_stores(kind, pki, secure_server, java_classes):
-    server = secure_server(kind, tls=pki, client_auth="need")
+    server = secure_server(kind, tls=pki, client_auth="need", shared=True)
     connect = "127.0.0.1:%d" % server.secure_port
     lines = run_java(java_classes, connect, "SyncConnected", ["create:/java-tls:hello", "get:/java-tls"],
                      java_tls_properties(pki))
@@ -206,7 +206,7 @@ def test_java_client_over_tls_with_the_netty_socket_and_pem_stores(kind, pki, se
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_zkcli_over_tls(kind, pki, secure_server):
-    server = secure_server(kind, tls=pki, client_auth="need")
+    server = secure_server(kind, tls=pki, client_auth="need", shared=True)
     address = "127.0.0.1:%d" % server.secure_port
     props = java_tls_properties(pki)
     zkcli(address, ["create", "/zkcli-tls", "secret-data"], props)
@@ -216,7 +216,7 @@ def test_zkcli_over_tls(kind, pki, secure_server):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_tls_session_serves_the_raw_protocol_like_the_plain_port(kind, pki, secure_server):
-    server = secure_server(kind, tls=pki, client_auth="need")
+    server = secure_server(kind, tls=pki, client_auth="need", shared=True)
     with tls_raw_connection(server.secure_port, client_context(pki, cert="client")) as conn:
         response = conn.handshake()
         assert response["sessionId"] != 0 and response["timeOut"] > 0
@@ -233,7 +233,7 @@ def test_keel_bench_connects_over_tls(kind, pki, secure_server):
     from harness import KEEL_BIN, keel_available
     if not keel_available():
         pytest.skip("no keel binary for `keel bench`")
-    server = secure_server(kind, tls=pki, client_auth="need")
+    server = secure_server(kind, tls=pki, client_auth="need", shared=True)
     command = [KEEL_BIN, "bench", "--servers", "127.0.0.1:%d" % server.secure_port, "--workload", "mix",
                "--clients", "2", "--duration", "1", "--tls-ca", pki.path("ca"),
                "--tls-cert", pki.path("client"), "--tls-key", pki.path("client", ".key")]

@@ -11,7 +11,8 @@ import java.util.Base64;
  * zkCli.sh's one-shot mode (`zkCli.sh -server HOSTS cmd args...`) for many
  * commands in one JVM: a JVM per command cost a second of CPU each, 114 of
  * them per run of test_cli_compat.py. Each command still gets its own
- * ZooKeeperMain, built from the same arguments zkCli.sh passes, run by its
+ * ZooKeeperMain, built from the arguments zkCli.sh passes (and
+ * -waitforconnection), run by its
  * own run() (in this package for that), its exit code taken from
  * ServiceUtils' exit hook instead of System.exit. Afterwards its connection
  * is dropped without closing the session, as a one-shot zkCli.sh's exit
@@ -69,10 +70,15 @@ public final class ZkCliBatch {
         BufferedReader commands = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
         for (String line = commands.readLine(); line != null && !line.isEmpty(); line = commands.readLine()) {
             String[] words = line.split("\t", -1);
-            String[] args = new String[words.length + 2];
+            // -waitforconnection (a zkCli option): the command starts once
+            // the connection event is printed, so the event thread's lines
+            // never land inside the command's own ("[" of `ls`, then the
+            // event, then the children).
+            String[] args = new String[words.length + 3];
             args[0] = "-server";
             args[1] = argv[0];
-            System.arraycopy(words, 0, args, 2, words.length);
+            args[2] = "-waitforconnection";
+            System.arraycopy(words, 0, args, 3, words.length);
             exitCode = -1;
             try {
                 new OneShot(args).runAndDrop();
