@@ -92,6 +92,20 @@ fn run_until(
     (failing, stats, ran)
 }
 
+/// A planted bug's batch: `seeds` until one fails with a failure that
+/// `caught` accepts (run_until). Returns the failing reports, the summed
+/// stats, how many seeds ran, and how many failing seeds `caught` accepts.
+fn run_until_caught(
+    seeds: Vec<u64>,
+    options: impl Fn(u64) -> Options + Sync,
+    caught: impl Fn(&str) -> bool + Sync,
+) -> (Vec<Report>, sim::Stats, usize, usize) {
+    let (failing, stats, ran) =
+        run_until(seeds, options, |failing, _| caught_by(failing, &caught) > 0);
+    let count = caught_by(&failing, &caught);
+    (failing, stats, ran, count)
+}
+
 fn add_stats(total: &mut sim::Stats, run: &sim::Stats) {
     total.events += run.events;
     total.operations += run.operations;
@@ -358,16 +372,14 @@ fn reads_that_skip_the_session_queue_are_caught() {
     // would do without keel_server::fifo): pipelined bursts then get a
     // read's reply before an earlier write's.
     let seeds: Vec<u64> = (0..200).collect();
-    let caught = |f: &str| f.contains("session order broken");
-    let (failing, _, ran) = run_until(
+    let (failing, _, ran, order_broken) = run_until_caught(
         seeds,
         |seed| Options {
             reads_skip_queue: true,
             ..Options::for_seed(seed)
         },
-        |failing, _| caught_by(failing, caught) > 0,
+        |f: &str| f.contains("session order broken"),
     );
-    let order_broken = caught_by(&failing, caught);
     eprintln!(
         "reads skipping the queue caught by {} of {ran} seeds run ({order_broken} by the session-order check); first: {:?}",
         failing.len(),
@@ -384,16 +396,14 @@ fn recursive_watches_blind_to_descendants_are_caught() {
     // The tree's watch manager fires a persistent-recursive watch for its
     // own path only: the watch checks must see events missing.
     let seeds: Vec<u64> = (0..200).collect();
-    let caught = |f: &str| f.contains("PersistentRecursive watch");
-    let (failing, _, ran) = run_until(
+    let (failing, _, ran, missed) = run_until_caught(
         seeds,
         |seed| Options {
             recursive_watches_blind: true,
             ..Options::for_seed(seed)
         },
-        |failing, _| caught_by(failing, caught) > 0,
+        |f: &str| f.contains("PersistentRecursive watch"),
     );
-    let missed = caught_by(&failing, caught);
     eprintln!(
         "blind recursive watches caught by {} of {ran} seeds run ({missed} by the watch checks); first: {:?}",
         failing.len(),
@@ -409,16 +419,14 @@ fn recursive_watches_blind_to_descendants_are_caught() {
 fn observers_that_vote_are_caught() {
     // The member list makes the observer a voter: some run elects it.
     let seeds: Vec<u64> = (0..200).collect();
-    let caught = |f: &str| f.starts_with("observer n");
-    let (failing, _, ran) = run_until(
+    let (failing, _, ran, led) = run_until_caught(
         seeds,
         |seed| Options {
             observers_vote: true,
             ..Options::for_seed(seed)
         },
-        |failing, _| caught_by(failing, caught) > 0,
+        |f: &str| f.starts_with("observer n"),
     );
-    let led = caught_by(&failing, caught);
     eprintln!(
         "voting observers caught by {} of {ran} seeds run ({led} by the observer check)",
         failing.len()
@@ -455,16 +463,14 @@ fn a_leader_that_never_sends_a_joiner_its_first_snapshot_is_caught() {
         first_failure(&failing)
     );
     assert_eq!(stats.joined, 40, "every joiner caught up");
-    let caught = |f: &str| f.starts_with("no convergence");
-    let (failing, stats, ran) = run_until(
+    let (failing, stats, ran, stuck) = run_until_caught(
         seeds,
         |seed| Options {
             planted_bug: PlantedBug::NoFirstSnapshot,
             ..with_joiner(seed)
         },
-        |failing, _| caught_by(failing, caught) > 0,
+        |f: &str| f.starts_with("no convergence"),
     );
-    let stuck = caught_by(&failing, caught);
     eprintln!(
         "no first snapshot caught by {} of {ran} seeds run ({stuck} by the convergence check); {} joiners joined",
         failing.len(),
@@ -479,16 +485,14 @@ fn a_leader_that_never_sends_a_joiner_its_first_snapshot_is_caught() {
 #[test]
 fn a_leader_that_ignores_affinity_is_caught() {
     let seeds: Vec<u64> = (0..200).collect();
-    let caught = |f: &str| f.starts_with("leader affinity");
-    let (failing, _, ran) = run_until(
+    let (failing, _, ran, ignored) = run_until_caught(
         seeds,
         |seed| Options {
             planted_bug: PlantedBug::NoLeaderTransfer,
             ..Options::for_seed(seed)
         },
-        |failing, _| caught_by(failing, caught) > 0,
+        |f: &str| f.starts_with("leader affinity"),
     );
-    let ignored = caught_by(&failing, caught);
     eprintln!(
         "ignored affinity caught by {} of {ran} seeds run ({ignored} by the affinity check)",
         failing.len()
@@ -504,16 +508,14 @@ fn acl_checks_that_pass_everything_are_caught() {
     // The tree's ACL check lets everyone through: clients that did not
     // authenticate read and write ACL_USER's nodes.
     let seeds: Vec<u64> = (0..200).collect();
-    let caught = |f: &str| f.contains("ACL bypassed");
-    let (failing, _, ran) = run_until(
+    let (failing, _, ran, bypassed) = run_until_caught(
         seeds,
         |seed| Options {
             acl_blind: true,
             ..Options::for_seed(seed)
         },
-        |failing, _| caught_by(failing, caught) > 0,
+        |f: &str| f.contains("ACL bypassed"),
     );
-    let bypassed = caught_by(&failing, caught);
     eprintln!(
         "blind ACL checks caught by {} of {ran} seeds run ({bypassed} by the ACL check)",
         failing.len()
@@ -530,16 +532,14 @@ fn a_reaper_that_deletes_what_is_not_due_is_caught() {
     // childless TTL nodes whatever their age and containers that never
     // had a child.
     let seeds: Vec<u64> = (0..200).collect();
-    let caught = |f: &str| f.contains(": reaped ");
-    let (failing, _, ran) = run_until(
+    let (failing, _, ran, early) = run_until_caught(
         seeds,
         |seed| Options {
             reap_early: true,
             ..Options::for_seed(seed)
         },
-        |failing, _| caught_by(failing, caught) > 0,
+        |f: &str| f.contains(": reaped "),
     );
-    let early = caught_by(&failing, caught);
     eprintln!(
         "an early reaper caught by {} of {ran} seeds run ({early} by the reaper checks); first: {:?}",
         failing.len(),
@@ -581,16 +581,14 @@ fn snapshots_that_skip_copy_on_write_are_caught() {
     // now, not as it was at the snapshot's position: every snapshot is
     // loaded when written, and this one is refused or differs.
     let seeds: Vec<u64> = (0..200).collect();
-    let caught = |f: &str| f.contains(": snapshot ") && !f.contains("corrupted");
-    let (failing, _, ran) = run_until(
+    let (failing, _, ran, torn) = run_until_caught(
         seeds,
         |seed| Options {
             snapshot_torn: true,
             ..Options::for_seed(seed)
         },
-        |failing, _| caught_by(failing, caught) > 0,
+        |f: &str| f.contains(": snapshot ") && !f.contains("corrupted"),
     );
-    let torn = caught_by(&failing, caught);
     eprintln!(
         "torn snapshots caught by {} of {ran} seeds run ({torn} by the snapshot check); first: {:?}",
         failing.len(),
@@ -613,16 +611,14 @@ fn kv_reads_that_skip_the_read_barrier_are_caught() {
     // ReadIndex barrier: a follower behind, or a leader deposed by a
     // partition, answers a value older than an acknowledged write.
     let seeds = kv_seeds(200);
-    let caught = |f: &str| f.contains("kv history is not linearizable");
-    let (failing, _, ran) = run_until(
+    let (failing, _, ran, stale) = run_until_caught(
         seeds,
         |seed| Options {
             kv_reads_skip_barrier: true,
             ..Options::for_seed(seed)
         },
-        |failing, _| caught_by(failing, caught) > 0,
+        |f: &str| f.contains("kv history is not linearizable"),
     );
-    let stale = caught_by(&failing, caught);
     eprintln!(
         "KV reads skipping the barrier caught by {} of {ran} KV seeds run ({stale} by the KV linearizability check); first: {:?}",
         failing.len(),
@@ -671,16 +667,14 @@ fn kv_snapshots_without_keys_are_caught() {
     // show the keys missing. 50 seeds: nearly every one catches it, and
     // its histories are not linearizable, the slowest to search.
     let seeds = kv_seeds(50);
-    let caught = |f: &str| f.contains(": snapshot ");
-    let (failing, _, ran) = run_until(
+    let (failing, _, ran, snapshot) = run_until_caught(
         seeds,
         |seed| Options {
             kv_snapshot_keys_dropped: true,
             ..Options::for_seed(seed)
         },
-        |failing, _| caught_by(failing, caught) > 0,
+        |f: &str| f.contains(": snapshot "),
     );
-    let snapshot = caught_by(&failing, caught);
     let lost = caught_by(&failing, |f| f.starts_with("kv"));
     eprintln!(
         "KV snapshots without keys caught by {} of {ran} KV seeds run ({snapshot} by the snapshot check, {lost} by the KV history checks); first: {:?}",
@@ -712,12 +706,8 @@ fn planted_kv_bug_is_caught(
         "{what}: the seeds fail without the bug: {:?}",
         first_failure(&clean)
     );
-    let (failing, _, ran) = run_until(
-        seeds,
-        |seed| planted(workload(seed)),
-        |failing, _| caught_by(failing, &matches) > 0,
-    );
-    let caught = caught_by(&failing, &matches);
+    let (failing, _, ran, caught) =
+        run_until_caught(seeds, |seed| planted(workload(seed)), matches);
     eprintln!(
         "{what} caught by {} of {ran} KV seeds run ({caught} by the expected check); first: {:?}",
         failing.len(),
