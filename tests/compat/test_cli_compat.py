@@ -239,7 +239,12 @@ def run_zkcli(server):
                          stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
     results = queue.Queue()
     stderr = []
-    threading.Thread(target=lambda: [results.put(ln) for ln in p.stdout] and None, daemon=True).start()
+
+    def read_results():
+        for ln in p.stdout:
+            results.put(ln)
+
+    threading.Thread(target=read_results, daemon=True).start()
     threading.Thread(target=lambda: stderr.extend(p.stderr), daemon=True).start()
     try:
         for args in ZKCLI_COMMANDS:
