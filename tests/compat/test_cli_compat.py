@@ -21,7 +21,7 @@ import pytest
 
 from conftest import beside_reference
 from harness import CLI_MT, ZKCLI, ZK_CLIENT_CLASSPATH
-from harness.javac import compile_sources
+from harness.javac import TIER1, compile_sources
 
 from compat.topology import compare_traces
 
@@ -228,7 +228,7 @@ def zkcli_batch_java():
     _, classes = compile_sources(["ZkCliBatch.java"], ZK_CLIENT_CLASSPATH, "javac-zkcli")
     log_file = "zookeeper-%s-cli-%s.log" % (os.environ.get("USER", ""), os.uname().nodename)
     return [java or "java", "-Dzookeeper.log.dir=" + log_dir, "-Dzookeeper.log.file=" + log_file,
-            "-cp", classpath + ":" + classes, "-XX:TieredStopAtLevel=1", "-Xmx128m",
+            "-cp", classpath + ":" + classes, TIER1, "-Xmx128m",
             "org.apache.zookeeper.ZkCliBatch"]
 
 

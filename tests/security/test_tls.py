@@ -17,6 +17,7 @@ import time
 import pytest
 
 from harness import four_letter_word, zkproto as P
+from harness.javac import TIER1
 from security.conftest import KINDS
 from security.secure import (client_context, java_results, java_tls_properties, kazoo_client,
                              run_java, server_certificate, tls_four_letter_word,
@@ -258,7 +259,7 @@ def test_make_compares_zookeeper_ensemble_runs_tls_on_client_ports_and_quorum_li
     import zk_tls
     root = make_workdir("zk-tls-ensemble")
     group = zk_tls.make_group(root, {"four_letter_words": ["*"],
-                                    "zk_jvm_options": ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]})
+                                    "zk_jvm_options": ["-Xmx256m", "-XX:+UseSerialGC", TIER1]})
     try:
         group.start(timeout=120)
         leader = group.leader(timeout=60)
