@@ -1,5 +1,7 @@
 //! ACL rules: ZooKeeper's fixupACL, checkACL and the digest/ip providers.
 
+use std::borrow::Cow;
+
 use base64::Engine;
 use keel_jute::{perms, Acl, ErrorCode, Id};
 use sha1::{Digest, Sha1};
@@ -91,7 +93,20 @@ fn authenticated_scheme(scheme: &str) -> bool {
 
 /// ZooKeeper's PrepRequestProcessor.fixupACL: dedupe, reject empty or
 /// invalid entries, expand `auth` to the caller's authenticated ids.
-pub fn fixup(acl: &[Acl], auth: &[Id]) -> Result<Vec<Acl>, ErrorCode> {
+/// A one-entry list that needs no change comes back as it came (most
+/// creates carry OPEN_ACL_UNSAFE): no copy of its strings.
+pub fn fixup<'a>(acl: &'a [Acl], auth: &[Id]) -> Result<Cow<'a, [Acl]>, ErrorCode> {
+    if let [entry] = acl {
+        let world = entry.id.scheme == "world" && entry.id.id == "anyone";
+        if world || scheme_id_valid(&entry.id) {
+            return Ok(Cow::Borrowed(acl));
+        }
+    }
+    fixup_list(acl, auth).map(Cow::Owned)
+}
+
+/// `fixup` of any list.
+fn fixup_list(acl: &[Acl], auth: &[Id]) -> Result<Vec<Acl>, ErrorCode> {
     let mut unique: Vec<&Acl> = Vec::with_capacity(acl.len().min(ACL_ENTRIES_MAX));
     for entry in acl {
         if !unique.contains(&entry) {

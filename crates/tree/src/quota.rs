@@ -7,17 +7,15 @@
 
 use crate::tree::DataTree;
 
-const QUOTA_ROOT: &str = "/zookeeper/quota";
+pub(crate) const QUOTA_ROOT: &str = "/zookeeper/quota";
 const LIMIT_NODE: &str = "zookeeper_limits";
 const STAT_NODE: &str = "zookeeper_stats";
 
 impl DataTree {
     /// The deepest quota root containing `path` (never "/"), if any.
     pub(crate) fn quota_prefix(&self, path: &str) -> Option<String> {
-        if self
-            .resolve(QUOTA_ROOT)
-            .is_none_or(|id| self.slot(id).is_leaf())
-        {
+        debug_assert_eq!(self.quota_root, self.resolve(QUOTA_ROOT));
+        if self.quota_root.is_none_or(|id| self.slot(id).is_leaf()) {
             return None;
         }
         let mut prefix = String::new();

@@ -805,6 +805,7 @@ fn build(
         // Keel's (one pass over the nodes, for an old file only).
         tree.digest = tree.recomputed_digest();
     }
+    tree.quota_root = tree.resolve(crate::quota::QUOTA_ROOT);
     Ok(tree)
 }
 

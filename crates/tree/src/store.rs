@@ -812,6 +812,11 @@ pub struct AclTable {
     entries: Vec<AclEntry>,
     by_encoding: HashMap<Vec<u8>, u32>,
     free: Vec<u32>,
+    /// The id `intern` answered last: most creates carry the list the
+    /// one before carried (OPEN_ACL_UNSAFE, mostly), which then costs a
+    /// comparison instead of an encoding and a hash lookup. A hint only:
+    /// used when its entry is live and holds the same list.
+    last: Option<u32>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -836,6 +841,20 @@ pub fn encode_acl(list: &[Acl]) -> Vec<u8> {
 impl AclTable {
     /// The id of `list`, one reference more.
     pub fn intern(&mut self, list: &[Acl]) -> u32 {
+        if let Some(id) = self.last {
+            let entry = &mut self.entries[id as usize];
+            if entry.refs > 0 && *entry.list == *list {
+                entry.refs += 1;
+                return id;
+            }
+        }
+        let id = self.intern_encoded(list);
+        self.last = Some(id);
+        id
+    }
+
+    /// `intern` by the list's encoding.
+    fn intern_encoded(&mut self, list: &[Acl]) -> u32 {
         let encoded = encode_acl(list);
         if let Some(id) = self.by_encoding.get(&encoded) {
             self.entries[*id as usize].refs += 1;

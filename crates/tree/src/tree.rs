@@ -120,6 +120,10 @@ pub struct DataTree {
     pub(crate) parents: ParentCache,
     /// Path facts (digest hash, length) of recently used parents.
     pub(crate) facts: FactsCache,
+    /// The node of /zookeeper/quota, whose children say whether any quota
+    /// is set (every write asks): a system node, never deleted, so its id
+    /// holds for the tree's life. Set by `new` and by a snapshot's load.
+    pub(crate) quota_root: Option<NodeId>,
 }
 
 /// Parent paths remembered for creates (direct-mapped by the path's hash).
@@ -289,6 +293,7 @@ impl DataTree {
             insert_hints: InsertHints::default(),
             parents: ParentCache::default(),
             facts: FactsCache::default(),
+            quota_root: None,
         }
     }
 
@@ -305,7 +310,8 @@ impl DataTree {
         assert_eq!(root, ROOT);
         tree.account(ROOT, true);
         let zookeeper = tree.create_system(ROOT, "zookeeper", &open, PackedStat::default());
-        tree.create_system(zookeeper, "quota", &open, PackedStat::default());
+        tree.quota_root =
+            Some(tree.create_system(zookeeper, "quota", &open, PackedStat::default()));
         // ZooKeeper 3.8's quirk, as its clients see it: /zookeeper/config is
         // read-only with aversion -1.
         let read_only = vec![Acl {

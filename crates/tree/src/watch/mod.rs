@@ -190,6 +190,10 @@ impl WatchManager {
     pub fn trigger(&mut self, path: &str, event_type: i32) -> Vec<i64> {
         assert_path(path);
         let tables = tables_for_event(event_type);
+        if !self.may_fire(path, event_type, tables) {
+            self.sweep_if_due();
+            return Vec::new();
+        }
         let mut fired = RoaringBitmap::new();
         for &table in tables {
             fired |= self.collect(table, path, event_type);
@@ -202,6 +206,19 @@ impl WatchManager {
         }
         self.sweep_if_due();
         sessions
+    }
+
+    /// Whether `event_type` on `path` can fire anything: a watch on the
+    /// path itself, or a recursive watch that an ancestor may hold. Most
+    /// writes touch unwatched paths; they cost one lookup, not a bitmap
+    /// per table and a lookup per table for `collect` and another for
+    /// `consume_one_shot`. False only where `collect` finds nothing.
+    fn may_fire(&self, path: &str, event_type: i32, tables: &[Table]) -> bool {
+        let ancestors = event_type != EVENT_NODE_CHILDREN_CHANGED
+            && tables
+                .iter()
+                .any(|table| self.recursive_entries[table.index()] > 0);
+        ancestors || self.paths.contains_key(path)
     }
 
     /// Watcher ids of `table` that `event_type` on `path` fires.
