@@ -14,8 +14,16 @@ const STAT_NODE: &str = "zookeeper_stats";
 impl DataTree {
     /// The deepest quota root containing `path` (never "/"), if any.
     pub(crate) fn quota_prefix(&self, path: &str) -> Option<String> {
-        debug_assert_eq!(self.quota_root, self.resolve(QUOTA_ROOT));
-        if self.quota_root.is_none_or(|id| self.slot(id).is_leaf()) {
+        // A snapshot without the system nodes (not one Keel writes) leaves
+        // no kept id: then the path is resolved, as before there was one.
+        let quota_root = match self.quota_root {
+            Some(id) => {
+                debug_assert_eq!(Some(id), self.resolve(QUOTA_ROOT));
+                Some(id)
+            }
+            None => self.resolve(QUOTA_ROOT),
+        };
+        if quota_root.is_none_or(|id| self.slot(id).is_leaf()) {
             return None;
         }
         let mut prefix = String::new();

@@ -122,7 +122,8 @@ pub struct DataTree {
     pub(crate) facts: FactsCache,
     /// The node of /zookeeper/quota, whose children say whether any quota
     /// is set (every write asks): a system node, never deleted, so its id
-    /// holds for the tree's life. Set by `new` and by a snapshot's load.
+    /// holds for the tree's life. Set by `new` and by a snapshot's load
+    /// (None if the snapshot had none: `quota_prefix` then resolves it).
     pub(crate) quota_root: Option<NodeId>,
 }
 
