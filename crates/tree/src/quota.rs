@@ -16,13 +16,10 @@ impl DataTree {
     pub(crate) fn quota_prefix(&self, path: &str) -> Option<String> {
         // A snapshot without the system nodes (not one Keel writes) leaves
         // no kept id: then the path is resolved, as before there was one.
-        let quota_root = match self.quota_root {
-            Some(id) => {
-                debug_assert_eq!(Some(id), self.resolve(QUOTA_ROOT));
-                Some(id)
-            }
-            None => self.resolve(QUOTA_ROOT),
-        };
+        debug_assert!(self
+            .quota_root
+            .is_none_or(|id| Some(id) == self.resolve(QUOTA_ROOT)));
+        let quota_root = self.quota_root.or_else(|| self.resolve(QUOTA_ROOT));
         if quota_root.is_none_or(|id| self.slot(id).is_leaf()) {
             return None;
         }
