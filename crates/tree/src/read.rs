@@ -8,7 +8,7 @@ use keel_jute::{
 };
 
 use crate::acl;
-use crate::store::NodeId;
+use crate::store::{NodeId, CHILD_LIST_CACHE_CHILDREN_MIN};
 use crate::tree::{owner_kind, DataTree, OwnerKind};
 use crate::watch::WatchKind;
 
@@ -149,6 +149,27 @@ impl DataTree {
             Ok(id) => id,
             Err(code) => return ReadOutcome::plain(Err(code)),
         };
+        let mut body = match self.arena.kept_list(id) {
+            Some(list) => {
+                let mut body = Vec::with_capacity(list.len() + STAT_BYTES);
+                body.extend_from_slice(&list);
+                body
+            }
+            None => self.encode_children(id),
+        };
+        if with_stat {
+            self.client_stat(id).write(&mut body);
+        }
+        ReadOutcome {
+            result: Ok(Response::Encoded(body)),
+            watches: watch_if(watch, path, WatchKind::Child),
+        }
+    }
+
+    /// The `vector<ustring>` of the names of the children of `id`, with
+    /// room for a stat after it; kept for the next listing when the parent
+    /// has CHILD_LIST_CACHE_CHILDREN_MIN children or more.
+    fn encode_children(&self, id: NodeId) -> Vec<u8> {
         let children = self.children(id);
         let count = children.len();
         let mut body = Vec::with_capacity(4 + count * ENCODED_CHILD_BYTES_GUESS + STAT_BYTES);
@@ -158,17 +179,14 @@ impl DataTree {
         );
         // A ustring is its length and bytes, as a buffer: the stored name
         // (UTF-8 since it was created from a `&str`) is copied without
-        // checking its UTF-8 again, once per child per request.
+        // checking its UTF-8 again.
         for child in children.iter() {
             write_buffer(&mut body, Some(self.slot(child).blob.name_bytes()));
         }
-        if with_stat {
-            self.client_stat(id).write(&mut body);
+        if count >= CHILD_LIST_CACHE_CHILDREN_MIN {
+            self.arena.keep_list(id, &body);
         }
-        ReadOutcome {
-            result: Ok(Response::Encoded(body)),
-            watches: watch_if(watch, path, WatchKind::Child),
-        }
+        body
     }
 
     fn get_children(&self, path: &str, watch: bool, with_stat: bool, auth: &[Id]) -> ReadOutcome {

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher as _};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use keel_jute::{Acl, Reader, Record};
 use thin_vec::ThinVec;
@@ -46,6 +46,16 @@ pub const CHILDREN_CHUNK_MAX: usize = 1024;
 /// The one id a chunked parent's own vector holds: its children are in
 /// `Arena::chunked` (NIL is never a child).
 const CHUNKED_MARK: NodeId = NIL;
+/// Bytes of encoded child lists the arena keeps for getChildren
+/// (`ChildListCache`): past it, lists are dropped to make room.
+pub const CHILD_LIST_CACHE_BYTES_MAX: usize = 8 << 20;
+/// Most child lists kept at once.
+pub const CHILD_LIST_CACHE_LISTS_MAX: usize = 4096;
+/// Longest encoded child list kept (a wider parent is encoded per read).
+pub const CHILD_LIST_CACHE_ENTRY_BYTES_MAX: usize = 1 << 20;
+/// Fewest children a kept list has: a leaf's or an only child's list is
+/// cheaper to encode than to look up.
+pub const CHILD_LIST_CACHE_CHILDREN_MIN: usize = 2;
 
 /// The persisted Stat fields of a node, packed (data_length and
 /// num_children are derived from the blob and the child list).
@@ -406,6 +416,9 @@ pub struct Arena {
     /// The children of parents with more than CHILDREN_FLAT_MAX (their
     /// own vector holds CHUNKED_MARK).
     chunked: HashMap<NodeId, Chunked>,
+    /// Encoded child lists of parents listed since their children last
+    /// changed: every change of a parent's children drops its list.
+    lists: ChildListCache,
 }
 
 impl Arena {
@@ -440,6 +453,7 @@ impl Arena {
     /// Puts `child` at `position` among the children of `parent`.
     pub fn insert_child(&mut self, parent: NodeId, position: usize, child: NodeId) {
         assert!(child != CHUNKED_MARK, "NIL as a child");
+        self.lists.forget(parent);
         if self.get(parent).is_chunked() {
             let chunked = self
                 .chunked
@@ -473,6 +487,7 @@ impl Arena {
 
     /// Takes the child at `position` from the children of `parent`.
     pub fn remove_child(&mut self, parent: NodeId, position: usize) -> NodeId {
+        self.lists.forget(parent);
         if !self.get(parent).is_chunked() {
             let children = &mut self.get_mut(parent).children;
             assert!(
@@ -507,6 +522,7 @@ impl Arena {
             "parent {parent} has children already"
         );
         assert!(!sorted.contains(&CHUNKED_MARK), "NIL as a child");
+        self.lists.assert_not_kept(parent);
         if sorted.len() > CHILDREN_FLAT_MAX {
             self.keep_chunked(parent, Chunked::from_sorted(sorted));
         } else {
@@ -576,6 +592,7 @@ impl Arena {
         assert!(!slot.is_free());
         if !fresh_only {
             if let Some(id) = self.free.pop() {
+                self.lists.assert_not_kept(id);
                 let target = self.get_mut(id);
                 assert!(target.is_free(), "free list holds live slot {id}");
                 *target = slot;
@@ -594,6 +611,7 @@ impl Arena {
 
     /// Frees a live slot and returns what it held.
     pub fn release(&mut self, id: NodeId) -> Slot {
+        self.lists.assert_not_kept(id);
         let old = std::mem::replace(self.get_mut(id), Slot::free());
         assert!(!old.is_free(), "double free of {id}");
         self.free.push(id);
@@ -609,6 +627,7 @@ impl Arena {
             .rposition(|free| *free == id)
             .expect("a released slot is on the free list");
         self.free.remove(at);
+        self.lists.assert_not_kept(id);
         *self.get_mut(id) = slot;
     }
 
@@ -638,6 +657,7 @@ impl Arena {
             len: len as u32,
             free,
             chunked: HashMap::new(),
+            lists: ChildListCache::default(),
         }
     }
 
@@ -649,10 +669,125 @@ impl Arena {
             .map(|(id, slot)| (id as NodeId, slot))
     }
 
+    /// The encoded child list of `parent` kept by `keep_list`, if its
+    /// children have not changed since.
+    pub fn kept_list(&self, parent: NodeId) -> Option<Arc<[u8]>> {
+        self.lists.get(parent)
+    }
+
+    /// Keeps `encoded`, the getChildren encoding (`vector<ustring>`) of the
+    /// current children of `parent`, for the next `kept_list`.
+    pub fn keep_list(&self, parent: NodeId, encoded: &[u8]) {
+        assert!(encoded.len() >= 4, "an encoded list starts with its count");
+        assert!(!self.get(parent).is_leaf(), "a leaf's list is not kept");
+        self.lists.put(parent, encoded);
+    }
+
+    /// Bytes of the kept child lists (part of the tree's memory).
+    pub fn kept_list_bytes(&self) -> usize {
+        self.lists.bytes()
+    }
+
     /// Bytes of the slots themselves and the free list.
     pub fn slot_bytes(&self) -> usize {
         let slots: usize = self.segments.iter().map(|s| s.capacity()).sum();
         slots * std::mem::size_of::<Slot>() + self.free.capacity() * 4
+    }
+}
+
+/// Encoded child lists, so that listing a parent whose children did not
+/// change costs a lookup and a copy instead of a pass over its children's
+/// slots (about 100 instructions per child). Reads fill it while holding
+/// the tree shared (hence the lock); every change of a parent's children
+/// happens with the tree held exclusively and drops that parent's list, so
+/// a kept list is never stale. A clone (a snapshot's copy) starts empty.
+#[derive(Default)]
+struct ChildListCache(Mutex<KeptLists>);
+
+#[derive(Default)]
+struct KeptLists {
+    by_parent: hashbrown::HashMap<NodeId, Arc<[u8]>>,
+    /// Σ length of the lists in `by_parent`.
+    bytes: usize,
+}
+
+impl ChildListCache {
+    fn lock(&self) -> MutexGuard<'_, KeptLists> {
+        // The lock guards no invariant a panic could break halfway: an
+        // entry is inserted or removed with its byte count in one step.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn get(&self, parent: NodeId) -> Option<Arc<[u8]>> {
+        self.lock().by_parent.get(&parent).cloned()
+    }
+
+    fn put(&self, parent: NodeId, encoded: &[u8]) {
+        if encoded.len() > CHILD_LIST_CACHE_ENTRY_BYTES_MAX {
+            return;
+        }
+        let list: Arc<[u8]> = Arc::from(encoded);
+        let mut kept = self.lock();
+        if let Some(old) = kept.by_parent.remove(&parent) {
+            kept.bytes -= old.len();
+        }
+        let full = kept.by_parent.len() >= CHILD_LIST_CACHE_LISTS_MAX
+            || kept.bytes + list.len() > CHILD_LIST_CACHE_BYTES_MAX;
+        if full {
+            // Start over: bounded work (at most CHILD_LIST_CACHE_LISTS_MAX
+            // frees), and the parents listed often are back after a read.
+            kept.by_parent.clear();
+            kept.bytes = 0;
+        }
+        kept.bytes += list.len();
+        kept.by_parent.insert(parent, list);
+        assert!(kept.bytes <= CHILD_LIST_CACHE_BYTES_MAX);
+        assert!(kept.by_parent.len() <= CHILD_LIST_CACHE_LISTS_MAX);
+    }
+
+    /// Drops the list of `parent` (its children change, or the slot is
+    /// freed or refilled). Called with the arena held exclusively.
+    fn forget(&mut self, parent: NodeId) {
+        let kept = self.0.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if kept.by_parent.is_empty() {
+            return;
+        }
+        if let Some(old) = kept.by_parent.remove(&parent) {
+            kept.bytes -= old.len();
+        }
+    }
+
+    /// Asserts that `id` has no kept list: a leaf (a slot being freed,
+    /// refilled or given its first children) never has one, since the
+    /// removal of its last child dropped it.
+    fn assert_not_kept(&mut self, id: NodeId) {
+        let kept = self.0.get_mut().unwrap_or_else(PoisonError::into_inner);
+        assert!(
+            kept.by_parent.is_empty() || !kept.by_parent.contains_key(&id),
+            "node {id} has a kept child list"
+        );
+    }
+
+    fn bytes(&self) -> usize {
+        self.lock().bytes
+    }
+}
+
+impl Clone for ChildListCache {
+    fn clone(&self) -> Self {
+        ChildListCache::default()
+    }
+}
+
+impl std::fmt::Debug for ChildListCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kept = self.lock();
+        write!(
+            f,
+            "ChildListCache({} lists, {} bytes)",
+            kept.by_parent.len(),
+            kept.bytes
+        )
     }
 }
 

@@ -1337,3 +1337,136 @@ fn a_wide_parent_keeps_its_children_sorted_through_creates_deletes_and_snapshots
     h.assert_children("/w", expected);
     h.delete("/w").unwrap();
 }
+
+/// Lists `path` for a reply (both forms) and checks the bytes against the
+/// plain read: a kept child list must never be stale.
+fn list_for_reply(h: &Harness, path: &str) {
+    list_tree_for_reply(&h.tree, path);
+}
+
+fn list_tree_for_reply(tree: &DataTree, path: &str) {
+    let requests = [
+        Request::GetChildren(keel_jute::GetChildrenRequest {
+            path: path.into(),
+            watch: false,
+        }),
+        Request::GetChildren2(keel_jute::GetChildren2Request {
+            path: path.into(),
+            watch: true,
+        }),
+    ];
+    for request in requests {
+        let plain = tree.read(&request, SESSION, &[]).unwrap();
+        crate::fuzzing::check_read_for_reply(tree, &request, SESSION, &[], &plain);
+    }
+}
+
+/// Every way a parent's children change drops its kept list: creates,
+/// deletes, a multi rolled back, ephemerals going with their session, the
+/// parent deleted and its slot reused, a list crossing into chunks and
+/// back. A change to a child's data keeps it; a clone starts without.
+#[test]
+fn a_kept_child_list_follows_every_change_of_the_children() {
+    use crate::store::{CHILDREN_FLAT_MAX, CHILD_LIST_CACHE_LISTS_MAX};
+    let mut h = Harness::new();
+    h.create("/p", 0).unwrap();
+    for i in 0..5 {
+        h.create(&format!("/p/c{i}"), 0).unwrap();
+    }
+    let parent = h.tree.resolve("/p").unwrap();
+    assert!(h.tree.arena.kept_list(parent).is_none());
+    list_for_reply(&h, "/p");
+    let kept = h
+        .tree
+        .arena
+        .kept_list(parent)
+        .expect("a listed parent is kept");
+    assert_eq!(h.tree.arena.kept_list_bytes(), kept.len());
+    let copy = h.tree.clone();
+    assert_eq!(copy.arena.kept_list_bytes(), 0, "a clone starts empty");
+    list_tree_for_reply(&copy, "/p");
+    assert_eq!(copy.arena.kept_list_bytes(), kept.len());
+
+    h.request(Request::SetData(SetDataRequest {
+        path: "/p/c1".into(),
+        data: Some(b"new".to_vec()),
+        version: -1,
+    }))
+    .result
+    .unwrap();
+    assert!(
+        h.tree.arena.kept_list(parent).is_some(),
+        "data is not the list"
+    );
+
+    h.create("/p/a", 0).unwrap();
+    assert!(h.tree.arena.kept_list(parent).is_none());
+    list_for_reply(&h, "/p");
+    h.delete("/p/c3").unwrap();
+    list_for_reply(&h, "/p");
+
+    let failing = vec![
+        MultiOp::Create(create_request("/p/m1", 0)),
+        MultiOp::Delete(DeleteRequest {
+            path: "/p/c0".into(),
+            version: -1,
+        }),
+        MultiOp::Check(CheckVersionRequest {
+            path: "/p".into(),
+            version: 12_345,
+        }),
+    ];
+    list_for_reply(&h, "/p");
+    assert!(h.request(Request::Multi(failing)).result.is_ok());
+    assert!(h.tree.stat("/p/m1").is_none());
+    list_for_reply(&h, "/p");
+
+    const OTHER: i64 = 0x200;
+    h.txn(OTHER, TxnOp::CreateSession { timeout_ms: 4000 });
+    h.request_as(OTHER, vec![], Request::Create(create_request("/p/eph", 1)))
+        .result
+        .unwrap();
+    list_for_reply(&h, "/p");
+    h.txn(OTHER, TxnOp::CloseSession);
+    assert!(h.tree.stat("/p/eph").is_none());
+    list_for_reply(&h, "/p");
+
+    for name in ["a", "c0", "c1", "c2", "c4"] {
+        h.delete(&format!("/p/{name}")).unwrap();
+        list_for_reply(&h, "/p");
+    }
+    h.delete("/p").unwrap();
+    // The freed slots are reused by new nodes: none may show a dead list.
+    h.create("/q", 0).unwrap();
+    for i in 0..3 {
+        h.create(&format!("/q/d{i}"), 0).unwrap();
+    }
+    list_for_reply(&h, "/q");
+    list_for_reply(&h, "/");
+
+    h.create("/wide", 0).unwrap();
+    for i in 0..=CHILDREN_FLAT_MAX {
+        h.create(&format!("/wide/w{i:05}"), 0).unwrap();
+        if i % 1000 == 0 || i + 1 >= CHILDREN_FLAT_MAX {
+            list_for_reply(&h, "/wide");
+        }
+    }
+    for i in 0..=CHILDREN_FLAT_MAX / 2 + 1 {
+        h.delete(&format!("/wide/w{i:05}")).unwrap();
+        if i % 1000 == 0 || i + 2 >= CHILDREN_FLAT_MAX / 2 {
+            list_for_reply(&h, "/wide");
+        }
+    }
+
+    // More listed parents than are kept: the lists start over, bounded.
+    for i in 0..=CHILD_LIST_CACHE_LISTS_MAX {
+        let parent = format!("/many{i}");
+        h.create(&parent, 0).unwrap();
+        h.create(&format!("{parent}/x"), 0).unwrap();
+        h.create(&format!("{parent}/y"), 0).unwrap();
+        list_for_reply(&h, &parent);
+    }
+    list_for_reply(&h, "/many0");
+    list_for_reply(&h, "/q");
+    crate::fuzzing::check_invariants(&h.tree);
+}

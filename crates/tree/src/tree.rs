@@ -435,6 +435,7 @@ impl DataTree {
             + self.heap_bytes
             + self.index.heap_bytes() as u64
             + self.acls.heap_bytes() as u64
+            + self.arena.kept_list_bytes() as u64
             + owners
     }
 
