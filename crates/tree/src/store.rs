@@ -47,9 +47,9 @@ pub const CHILDREN_CHUNK_MAX: usize = 1024;
 /// `Arena::chunked` (NIL is never a child).
 const CHUNKED_MARK: NodeId = NIL;
 /// Bytes of encoded child lists the arena keeps for getChildren
-/// (`ChildListCache`): past it, lists are dropped to make room.
+/// (`ChildListCache`): a list that would pass it empties the cache first.
 pub const CHILD_LIST_CACHE_BYTES_MAX: usize = 8 << 20;
-/// Most child lists kept at once.
+/// Most child lists kept at once (past it, the cache empties too).
 pub const CHILD_LIST_CACHE_LISTS_MAX: usize = 4096;
 /// Longest encoded child list kept (a wider parent is encoded per read).
 pub const CHILD_LIST_CACHE_ENTRY_BYTES_MAX: usize = 1 << 20;
@@ -745,8 +745,8 @@ impl ChildListCache {
         assert!(kept.by_parent.len() <= CHILD_LIST_CACHE_LISTS_MAX);
     }
 
-    /// Drops the list of `parent` (its children change, or the slot is
-    /// freed or refilled). Called with the arena held exclusively.
+    /// Drops the list of `parent`, whose children change. Called with the
+    /// arena held exclusively.
     fn forget(&mut self, parent: NodeId) {
         let kept = self.0.get_mut().unwrap_or_else(PoisonError::into_inner);
         if kept.by_parent.is_empty() {

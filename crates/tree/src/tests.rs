@@ -1416,7 +1416,6 @@ fn a_kept_child_list_follows_every_change_of_the_children() {
             version: 12_345,
         }),
     ];
-    list_for_reply(&h, "/p");
     assert!(h.request(Request::Multi(failing)).result.is_ok());
     assert!(h.tree.stat("/p/m1").is_none());
     list_for_reply(&h, "/p");
