@@ -1364,10 +1364,14 @@ fn list_tree_for_reply(tree: &DataTree, path: &str) {
 /// Every way a parent's children change drops its kept list: creates,
 /// deletes, a multi rolled back, ephemerals going with their session, the
 /// parent deleted and its slot reused, a list crossing into chunks and
-/// back. A change to a child's data keeps it; a clone starts without.
+/// back. A change to a child's data keeps it; a clone starts without; a
+/// list over the entry bound is not kept, and the count bound holds.
 #[test]
 fn a_kept_child_list_follows_every_change_of_the_children() {
-    use crate::store::{CHILDREN_FLAT_MAX, CHILD_LIST_CACHE_LISTS_MAX};
+    use crate::store::{
+        CHILDREN_FLAT_MAX, CHILD_LIST_CACHE_BYTES_MAX, CHILD_LIST_CACHE_ENTRY_BYTES_MAX,
+        CHILD_LIST_CACHE_LISTS_MAX,
+    };
     let mut h = Harness::new();
     h.create("/p", 0).unwrap();
     for i in 0..5 {
@@ -1456,6 +1460,19 @@ fn a_kept_child_list_follows_every_change_of_the_children() {
             list_for_reply(&h, "/wide");
         }
     }
+
+    // A list longer than CHILD_LIST_CACHE_ENTRY_BYTES_MAX is encoded on
+    // every read, never kept.
+    h.create("/long", 0).unwrap();
+    let name_bytes = 600;
+    let count = CHILD_LIST_CACHE_ENTRY_BYTES_MAX / (4 + name_bytes) + 1;
+    for i in 0..count {
+        h.create(&format!("/long/{i:0name_bytes$}"), 0).unwrap();
+    }
+    list_for_reply(&h, "/long");
+    let long = h.tree.resolve("/long").unwrap();
+    assert!(h.tree.arena.kept_list(long).is_none());
+    assert!(h.tree.arena.kept_list_bytes() <= CHILD_LIST_CACHE_BYTES_MAX);
 
     // More listed parents than are kept: the lists start over, bounded.
     for i in 0..=CHILD_LIST_CACHE_LISTS_MAX {
