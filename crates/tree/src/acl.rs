@@ -97,12 +97,17 @@ fn authenticated_scheme(scheme: &str) -> bool {
 /// creates carry OPEN_ACL_UNSAFE): no copy of its strings.
 pub fn fixup<'a>(acl: &'a [Acl], auth: &[Id]) -> Result<Cow<'a, [Acl]>, ErrorCode> {
     if let [entry] = acl {
-        let world = entry.id.scheme == "world" && entry.id.id == "anyone";
-        if world || scheme_id_valid(&entry.id) {
+        if kept_as_is(&entry.id) {
             return Ok(Cow::Borrowed(acl));
         }
     }
     fixup_list(acl, auth).map(Cow::Owned)
+}
+
+/// An entry fixupACL keeps unchanged: world:anyone, or a valid id of a
+/// provider (never `auth`, which expands to the caller's ids).
+fn kept_as_is(id: &Id) -> bool {
+    (id.scheme == "world" && id.id == "anyone") || scheme_id_valid(id)
 }
 
 /// `fixup` of any list.
@@ -123,7 +128,7 @@ fn fixup_list(acl: &[Acl], auth: &[Id]) -> Result<Vec<Acl>, ErrorCode> {
     }
     let mut fixed = Vec::with_capacity(unique.len());
     for entry in unique {
-        if entry.id.scheme == "world" && entry.id.id == "anyone" {
+        if kept_as_is(&entry.id) {
             fixed.push(entry.clone());
         } else if entry.id.scheme == "auth" {
             // Only ids of providers that "authenticate" count: digest and
@@ -141,8 +146,6 @@ fn fixup_list(acl: &[Acl], auth: &[Id]) -> Result<Vec<Acl>, ErrorCode> {
                     id: id.clone(),
                 });
             }
-        } else if scheme_id_valid(&entry.id) {
-            fixed.push(entry.clone());
         } else {
             return Err(ErrorCode::InvalidAcl);
         }
