@@ -718,6 +718,11 @@ impl ChildListCache {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The lists with the arena held exclusively: no locking.
+    fn exclusive(&mut self) -> &mut KeptLists {
+        self.0.get_mut().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn get(&self, parent: NodeId) -> Option<Arc<[u8]>> {
         self.lock().by_parent.get(&parent).cloned()
     }
@@ -748,7 +753,7 @@ impl ChildListCache {
     /// Drops the list of `parent`, whose children change. Called with the
     /// arena held exclusively.
     fn forget(&mut self, parent: NodeId) {
-        let kept = self.0.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let kept = self.exclusive();
         if kept.by_parent.is_empty() {
             return;
         }
@@ -761,7 +766,7 @@ impl ChildListCache {
     /// refilled or given its first children) never has one, since the
     /// removal of its last child dropped it.
     fn assert_not_kept(&mut self, id: NodeId) {
-        let kept = self.0.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let kept = self.exclusive();
         assert!(
             kept.by_parent.is_empty() || !kept.by_parent.contains_key(&id),
             "node {id} has a kept child list"
