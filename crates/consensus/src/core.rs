@@ -33,6 +33,7 @@
 //! conf-change entries applied in step 4/6 like any other; the leader's
 //! `tick` carries a change under way one step further.
 
+mod lost_log;
 mod reconfigure;
 pub use reconfigure::bootstrap_membership;
 
@@ -529,6 +530,12 @@ pub struct Core<S: StateMachine, I: Io, P: SnapshotSource> {
     rng: u64,
     /// Membership changes (`reconfigure.rs`).
     reconfig: reconfigure::State,
+    /// A leader's heartbeat showed that this node lost entries it had
+    /// acknowledged (`lost_log.rs`): it steps nothing more, and `advance`
+    /// returns the error.
+    lost_log: Option<lost_log::LostLog>,
+    /// On the leader: the members told they lost entries, with the term.
+    lost_log_revealed: BTreeMap<u64, u64>,
 }
 
 impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
@@ -607,6 +614,8 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             snapshot_sends: BTreeMap::new(),
             rng: config.seed ^ 0x9e37_79b9_7f4a_7c15,
             reconfig: reconfigure::State::new(config.membership.clone(), config.first_sequence),
+            lost_log: None,
+            lost_log_revealed: BTreeMap::new(),
             config,
         };
         core.redraw_election_timeout();
@@ -986,10 +995,21 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     pub fn peer(&mut self, input: PeerInput) {
         match input {
             PeerInput::Raft(message) => {
+                if self.lost_log.is_some() {
+                    return;
+                }
                 if self.refuse_before_first_snapshot(&message) {
                     return self.ask_first_snapshot(&message);
                 }
                 if self.refuse_vote(&message) {
+                    return;
+                }
+                if let Some(lost) = self.lost_log_shown(&message) {
+                    tracing::error!(?lost, "this member lost entries it had acknowledged");
+                    self.lost_log = Some(lost);
+                    return;
+                }
+                if self.reveal_lost_log(&message) {
                     return;
                 }
                 self.reconfig.heard.insert(message.from, self.ticks);
@@ -1097,6 +1117,9 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     /// Runs steps 1–7 of the module doc, again while handling a Ready left
     /// more to do (bounded: the rest waits for the next call).
     pub fn advance(&mut self) -> Result<(), ConsensusError> {
+        if let Some(lost) = self.lost_log {
+            return Err(lost.error());
+        }
         self.decide_reads();
         self.release_held_reads();
         self.start_lingering();

@@ -29,6 +29,8 @@ mod zerofill;
 #[cfg(test)]
 mod lease_tests;
 #[cfg(test)]
+mod lost_log_tests;
+#[cfg(test)]
 mod membership_tests;
 #[cfg(test)]
 mod peer_auth_tests;
@@ -114,6 +116,14 @@ pub enum ConsensusError {
     /// index its entries out of bounds.
     #[error("the log jumps from entry {after} to entry {next}: entries are missing")]
     Hole { after: u64, next: u64 },
+    /// A leader counts this member as holding entries its log no longer
+    /// has: its data directory lost acknowledged writes (`core/lost_log.rs`).
+    #[error("leader {leader} counts this member as holding the Raft log up to entry {held}, but its log ends at entry {last_index}: its data directory lost entries it had acknowledged (emptied, replaced, or restored from an older copy). Stopping: a member that forgot its log and its vote is not safe to run under its old id. Start it on the data directory it had, or replace it: remove it (reconfig -remove), empty its data directory and add it back with --join (README, \"Membership changes\")")]
+    LostLog {
+        leader: u64,
+        held: u64,
+        last_index: u64,
+    },
     /// A committed entry this release cannot apply: the node applies
     /// nothing from it on and stops (a restart on a release that knows it
     /// replays it).

@@ -82,7 +82,7 @@ pub(crate) struct Machine {
     term: u64,
     configurations: Vec<(Vec<u64>, Option<Vec<u8>>)>,
     refused: Vec<(Vec<u8>, ReconfigError)>,
-    applied: usize,
+    pub(crate) applied: usize,
     /// Contexts of the reads answered (`read_ready`), in order.
     pub(crate) reads: Vec<Vec<u8>>,
     /// When set (to its node's `NetIo::sent`), every apply records how
@@ -311,7 +311,7 @@ impl Net {
         panic!("messages still flowing: {}", self.describe());
     }
 
-    fn run_until(&mut self, rounds: usize, mut done: impl FnMut(&Net) -> bool) {
+    pub(crate) fn run_until(&mut self, rounds: usize, mut done: impl FnMut(&Net) -> bool) {
         for _ in 0..rounds {
             if done(self) {
                 return;

@@ -1,0 +1,151 @@
+//! A member restarted on a data directory that lost entries it had
+//! acknowledged stops with `ConsensusError::LostLog` (`core/lost_log.rs`),
+//! whichever message of the leader reaches it first; a member that never
+//! acknowledged anything catches up as before.
+
+use std::collections::BTreeMap;
+
+use raft::eraftpb::ConfState;
+
+use crate::core::bootstrap_membership;
+use crate::membership_tests::Net;
+use crate::ConsensusError;
+
+/// Replaces member `id` of a bootstrapped 3-node `net` by a node with an
+/// empty data directory, as `--peers` starts one.
+fn start_empty(net: &mut Net, id: u64) {
+    let peers: Vec<(u64, String)> = (1..=3)
+        .map(|id| (id, format!("127.0.0.1:{}", 2887 + id)))
+        .collect();
+    let conf_state = ConfState {
+        voters: vec![1, 2, 3],
+        ..Default::default()
+    };
+    net.add(
+        id,
+        conf_state,
+        bootstrap_membership(&peers, &[], &BTreeMap::new()),
+    );
+}
+
+/// Proposes `count` payloads on the leader and runs the net until every
+/// node applied them.
+fn commit(net: &mut Net, count: usize) {
+    let leader = net.leader().expect("a leader");
+    let before = net.nodes[&leader].machine().applied;
+    propose(net, count);
+    net.run_until(100, |net| {
+        net.nodes
+            .values()
+            .all(|n| n.machine().applied == before + count)
+    });
+}
+
+fn propose(net: &mut Net, count: usize) {
+    let leader = net.leader().expect("a leader");
+    for i in 0..count {
+        net.nodes
+            .get_mut(&leader)
+            .unwrap()
+            .propose(format!("w{i}").into_bytes());
+    }
+}
+
+/// Turns of the whole net (ticking when `tick`) until `member` stops;
+/// its error, or None after `turns`. Every other node must go on.
+fn until_stopped(net: &mut Net, member: u64, turns: usize, tick: bool) -> Option<ConsensusError> {
+    for _ in 0..turns {
+        for (id, node) in net.nodes.iter_mut() {
+            if tick {
+                node.tick();
+            }
+            match node.advance() {
+                Err(error) if *id == member => return Some(error),
+                result => result.expect("the other members go on"),
+            }
+        }
+        let messages: Vec<_> = net.outbox.borrow_mut().drain(..).collect();
+        for (from, message) in messages {
+            net.deliver(from, message);
+        }
+    }
+    None
+}
+
+fn a_follower(net: &Net) -> u64 {
+    let leader = net.leader().expect("a leader");
+    *net.nodes
+        .keys()
+        .find(|id| **id != leader)
+        .expect("a follower")
+}
+
+fn assert_lost(error: Option<ConsensusError>, held: u64) {
+    match error {
+        Some(ConsensusError::LostLog {
+            held: shown,
+            last_index: 0,
+            ..
+        }) => assert_eq!(shown, held, "the index the leader saw acknowledged"),
+        other => panic!("expected LostLog at {held}, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_emptied_member_stops_at_the_leaders_heartbeat() {
+    let mut net = crate::membership_tests::established();
+    commit(&mut net, 3);
+    let victim = a_follower(&net);
+    let held = net.nodes[&victim].applied();
+    assert!(held > 0 && held == net.nodes[&victim].commit_index());
+    net.nodes.remove(&victim);
+    start_empty(&mut net, victim);
+    // Only heartbeats reach it: nothing new is written.
+    let error = until_stopped(&mut net, victim, 50, true);
+    assert_lost(error, held);
+    // Its process has exited; the other two still make a quorum.
+    net.nodes.remove(&victim);
+    let leader = net.leader().expect("the others keep their leader");
+    assert!(net.nodes.contains_key(&leader));
+    commit(&mut net, 1);
+}
+
+#[test]
+fn an_emptied_member_answering_an_append_first_is_told_by_the_leader() {
+    let mut net = crate::membership_tests::established();
+    commit(&mut net, 3);
+    let victim = a_follower(&net);
+    let held = net.nodes[&victim].applied();
+    net.nodes.remove(&victim);
+    // While it is down the leader's appends to it run ahead of what it
+    // acknowledged, so the first thing the empty node gets is an append,
+    // and the leader learns of the loss from the answer to its probe.
+    commit(&mut net, 3);
+    start_empty(&mut net, victim);
+    propose(&mut net, 1);
+    // No tick: no heartbeat goes out but the one the leader sends when
+    // the probe's answer shows the loss.
+    let error = until_stopped(&mut net, victim, 20, false);
+    assert_lost(error, held);
+}
+
+#[test]
+fn a_member_that_never_acknowledged_anything_catches_up_from_empty() {
+    let mut net = Net::bootstrap(3);
+    net.nodes.remove(&3);
+    net.run_until(400, |net| {
+        net.leader().is_some() && net.nodes.values().all(|n| n.membership().config_id != 0)
+    });
+    commit(&mut net, 5);
+    start_empty(&mut net, 3);
+    let leader = net.leader().expect("a leader");
+    let target = net.nodes[&leader].applied();
+    assert_eq!(
+        until_stopped(&mut net, 3, 100, true).map(|e| e.to_string()),
+        None
+    );
+    let caught_up = net.nodes[&leader].applied();
+    assert!(caught_up >= target);
+    assert_eq!(net.nodes[&3].applied(), caught_up, "caught up");
+    assert_eq!(net.nodes[&3].machine().applied, 5, "every write");
+}

@@ -1,0 +1,77 @@
+"""A member restarted on an emptied data directory (a disk replaced, a
+directory wiped) stops with a clear error instead of rejoining under its old
+id: it forgot the writes it acknowledged and its vote, so rejoining could let
+a leader without a committed write be elected (README, "Membership changes":
+replace such a member). Before, it either panicked inside raft-rs ("to_commit
+N is out of range") or rejoined silently, by which of the leader's messages
+reached it first (crates/consensus/src/core/lost_log.rs). The other two
+members keep serving, and every acknowledged write stays readable."""
+
+import os
+import shutil
+import time
+
+from kazoo.client import KazooClient
+
+# How long the emptied member may take to see the leader and stop.
+STOP_WITHIN_S = 30
+WRITES_BEFORE = 200
+WRITES_WHILE_DOWN = 50
+
+
+def client(hosts):
+    c = KazooClient(hosts=hosts, timeout=10.0)
+    c.start(timeout=15)
+    return c
+
+
+def empty(node):
+    shutil.rmtree(node.data_dir)
+    os.makedirs(node.data_dir)
+
+
+def wait_exit(node, seconds):
+    deadline = time.monotonic() + seconds
+    while node.proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return node.proc.poll()
+
+
+def test_a_member_restarted_on_an_emptied_data_dir_stops_and_the_others_serve(keel_cluster):
+    cluster = keel_cluster("lost", snapshot_every_entries=100)
+    leader = cluster.leader(timeout=15)
+    victim = next(n for n in cluster.nodes if n is not leader)
+    others = [n for n in cluster.nodes if n is not victim]
+    writer = client(cluster.connect_string(others))
+    for i in range(WRITES_BEFORE):
+        writer.create("/before-%d" % i, b"x")
+    cluster.wait_converged(timeout=30)
+
+    victim.kill()
+    empty(victim)
+    for i in range(WRITES_WHILE_DOWN):
+        writer.create("/down-%d" % i, b"x")
+
+    for start in (1, 2):
+        victim.start(wait=False)
+        code = wait_exit(victim, STOP_WITHIN_S)
+        log = victim.log_since_start()
+        assert code == 1, "start %d: the emptied member did not stop (exit %r)\n%s" % (start, code, log[-3000:])
+        assert "panicked" not in log, log[-3000:]
+        assert "lost entries it had acknowledged" in log, log[-3000:]
+        assert "counts this member as holding the Raft log up to entry" in log, log[-3000:]
+        assert "add it back with --join" in log, log[-3000:]
+    told = [n for n in others if "telling it, it stops" in n.log_text()]
+    assert told, "the leader did not log the member it told"
+
+    # The two others still make a quorum: writes go on, nothing is lost.
+    for i in range(WRITES_WHILE_DOWN):
+        writer.create("/after-%d" % i, b"x")
+    reader = client(cluster.connect_string([n for n in others if n is not leader] or others))
+    reader.sync("/")
+    names = set(reader.get_children("/"))
+    for prefix, count in (("before", WRITES_BEFORE), ("down", WRITES_WHILE_DOWN), ("after", WRITES_WHILE_DOWN)):
+        assert all("%s-%d" % (prefix, i) in names for i in range(count)), prefix
+    assert all(n.running() for n in others)
+    writer.stop()
+    reader.stop()
