@@ -1,5 +1,6 @@
 """A member restarted on an emptied data directory (a disk replaced, a
-directory wiped) stops with a clear error instead of rejoining under its old
+directory wiped) or on an older copy of it (a backup put back) stops with a
+clear error instead of rejoining under its old
 id: it forgot the writes it acknowledged and its vote, so rejoining could let
 a leader without a committed write be elected (README, "Membership changes":
 replace such a member). Before, it either panicked inside raft-rs ("to_commit
@@ -75,3 +76,34 @@ def test_a_member_restarted_on_an_emptied_data_dir_stops_and_the_others_serve(ke
     assert all(n.running() for n in others)
     writer.stop()
     reader.stop()
+
+
+def test_a_member_restored_from_an_older_copy_of_its_data_dir_stops(keel_cluster):
+    """A backup put back: the member's log ends before what it acknowledged
+    since the copy was taken, so it stops the same way."""
+    cluster = keel_cluster("restored", snapshot_every_entries=100)
+    leader = cluster.leader(timeout=15)
+    victim = next(n for n in cluster.nodes if n is not leader)
+    others = [n for n in cluster.nodes if n is not victim]
+    writer = client(cluster.connect_string(others))
+    for i in range(WRITES_BEFORE):
+        writer.create("/old-%d" % i, b"x")
+    victim.kill()
+    copy = os.path.join(victim.workdir, "copy")
+    shutil.copytree(victim.data_dir, copy)
+    victim.start(timeout=30)
+    for i in range(WRITES_BEFORE):
+        writer.create("/new-%d" % i, b"x")
+    cluster.wait_converged(timeout=30)
+    victim.kill()
+    shutil.rmtree(victim.data_dir)
+    shutil.copytree(copy, victim.data_dir)
+
+    victim.start(wait=False)
+    code = wait_exit(victim, STOP_WITHIN_S)
+    log = victim.log_since_start()
+    assert code == 1, "the restored member did not stop (exit %r)\n%s" % (code, log[-3000:])
+    assert "lost entries it had acknowledged" in log and "panicked" not in log, log[-3000:]
+    writer.create("/after", b"x")
+    assert all(n.running() for n in others)
+    writer.stop()
