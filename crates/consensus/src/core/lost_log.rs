@@ -92,8 +92,10 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         let Some(progress) = self.raw.raft.prs().get(message.from) else {
             return false;
         };
-        let answers_probe =
-            progress.state == ProgressState::Probe && message.index + 1 == progress.next_idx;
+        // Compared as raft-rs does (`Progress::maybe_decr_to`); the index
+        // comes off the network, so no `+ 1` on it.
+        let answers_probe = progress.state == ProgressState::Probe
+            && progress.next_idx.checked_sub(1) == Some(message.index);
         let shown = progress.matched.min(self.raw.raft.raft_log.committed);
         if !answers_probe || message.reject_hint >= shown {
             return false;
