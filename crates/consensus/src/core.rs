@@ -536,6 +536,8 @@ pub struct Core<S: StateMachine, I: Io, P: SnapshotSource> {
     lost_log: Option<lost_log::LostLog>,
     /// On the leader: the members told they lost entries, with the term.
     lost_log_revealed: BTreeMap<u64, u64>,
+    /// An observer that lost entries said so once (`lost_log.rs`).
+    lost_log_observer_told: bool,
 }
 
 impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
@@ -616,6 +618,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
             reconfig: reconfigure::State::new(config.membership.clone(), config.first_sequence),
             lost_log: None,
             lost_log_revealed: BTreeMap::new(),
+            lost_log_observer_told: false,
             config,
         };
         core.redraw_election_timeout();
@@ -994,7 +997,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
 
     pub fn peer(&mut self, input: PeerInput) {
         match input {
-            PeerInput::Raft(message) => {
+            PeerInput::Raft(mut message) => {
                 if self.lost_log.is_some() {
                     return;
                 }
@@ -1004,7 +1007,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
                 if self.refuse_vote(&message) {
                     return;
                 }
-                if let Some(lost) = self.lost_log_shown(&message) {
+                if let Some(lost) = self.lost_log_shown(&mut message) {
                     tracing::error!(?lost, "this member lost entries it had acknowledged");
                     self.lost_log = Some(lost);
                     return;

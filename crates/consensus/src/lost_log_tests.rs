@@ -1,7 +1,7 @@
 //! A member restarted on a data directory that lost entries it had
 //! acknowledged stops with `ConsensusError::LostLog` (`core/lost_log.rs`),
 //! whichever message of the leader reaches it first; a member that never
-//! acknowledged anything catches up as before.
+//! acknowledged anything, and an observer that lost its log, catch up.
 
 use std::collections::BTreeMap;
 
@@ -11,21 +11,27 @@ use crate::core::bootstrap_membership;
 use crate::membership_tests::Net;
 use crate::ConsensusError;
 
-/// Replaces member `id` of a bootstrapped 3-node `net` by a node with an
-/// empty data directory, as `--peers` starts one.
-fn start_empty(net: &mut Net, id: u64) {
-    let peers: Vec<(u64, String)> = (1..=3)
+/// Adds member `id` of a bootstrapped cluster of voters 1-3 (and observer
+/// 4 when `observer`) with an empty data directory, as `--peers` starts it.
+fn start_empty_in(net: &mut Net, id: u64, observer: bool) {
+    let ids = if observer { 1..=4 } else { 1..=3 };
+    let peers: Vec<(u64, String)> = ids
         .map(|id| (id, format!("127.0.0.1:{}", 2887 + id)))
         .collect();
+    let observers: Vec<u64> = if observer { vec![4] } else { Vec::new() };
     let conf_state = ConfState {
         voters: vec![1, 2, 3],
+        learners: observers.clone(),
         ..Default::default()
     };
-    net.add(
-        id,
-        conf_state,
-        bootstrap_membership(&peers, &[], &BTreeMap::new()),
-    );
+    let membership = bootstrap_membership(&peers, &observers, &BTreeMap::new());
+    net.add(id, conf_state, membership);
+}
+
+/// Replaces member `id` of a bootstrapped 3-node `net` by a node with an
+/// empty data directory.
+fn start_empty(net: &mut Net, id: u64) {
+    start_empty_in(net, id, false);
 }
 
 /// Proposes `count` payloads on the leader and runs the net until every
@@ -149,4 +155,32 @@ fn a_member_that_never_acknowledged_anything_catches_up_from_empty() {
     assert!(caught_up >= target);
     assert_eq!(net.nodes[&3].applied(), caught_up, "caught up");
     assert_eq!(net.nodes[&3].machine().applied, 5, "every write");
+}
+
+#[test]
+fn an_emptied_observer_catches_up_instead_of_stopping() {
+    let mut net = Net {
+        nodes: BTreeMap::new(),
+        outbox: Default::default(),
+    };
+    for id in 1..=4 {
+        start_empty_in(&mut net, id, true);
+    }
+    net.run_until(400, |net| {
+        net.leader().is_some() && net.nodes.values().all(|n| n.membership().config_id != 0)
+    });
+    assert_ne!(net.leader(), Some(4), "an observer never leads");
+    commit(&mut net, 3);
+    let held = net.nodes[&4].applied();
+    assert!(held > 0);
+    net.nodes.remove(&4);
+    commit(&mut net, 2);
+    start_empty_in(&mut net, 4, true);
+    // An observer has no vote: losing its log is harmless, so it is not
+    // stopped (raft-rs would have panicked at the first heartbeat).
+    assert_eq!(
+        until_stopped(&mut net, 4, 100, true).map(|e| e.to_string()),
+        None
+    );
+    assert_eq!(net.nodes[&4].machine().applied, 5, "every write, caught up");
 }

@@ -28,6 +28,12 @@
 //! member (raft-rs starts every follower at 0), so it cannot tell, and the
 //! member catches up as a new one would: the stop covers a loss the
 //! current leader saw acknowledged.
+//!
+//! An observer (a raft-rs learner) has no vote and its acknowledgements
+//! commit nothing, so losing its log is harmless: it is not stopped. The
+//! heartbeat's commit index is lowered to its log's end before raft-rs
+//! sees it, and it catches up from the leader, as a ZooKeeper observer
+//! resyncs.
 
 use raft::eraftpb::{Message, MessageType};
 use raft::ProgressState;
@@ -61,21 +67,44 @@ impl LostLog {
 
 impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     /// The loss a heartbeat proves, if it does: one raft-rs would step
-    /// (its term is not behind) and whose commit index is past this log.
-    pub(super) fn lost_log_shown(&self, message: &Message) -> Option<LostLog> {
-        if message.get_msg_type() != MessageType::MsgHeartbeat || message.term < self.raw.raft.term
-        {
+    /// (its term is not behind) and whose commit index is past this log,
+    /// on a voter. On an observer the heartbeat's commit is lowered to
+    /// the log's end instead (see the module doc), and None is returned.
+    pub(super) fn lost_log_shown(&mut self, message: &mut Message) -> Option<LostLog> {
+        let last_index = self.heartbeat_past_log(message)?;
+        if !self.is_voter() {
+            if !self.lost_log_observer_told {
+                tracing::warn!(
+                    leader = message.from,
+                    acknowledged = message.commit,
+                    last_index,
+                    "this observer's log ends before entries it acknowledged: \
+                     catching up from the leader (an observer has no vote)"
+                );
+                self.lost_log_observer_told = true;
+            }
+            message.commit = last_index;
             return None;
         }
-        let last_index = self.raw.raft.raft_log.last_index();
-        (message.commit > last_index).then_some(LostLog {
+        Some(LostLog {
             leader: message.from,
             held: message.commit,
             last_index,
         })
     }
 
-    /// On the leader: whether `message` is a follower's answer to the
+    /// This log's last index, when `message` is a heartbeat raft-rs would
+    /// step (its term is not behind) whose commit index lies past it.
+    fn heartbeat_past_log(&self, message: &Message) -> Option<u64> {
+        if message.get_msg_type() != MessageType::MsgHeartbeat || message.term < self.raw.raft.term
+        {
+            return None;
+        }
+        let last_index = self.raw.raft.raft_log.last_index();
+        (message.commit > last_index).then_some(last_index)
+    }
+
+    /// On the leader: whether `message` is a voter's answer to the
     /// current probe naming a last index below what it acknowledged. If
     /// so, and the commit index reaches past that index, the follower gets
     /// a heartbeat at once and true says to drop the answer (once per
@@ -89,7 +118,8 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         {
             return false;
         }
-        let Some(progress) = self.raw.raft.prs().get(message.from) else {
+        let voter = self.raw.raft.prs().conf().voters().contains(message.from);
+        let Some(progress) = self.raw.raft.prs().get(message.from).filter(|_| voter) else {
             return false;
         };
         // Compared as raft-rs does (`Progress::maybe_decr_to`); the index
