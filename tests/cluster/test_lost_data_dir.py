@@ -6,7 +6,8 @@ a leader without a committed write be elected (README, "Membership changes":
 replace such a member). Before, it either panicked inside raft-rs ("to_commit
 N is out of range") or rejoined silently, by which of the leader's messages
 reached it first (crates/consensus/src/core/lost_log.rs). The other two
-members keep serving, and every acknowledged write stays readable."""
+members keep serving, and every acknowledged write stays readable. An
+observer, which has no vote, resyncs instead."""
 
 import os
 import shutil
@@ -107,3 +108,32 @@ def test_a_member_restored_from_an_older_copy_of_its_data_dir_stops(keel_cluster
     writer.create("/after", b"x")
     assert all(n.running() for n in others)
     writer.stop()
+
+
+def test_an_observer_restarted_on_an_emptied_data_dir_catches_up(keel_cluster):
+    """An observer has no vote and its acknowledgements commit nothing:
+    losing its log is harmless, so it resyncs, as a ZooKeeper observer
+    does, instead of stopping (before, raft-rs panicked in some runs)."""
+    cluster = keel_cluster("lostobs", size=4, observers=[4], snapshot_every_entries=100)
+    cluster.leader(timeout=15)
+    observer = cluster.nodes[3]
+    others = cluster.nodes[:3]
+    writer = client(cluster.connect_string(others))
+    for i in range(WRITES_BEFORE):
+        writer.create("/before-%d" % i, b"x")
+    cluster.wait_converged(timeout=30)
+    observer.kill()
+    empty(observer)
+    for i in range(WRITES_WHILE_DOWN):
+        writer.create("/down-%d" % i, b"x")
+    observer.start(timeout=30)
+    cluster.wait_converged(timeout=30)
+    log = observer.log_since_start()
+    assert "panicked" not in log and "lost entries it had acknowledged" not in log, log[-3000:]
+    reader = client(observer.address)
+    reader.sync("/")
+    names = set(reader.get_children("/"))
+    assert all("before-%d" % i in names for i in range(WRITES_BEFORE))
+    assert all("down-%d" % i in names for i in range(WRITES_WHILE_DOWN))
+    writer.stop()
+    reader.stop()
