@@ -32,6 +32,21 @@ def empty(node):
     os.makedirs(node.data_dir)
 
 
+def write(writer, prefix, count):
+    for i in range(count):
+        writer.create("/%s-%d" % (prefix, i), b"x")
+
+
+def empty_under_writes(cluster, node, writer):
+    """WRITES_BEFORE writes everywhere, then `node` killed and its data
+    dir emptied, then WRITES_WHILE_DOWN more writes."""
+    write(writer, "before", WRITES_BEFORE)
+    cluster.wait_converged(timeout=30)
+    node.kill()
+    empty(node)
+    write(writer, "down", WRITES_WHILE_DOWN)
+
+
 def wait_exit(node, seconds):
     deadline = time.monotonic() + seconds
     while node.proc.poll() is None and time.monotonic() < deadline:
@@ -45,14 +60,7 @@ def test_a_member_restarted_on_an_emptied_data_dir_stops_and_the_others_serve(ke
     victim = next(n for n in cluster.nodes if n is not leader)
     others = [n for n in cluster.nodes if n is not victim]
     writer = client(cluster.connect_string(others))
-    for i in range(WRITES_BEFORE):
-        writer.create("/before-%d" % i, b"x")
-    cluster.wait_converged(timeout=30)
-
-    victim.kill()
-    empty(victim)
-    for i in range(WRITES_WHILE_DOWN):
-        writer.create("/down-%d" % i, b"x")
+    empty_under_writes(cluster, victim, writer)
 
     for start in (1, 2):
         victim.start(wait=False)
@@ -67,8 +75,7 @@ def test_a_member_restarted_on_an_emptied_data_dir_stops_and_the_others_serve(ke
     assert told, "the leader did not log the member it told"
 
     # The two others still make a quorum: writes go on, nothing is lost.
-    for i in range(WRITES_WHILE_DOWN):
-        writer.create("/after-%d" % i, b"x")
+    write(writer, "after", WRITES_WHILE_DOWN)
     reader = client(cluster.connect_string([n for n in others if n is not leader] or others))
     reader.sync("/")
     names = set(reader.get_children("/"))
@@ -87,14 +94,12 @@ def test_a_member_restored_from_an_older_copy_of_its_data_dir_stops(keel_cluster
     victim = next(n for n in cluster.nodes if n is not leader)
     others = [n for n in cluster.nodes if n is not victim]
     writer = client(cluster.connect_string(others))
-    for i in range(WRITES_BEFORE):
-        writer.create("/old-%d" % i, b"x")
+    write(writer, "old", WRITES_BEFORE)
     victim.kill()
     copy = os.path.join(victim.workdir, "copy")
     shutil.copytree(victim.data_dir, copy)
     victim.start(timeout=30)
-    for i in range(WRITES_BEFORE):
-        writer.create("/new-%d" % i, b"x")
+    write(writer, "new", WRITES_BEFORE)
     cluster.wait_converged(timeout=30)
     victim.kill()
     shutil.rmtree(victim.data_dir)
@@ -119,13 +124,7 @@ def test_an_observer_restarted_on_an_emptied_data_dir_catches_up(keel_cluster):
     observer = cluster.nodes[3]
     others = cluster.nodes[:3]
     writer = client(cluster.connect_string(others))
-    for i in range(WRITES_BEFORE):
-        writer.create("/before-%d" % i, b"x")
-    cluster.wait_converged(timeout=30)
-    observer.kill()
-    empty(observer)
-    for i in range(WRITES_WHILE_DOWN):
-        writer.create("/down-%d" % i, b"x")
+    empty_under_writes(cluster, observer, writer)
     observer.start(timeout=30)
     cluster.wait_converged(timeout=30)
     log = observer.log_since_start()
