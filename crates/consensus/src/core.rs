@@ -652,12 +652,13 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
     }
 
     fn is_voter(&self) -> bool {
-        self.raw
-            .raft
-            .prs()
-            .conf()
-            .voters()
-            .contains(self.config.node_id)
+        self.votes(self.config.node_id)
+    }
+
+    /// Whether member `id` votes in the configuration in effect (either
+    /// half of a joint one).
+    fn votes(&self, id: u64) -> bool {
+        self.raw.raft.prs().conf().voters().contains(id)
     }
 
     pub fn machine(&self) -> &S {

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use raft::eraftpb::ConfState;
 
 use crate::core::bootstrap_membership;
-use crate::membership_tests::Net;
+use crate::membership_tests::{settled, Net};
 use crate::ConsensusError;
 
 /// Adds member `id` of a bootstrapped cluster of voters 1-3 (and observer
@@ -140,9 +140,7 @@ fn an_emptied_member_answering_an_append_first_is_told_by_the_leader() {
 fn a_member_that_never_acknowledged_anything_catches_up_from_empty() {
     let mut net = Net::bootstrap(3);
     net.nodes.remove(&3);
-    net.run_until(400, |net| {
-        net.leader().is_some() && net.nodes.values().all(|n| n.membership().config_id != 0)
-    });
+    net.run_until(400, settled);
     commit(&mut net, 5);
     start_empty(&mut net, 3);
     let leader = net.leader().expect("a leader");
@@ -166,9 +164,7 @@ fn an_emptied_observer_catches_up_instead_of_stopping() {
     for id in 1..=4 {
         start_empty_in(&mut net, id, true);
     }
-    net.run_until(400, |net| {
-        net.leader().is_some() && net.nodes.values().all(|n| n.membership().config_id != 0)
-    });
+    net.run_until(400, settled);
     assert_ne!(net.leader(), Some(4), "an observer never leads");
     commit(&mut net, 3);
     let held = net.nodes[&4].applied();

@@ -367,11 +367,14 @@ impl Net {
     }
 }
 
+/// A leader is elected and every node applied the first configuration.
+pub(crate) fn settled(net: &Net) -> bool {
+    net.leader().is_some() && net.nodes.values().all(|n| n.membership().config_id != 0)
+}
+
 pub(crate) fn established() -> Net {
     let mut net = Net::bootstrap(3);
-    net.run_until(400, |net| {
-        net.leader().is_some() && net.nodes.values().all(|n| n.membership().config_id != 0)
-    });
+    net.run_until(400, settled);
     net
 }
 

@@ -118,7 +118,7 @@ impl<S: StateMachine, I: Io, P: SnapshotSource> Core<S, I, P> {
         {
             return false;
         }
-        let voter = self.raw.raft.prs().conf().voters().contains(message.from);
+        let voter = self.votes(message.from);
         let Some(progress) = self.raw.raft.prs().get(message.from).filter(|_| voter) else {
             return false;
         };
